@@ -1,0 +1,92 @@
+# longctx.c -- build the trainers, the tests and the stage diffs.
+#   make stage1            ./stage1 (likewise stage2..stage5 as they appear)
+#   make test              CPU tests (what CI runs)
+#   make test-gpu          GPU tests (on an H100/H200)
+#   make diffs             diffs/stageN-1-stageN.diff from the stage files
+# Overridable: CUDA_HOME CUDNN_HOME NCCL_HOME GPU_ARCH (sm_90) CC NVCC
+
+CUDA_HOME ?= /usr/local/cuda
+GPU_ARCH  ?= sm_90
+# cuDNN 9.19 / NCCL 2.28.9: prefer the PyTorch venv's wheels (the GPU image's system copies are older)
+VENV_NV   := /opt/torch/.venv/lib/python3.12/site-packages/nvidia
+CUDNN_HOME ?= $(if $(wildcard $(VENV_NV)/cudnn/include/cudnn.h),$(VENV_NV)/cudnn,$(CUDA_HOME))
+NCCL_HOME  ?= $(if $(wildcard $(VENV_NV)/nccl/include/nccl.h),$(VENV_NV)/nccl,$(CUDA_HOME))
+
+CC    ?= gcc
+NVCC  ?= $(CUDA_HOME)/bin/nvcc
+libdir = $(firstword $(wildcard $(1)/lib64/libcudart.so $(1)/lib/$(2)) $(1)/lib)
+CUDNN_LIBDIR := $(if $(wildcard $(CUDNN_HOME)/lib/libcudnn.so*),$(CUDNN_HOME)/lib,$(CUDNN_HOME)/lib64)
+NCCL_LIBDIR  := $(if $(wildcard $(NCCL_HOME)/lib/libnccl.so*),$(NCCL_HOME)/lib,$(NCCL_HOME)/lib64)
+# pip wheels ship only the versioned .so
+LCUDNN := $(if $(wildcard $(CUDNN_LIBDIR)/libcudnn.so),-lcudnn,-l:libcudnn.so.9)
+LNCCL  := $(if $(wildcard $(NCCL_LIBDIR)/libnccl.so),-lnccl,-l:libnccl.so.2)
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wno-unused-parameter -MMD -MP
+GPU_INC := -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include
+NVFLAGS ?= -O3 -lineinfo
+NVFLAGS += -arch=$(GPU_ARCH) -std=c++17 -MMD -MP -Xcompiler -Wall
+GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+            -L$(CUDNN_LIBDIR) -Wl,-rpath,$(CUDNN_LIBDIR) -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) \
+            -lcublasLt -lcublas $(LCUDNN) $(LNCCL) -lcudart -lpthread -lm
+
+B := build
+HOST_SRC := common/tensor.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c \
+            common/memplan.c
+GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c
+KERN_SRC := $(wildcard kernels/*.cu)
+HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
+GPU_OBJ  := $(GPU_SRC:%.c=$(B)/%.o) $(KERN_SRC:%.cu=$(B)/%.o)
+STAGES   := $(patsubst %.c,%,$(wildcard stage[1-5]_*.c))
+STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
+
+$(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
+
+.PHONY: all test test-gpu diffs clean $(STAGE_BINS)
+all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_gpu $(B)/check_stage
+
+# ./stageN from stageN_*.c
+define stage_rule
+$(1): $(B)/$(1)
+	cp $(B)/$(1) ./$(1)
+$(B)/$(1): $(2).c $(HOST_OBJ) $(GPU_OBJ)
+	$$(CC) $$(CFLAGS) $(GPU_INC) -o $$@ $$< $(HOST_OBJ) $(GPU_OBJ) $$(GPU_LIBS) -lstdc++
+endef
+$(foreach s,$(STAGES),$(eval $(call stage_rule,$(firstword $(subst _, ,$(s))),$(s))))
+
+$(B)/common/%.o: common/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
+$(B)/kernels/%.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(GPU_INC) -c -o $@ $<
+$(B)/tests/%.o: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
+
+$(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/ref_model.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ -lm
+$(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+
+# CPU tests: the C suite, then the data suite; tests/summary.sh prints the combined count
+test: all
+	@bash tests/run_cpu.sh
+
+test-gpu: all
+	@bash tests/run_gpu.sh
+
+diffs:
+	@mkdir -p diffs
+	@set -e; prev=; for s in $(sort $(wildcard stage[1-5]_*.c)); do \
+	  if [ -n "$$prev" ]; then n=$$(echo $$prev | cut -c6)-$$(echo $$s | cut -c6); \
+	    diff -u $$prev $$s > diffs/stage$$(echo $$prev | cut -c6)-stage$$(echo $$s | cut -c6).diff || true; \
+	    echo "diffs/stage$$n.diff"; fi; prev=$$s; done
+
+clean:
+	rm -rf $(B) $(STAGE_BINS)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)
+
+$(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/ref_model.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ -lm

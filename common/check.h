@@ -1,0 +1,96 @@
+/* check.h -- checked-call macros: every failing call names file:line, the call, the library's
+ * own error string and, where one helps, a hint. Host code only; include the library headers
+ * you use before this one (the CUDA/cuBLAS/cuDNN/NCCL macros appear only when their headers did). */
+#ifndef LONGCTX_CHECK_H
+#define LONGCTX_CHECK_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* die: print "file:line: message" and exit(1). The single exit path for fatal errors. */
+#define DIE(...)                                                            \
+    do {                                                                    \
+        fprintf(stderr, "error %s:%d: ", __FILE__, __LINE__);               \
+        fprintf(stderr, __VA_ARGS__);                                       \
+        fputc('\n', stderr);                                                \
+        exit(1);                                                            \
+    } while (0)
+
+/* libc calls that return -1 on failure and set errno */
+#define CHECK_POSIX(call)                                                                   \
+    do {                                                                                    \
+        if ((call) < 0) DIE("%s failed: %s", #call, strerror(errno));                       \
+    } while (0)
+
+/* allocation and fopen that never return NULL: the caller's file:line is in the message */
+#define xmalloc(n) xmalloc_at((n), __FILE__, __LINE__)
+#define xcalloc(n, s) xcalloc_at((n), (s), __FILE__, __LINE__)
+static inline void *xmalloc_at(size_t n, const char *file, int line) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "error %s:%d: malloc(%zu bytes) failed: %s\n", file, line, n, strerror(errno));
+        exit(1);
+    }
+    return p;
+}
+static inline void *xcalloc_at(size_t n, size_t s, const char *file, int line) {
+    void *p = calloc(n ? n : 1, s ? s : 1);
+    if (!p) {
+        fprintf(stderr, "error %s:%d: calloc(%zu x %zu bytes) failed: %s\n", file, line, n, s, strerror(errno));
+        exit(1);
+    }
+    return p;
+}
+
+#ifdef __CUDA_RUNTIME_API_H__
+#define CUDA_CHECK(call)                                                                    \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess)                                                              \
+            DIE("%s: %s (%s)%s", #call, cudaGetErrorName(e_), cudaGetErrorString(e_),       \
+                e_ == cudaErrorMemoryAllocation                                             \
+                    ? " -- hint: run with --dry-run to see the memory plan"                 \
+                    : e_ == cudaErrorNoDevice || e_ == cudaErrorInsufficientDriver          \
+                          ? " -- hint: no usable GPU; --dry-run works without one"          \
+                          : "");                                                            \
+    } while (0)
+/* after a kernel launch: launch-configuration errors surface here, not at the next sync */
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+#endif
+
+#ifdef CUBLAS_API_H_
+#define CUBLAS_CHECK(call)                                                                  \
+    do {                                                                                    \
+        cublasStatus_t s_ = (call);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                    \
+            DIE("%s: %s (%s)", #call, cublasGetStatusName(s_), cublasGetStatusString(s_));  \
+    } while (0)
+#endif
+
+#ifdef CUDNN_GRAPH_H_
+#define CUDNN_CHECK(call)                                                                   \
+    do {                                                                                    \
+        cudnnStatus_t s_ = (call);                                                          \
+        if (s_ != CUDNN_STATUS_SUCCESS) {                                                   \
+            char m_[1024] = {0};                                                            \
+            cudnnGetLastErrorString(m_, sizeof m_);                                         \
+            DIE("%s: %s | %s -- hint: CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr "         \
+                "prints cuDNN's reasons",                                                   \
+                #call, cudnnGetErrorString(s_), m_);                                        \
+        }                                                                                   \
+    } while (0)
+#endif
+
+#ifdef NCCL_H_
+#define NCCL_CHECK(call)                                                                    \
+    do {                                                                                    \
+        ncclResult_t r_ = (call);                                                           \
+        if (r_ != ncclSuccess)                                                              \
+            DIE("%s: %s | %s -- hint: NCCL_DEBUG=WARN shows NCCL's view", #call,           \
+                ncclGetErrorString(r_), ncclGetLastError(NULL));                            \
+    } while (0)
+#endif
+
+#endif /* LONGCTX_CHECK_H */

@@ -1,0 +1,26 @@
+/* cli.h -- command-line options from one table: parsing with clear errors, and --help text
+ * generated from the same table so the two never disagree. Integers take K/M/G suffixes
+ * (powers of two: --seq 128K = 131072, 1M = 1048576). */
+#ifndef LONGCTX_CLI_H
+#define LONGCTX_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG } OptType;
+
+typedef struct {
+    const char *name;   /* "--seq" */
+    OptType type;
+    void *dst;          /* int64_t*, double*, const char**, int* */
+    const char *help;   /* one line; the default is printed from *dst */
+} Opt;
+
+/* Returns 0 on success, 1 when --help/-h was given, -1 with a message in err. */
+int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t errlen);
+void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, int n);
+/* "131072" / "128K" / "1M" -> value; -1 on a bad number */
+int cli_parse_int(const char *s, int64_t *out);
+
+#endif

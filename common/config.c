@@ -1,0 +1,315 @@
+/* config.c -- Qwen3 configurations: official sizes, config.json parsing and validation, RoPE. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "json.h"
+
+/* ---------------------------------------------------------------- official sizes */
+typedef struct {
+    const char *name;
+    int64_t hidden, intermediate, layers, heads, kv_heads;
+    int tied;
+} Size;
+static const Size SIZES[] = {
+    {"0.6B", 1024, 3072, 28, 16, 8, 1}, {"1.7B", 2048, 6144, 28, 16, 8, 1},
+    {"4B", 2560, 9728, 36, 32, 8, 1},   {"8B", 4096, 12288, 36, 32, 8, 0},
+    {"14B", 5120, 17408, 40, 40, 8, 0}, {"32B", 5120, 25600, 64, 64, 8, 0},
+};
+
+static void defaults(Qwen3Config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab = 151936;
+    c->head_dim = 128;
+    c->eps = 1e-6;
+    c->rope_theta = 1e6;
+    c->max_position = 40960;
+    c->yarn_beta_fast = 32;
+    c->yarn_beta_slow = 1;
+    c->yarn_truncate = 1;
+    c->init_std = 0.02;
+}
+
+int config_from_name(const char *name, Qwen3Config *c) {
+    for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
+        const Size *s = &SIZES[i];
+        if (strcmp(name, s->name) && !(name[0] && !strcmp(name + (name[0] == 'Q' ? 6 : 0), s->name))) continue;
+        defaults(c);
+        snprintf(c->name, sizeof c->name, "%s", s->name);
+        c->hidden = s->hidden;
+        c->intermediate = s->intermediate;
+        c->layers = s->layers;
+        c->heads = s->heads;
+        c->kv_heads = s->kv_heads;
+        c->tied = s->tied;
+        return 0;
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- config.json */
+#define REFUSE(...) do { snprintf(err, errlen, __VA_ARGS__); json_free(&root); return -1; } while (0)
+
+static int get_int(const JsonValue *o, const char *k, int64_t *out, int required, char *err, size_t errlen) {
+    const JsonValue *v = json_get(o, k);
+    if (!v || v->type == JSON_NULL) {
+        if (required) { snprintf(err, errlen, "config.json: missing required field \"%s\"", k); return -1; }
+        return 0;
+    }
+    if (v->type != JSON_NUMBER || !v->is_integer || v->integer <= 0) {
+        snprintf(err, errlen, "config.json: field \"%s\" must be a positive integer", k);
+        return -1;
+    }
+    *out = v->integer;
+    return 0;
+}
+static int get_num(const JsonValue *o, const char *k, double *out, char *err, size_t errlen) {
+    const JsonValue *v = json_get(o, k);
+    if (!v || v->type == JSON_NULL) return 0;
+    if (v->type != JSON_NUMBER) { snprintf(err, errlen, "config.json: field \"%s\" must be a number", k); return -1; }
+    *out = v->number;
+    return 0;
+}
+static int is_true(const JsonValue *o, const char *k) {
+    const JsonValue *v = json_get(o, k);
+    return v && v->type == JSON_BOOL && v->boolean;
+}
+
+/* rope block: v4 "rope_scaling" (may be null) or v5 "rope_parameters" */
+static int parse_rope(const JsonValue *root, Qwen3Config *c, char *err, size_t errlen) {
+    const JsonValue *rp = json_get(root, "rope_parameters");
+    const char *where = "rope_parameters";
+    if (!rp || rp->type == JSON_NULL) { rp = json_get(root, "rope_scaling"); where = "rope_scaling"; }
+    if (get_num(root, "rope_theta", &c->rope_theta, err, errlen)) return -1;
+    if (!rp || rp->type == JSON_NULL) return 0;
+    if (rp->type != JSON_OBJECT) { snprintf(err, errlen, "config.json: \"%s\" must be an object", where); return -1; }
+    if (get_num(rp, "rope_theta", &c->rope_theta, err, errlen)) return -1;
+    const JsonValue *t = json_get(rp, "rope_type");
+    if (!t) t = json_get(rp, "type");
+    const char *type = (t && t->type == JSON_STRING) ? t->string : "default";
+    if (!strcmp(type, "default")) return 0;
+    if (strcmp(type, "yarn")) {
+        snprintf(err, errlen, "config.json: %s.rope_type \"%s\" is not supported (only \"default\" and \"yarn\")",
+                 where, type);
+        return -1;
+    }
+    c->yarn = 1;
+    c->yarn_factor = 0;
+    if (get_num(rp, "factor", &c->yarn_factor, err, errlen)) return -1;
+    if (!(c->yarn_factor >= 1.0)) {
+        snprintf(err, errlen, "config.json: %s.factor must be a number >= 1 for yarn", where);
+        return -1;
+    }
+    int64_t orig = 0;
+    if (get_int(rp, "original_max_position_embeddings", &orig, 0, err, errlen)) return -1;
+    c->yarn_original_max = orig ? orig : c->max_position;
+    if (get_num(rp, "beta_fast", &c->yarn_beta_fast, err, errlen) ||
+        get_num(rp, "beta_slow", &c->yarn_beta_slow, err, errlen) ||
+        get_num(rp, "mscale", &c->yarn_mscale, err, errlen) ||
+        get_num(rp, "mscale_all_dim", &c->yarn_mscale_all_dim, err, errlen) ||
+        get_num(rp, "attention_factor", &c->yarn_attention_factor, err, errlen))
+        return -1;
+    const JsonValue *tr = json_get(rp, "truncate");
+    if (tr && tr->type == JSON_BOOL) c->yarn_truncate = tr->boolean;
+    return 0;
+}
+
+int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen) {
+    JsonValue root;
+    if (json_parse(text, len, &root, err, errlen)) return -1;
+    defaults(c);
+    if (root.type != JSON_OBJECT) REFUSE("config.json: top level is not an object");
+    const JsonValue *mt = json_get(&root, "model_type");
+    if (!mt || mt->type != JSON_STRING) REFUSE("config.json: missing \"model_type\" (expected \"qwen3\")");
+    if (strstr(mt->string, "moe")) REFUSE("config.json: model_type \"%s\" is a mixture of experts (MoE), not supported", mt->string);
+    if (strcmp(mt->string, "qwen3")) REFUSE("config.json: model_type \"%s\" is not supported (expected \"qwen3\")", mt->string);
+    if (json_get(&root, "num_experts") || json_get(&root, "num_local_experts"))
+        REFUSE("config.json: field \"num_experts\" present: mixture of experts (MoE) is not supported");
+    if (is_true(&root, "use_sliding_window"))
+        REFUSE("config.json: \"use_sliding_window\" is true: sliding-window attention is not supported");
+    const JsonValue *lt = json_get(&root, "layer_types");
+    if (lt && lt->type == JSON_ARRAY)
+        for (int64_t i = 0; i < lt->n; i++)
+            if (lt->items[i].type != JSON_STRING || strcmp(lt->items[i].string, "full_attention"))
+                REFUSE("config.json: \"layer_types\"[%lld] is \"%s\": only full_attention layers are supported",
+                       (long long)i, lt->items[i].type == JSON_STRING ? lt->items[i].string : "?");
+    if (is_true(&root, "attention_bias")) REFUSE("config.json: \"attention_bias\" is true: biases are not supported");
+    const JsonValue *act = json_get(&root, "hidden_act");
+    if (act && (act->type != JSON_STRING || strcmp(act->string, "silu")))
+        REFUSE("config.json: \"hidden_act\" must be \"silu\"");
+    char e2[256];
+    if (get_int(&root, "vocab_size", &c->vocab, 1, e2, sizeof e2) ||
+        get_int(&root, "hidden_size", &c->hidden, 1, e2, sizeof e2) ||
+        get_int(&root, "intermediate_size", &c->intermediate, 1, e2, sizeof e2) ||
+        get_int(&root, "num_hidden_layers", &c->layers, 1, e2, sizeof e2) ||
+        get_int(&root, "num_attention_heads", &c->heads, 1, e2, sizeof e2) ||
+        get_int(&root, "max_position_embeddings", &c->max_position, 0, e2, sizeof e2))
+        REFUSE("%s", e2);
+    c->kv_heads = c->heads;
+    c->head_dim = c->hidden / c->heads;
+    if (get_int(&root, "num_key_value_heads", &c->kv_heads, 0, e2, sizeof e2) ||
+        get_int(&root, "head_dim", &c->head_dim, 0, e2, sizeof e2) ||
+        get_num(&root, "rms_norm_eps", &c->eps, e2, sizeof e2) ||
+        get_num(&root, "initializer_range", &c->init_std, e2, sizeof e2))
+        REFUSE("%s", e2);
+    const JsonValue *tie = json_get(&root, "tie_word_embeddings");
+    c->tied = tie && tie->type == JSON_BOOL ? tie->boolean : 0;
+    if (c->heads % c->kv_heads)
+        REFUSE("config.json: num_attention_heads (%lld) is not a multiple of num_key_value_heads (%lld)",
+               (long long)c->heads, (long long)c->kv_heads);
+    if (c->head_dim % 8 || c->head_dim > 256)
+        REFUSE("config.json: head_dim %lld unsupported (cuDNN flash attention needs a multiple of 8, at most 256)",
+               (long long)c->head_dim);
+    if (parse_rope(&root, c, e2, sizeof e2)) REFUSE("%s", e2);
+    json_free(&root);
+    return 0;
+}
+
+static char *read_whole(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = xmalloc((size_t)n + 1);
+    if (n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(buf); return NULL; }
+    fclose(f);
+    buf[n] = 0;
+    *len = (size_t)n;
+    return buf;
+}
+
+int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen) {
+    size_t len;
+    char *text = read_whole(path, &len);
+    if (!text) { snprintf(err, errlen, "cannot read %s", path); return -1; }
+    int rc = config_from_json_text(text, len, c, err, errlen);
+    free(text);
+    if (!rc) snprintf(c->name, sizeof c->name, "%.63s", path);
+    return rc;
+}
+
+int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
+    if (!config_from_name(model, c)) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", model);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "model \"%s\" is neither a size (0.6B 1.7B 4B 8B 14B 32B) nor a directory with config.json",
+                 model);
+        return -1;
+    }
+    fclose(f);
+    if (config_from_file(path, c, err, errlen)) return -1;
+    snprintf(c->name, sizeof c->name, "%.63s", model);
+    return 0;
+}
+
+void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max) {
+    if (factor <= 1.0) { c->yarn = 0; return; }
+    c->yarn = 1;
+    c->yarn_factor = factor;
+    c->yarn_original_max = original_max > 0 ? original_max : c->max_position;
+}
+
+int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    char rope[512];
+    if (c->yarn)
+        snprintf(rope, sizeof rope,
+                 "{\"rope_type\": \"yarn\", \"rope_theta\": %.17g, \"factor\": %.17g, "
+                 "\"original_max_position_embeddings\": %lld, \"beta_fast\": %.17g, \"beta_slow\": %.17g%s}",
+                 c->rope_theta, c->yarn_factor, (long long)c->yarn_original_max, c->yarn_beta_fast,
+                 c->yarn_beta_slow, c->yarn_truncate ? "" : ", \"truncate\": false");
+    else
+        snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %.17g}", c->rope_theta);
+    fprintf(f,
+            "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
+            "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
+            "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n  \"num_key_value_heads\": %lld,\n"
+            "  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %lld,\n"
+            "  \"rms_norm_eps\": %.17g,\n  \"initializer_range\": %.17g,\n  \"tie_word_embeddings\": %s,\n"
+            "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n  \"rope_theta\": %.17g,\n"
+            "  \"rope_scaling\": %s,\n  \"rope_parameters\": %s,\n  \"bos_token_id\": 151643,\n"
+            "  \"eos_token_id\": 151645,\n  \"torch_dtype\": \"%s\",\n  \"use_cache\": true\n}\n",
+            (long long)c->vocab, (long long)c->hidden, (long long)c->intermediate, (long long)c->layers,
+            (long long)c->heads, (long long)c->kv_heads, (long long)c->head_dim, (long long)c->max_position, c->eps,
+            c->init_std, c->tied ? "true" : "false", c->rope_theta, c->yarn ? rope : "null", rope, torch_dtype);
+    return fclose(f) ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- counts */
+int64_t config_matmul_params(const Qwen3Config *c) {
+    int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+    int64_t per_layer = c->hidden * q * 2 + c->hidden * kv * 2 + 3 * c->hidden * c->intermediate;
+    return c->layers * per_layer + c->hidden * c->vocab;
+}
+int64_t config_total_params(const Qwen3Config *c) {
+    int64_t norms = c->layers * (2 * c->hidden + 2 * c->head_dim) + c->hidden;
+    return config_matmul_params(c) - c->hidden * c->vocab + c->vocab * c->hidden * (c->tied ? 1 : 2) + norms;
+}
+double config_step_flops(const Qwen3Config *c, int64_t T) {
+    double linear = 2.0 * (double)T * (double)config_matmul_params(c);
+    double attn = (double)c->layers * 2.0 * (double)T * (double)T * (double)(c->heads * c->head_dim);
+    return 3.0 * (linear + attn);
+}
+
+void config_print(const Qwen3Config *c) {
+    printf("model %s: %lld layers, hidden %lld, intermediate %lld, heads %lld/%lld x %lld, vocab %lld, %s, "
+           "%.3fB params",
+           c->name, (long long)c->layers, (long long)c->hidden, (long long)c->intermediate, (long long)c->heads,
+           (long long)c->kv_heads, (long long)c->head_dim, (long long)c->vocab, c->tied ? "tied" : "untied",
+           (double)config_total_params(c) / 1e9);
+    if (c->yarn) printf(", YaRN x%g from %lld", c->yarn_factor, (long long)c->yarn_original_max);
+    printf("\n");
+}
+
+/* ---------------------------------------------------------------- RoPE (transformers v5) */
+static double yarn_get_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
+
+void rope_inv_freq(const Qwen3Config *c, double *inv_freq, double *attention_factor) {
+    const int64_t dim = c->head_dim, half = dim / 2;
+    const double base = c->rope_theta;
+    /* transformers computes base ** (arange(0, dim, 2) / dim) in fp32 */
+    for (int64_t i = 0; i < half; i++) inv_freq[i] = (float)(1.0 / pow(base, (double)(float)(2.0 * i / dim)));
+    *attention_factor = 1.0;
+    if (!c->yarn) return;
+    const double factor = c->yarn_factor, L0 = (double)c->yarn_original_max;
+    if (c->yarn_attention_factor > 0) *attention_factor = c->yarn_attention_factor;
+    else if (c->yarn_mscale > 0 && c->yarn_mscale_all_dim > 0)
+        *attention_factor = yarn_get_mscale(factor, c->yarn_mscale) / yarn_get_mscale(factor, c->yarn_mscale_all_dim);
+    else *attention_factor = yarn_get_mscale(factor, 1.0);
+    double low = dim * log(L0 / (c->yarn_beta_fast * 2 * M_PI)) / (2 * log(base));
+    double high = dim * log(L0 / (c->yarn_beta_slow * 2 * M_PI)) / (2 * log(base));
+    if (c->yarn_truncate) { low = floor(low); high = ceil(high); }
+    if (low < 0) low = 0;
+    if (high > dim - 1) high = (double)(dim - 1);
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < half; i++) {
+        double pos_freq = pow(base, (double)(float)(2.0 * i / dim));
+        double extra = (float)(1.0 / pos_freq), inter = (float)(1.0 / (factor * pos_freq));
+        double ramp = ((double)i - low) / (high - low);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        double extra_w = 1.0 - ramp;
+        inv_freq[i] = (float)(inter * (1.0 - extra_w) + extra * extra_w);
+    }
+}
+
+void rope_tables(const Qwen3Config *c, const int64_t *pos, int64_t n, float *cos_t, float *sin_t) {
+    const int64_t half = c->head_dim / 2;
+    double inv[512], af;
+    rope_inv_freq(c, inv, &af);
+    for (int64_t t = 0; t < n; t++) {
+        float p = (float)(pos ? pos[t] : t);
+        for (int64_t i = 0; i < half; i++) {
+            float angle = p * (float)inv[i]; /* fp32 product, as transformers */
+            cos_t[t * half + i] = (float)cos((double)angle) * (float)af;
+            sin_t[t * half + i] = (float)sin((double)angle) * (float)af;
+        }
+    }
+}

@@ -1,0 +1,59 @@
+/* config.h -- the Qwen3 dense model configuration: the six official sizes by name, or an HF
+ * config.json (transformers v4 "rope_theta"/"rope_scaling" or v5 "rope_parameters"), with
+ * refusal of what the trainers do not implement, naming the field. */
+#ifndef LONGCTX_CONFIG_H
+#define LONGCTX_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    char name[64];            /* "0.6B" or the directory it came from */
+    int64_t vocab;            /* vocab_size (embedding rows) */
+    int64_t hidden;           /* hidden_size */
+    int64_t intermediate;     /* intermediate_size */
+    int64_t layers;           /* num_hidden_layers */
+    int64_t heads;            /* num_attention_heads */
+    int64_t kv_heads;         /* num_key_value_heads */
+    int64_t head_dim;         /* head_dim (NOT hidden/heads in general: 32B has 64 x 128 != 5120) */
+    int tied;                 /* tie_word_embeddings: lm_head is the embedding */
+    double eps;               /* rms_norm_eps */
+    double rope_theta;        /* RoPE base */
+    int64_t max_position;     /* max_position_embeddings */
+    /* YaRN (rope_type "yarn"); inactive when yarn == 0 */
+    int yarn;
+    double yarn_factor;           /* factor */
+    int64_t yarn_original_max;    /* original_max_position_embeddings */
+    double yarn_beta_fast, yarn_beta_slow;
+    double yarn_mscale, yarn_mscale_all_dim;  /* 0 when absent */
+    double yarn_attention_factor;             /* 0 when absent: derived */
+    int yarn_truncate;                        /* default 1 */
+    double init_std;          /* initializer_range (random init) */
+} Qwen3Config;
+
+/* "0.6B", "1.7B", "4B", "8B", "14B", "32B". Returns 0, or -1 if the name is unknown. */
+int config_from_name(const char *name, Qwen3Config *c);
+/* Parse an HF config.json. Returns 0, or -1 with a message naming the offending field. */
+int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen);
+int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen);
+/* A size name or a directory holding config.json. */
+int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen);
+/* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */
+int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype);
+/* Apply YaRN from the command line (factor, original max positions); factor <= 1 disables. */
+void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max);
+
+/* Matmul parameter count incl. lm_head (for 6·N·T model FLOPs) and total parameter count. */
+int64_t config_matmul_params(const Qwen3Config *c);
+int64_t config_total_params(const Qwen3Config *c);
+/* Model FLOPs of one training step of T tokens (3 x forward; causal attention at half of full). */
+double config_step_flops(const Qwen3Config *c, int64_t T);
+void config_print(const Qwen3Config *c);
+
+/* RoPE: inv_freq[head_dim/2] and the factor cos/sin are multiplied by (1 without YaRN),
+ * exactly as transformers v5 computes them (fp64 here, stored as fp32 tables by callers). */
+void rope_inv_freq(const Qwen3Config *c, double *inv_freq, double *attention_factor);
+/* cos/sin tables [n_pos, head_dim/2] in fp32 for positions pos[0..n) (NULL: 0..n-1). */
+void rope_tables(const Qwen3Config *c, const int64_t *pos, int64_t n, float *cos_t, float *sin_t);
+
+#endif

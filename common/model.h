@@ -1,0 +1,59 @@
+/* model.h -- the Qwen3 parameter table: every tensor's HF name, shape and place in one flat
+ * buffer. The reference model, the trainers, checkpoints and FSDP shards all use this one
+ * layout: embedding, then per layer a contiguous block (so a layer is one flat range), then the
+ * final norm and (untied) lm_head. Offsets are multiples of 64 elements (128-byte aligned bf16). */
+#ifndef LONGCTX_MODEL_H
+#define LONGCTX_MODEL_H
+
+#include <stdint.h>
+
+#include "config.h"
+
+typedef enum {
+    P_EMBED,        /* [vocab, hidden] */
+    P_IN_NORM,      /* [hidden] input_layernorm */
+    P_Q,            /* [heads*head_dim, hidden] */
+    P_K,            /* [kv_heads*head_dim, hidden] */
+    P_V,            /* [kv_heads*head_dim, hidden] */
+    P_O,            /* [hidden, heads*head_dim] */
+    P_Q_NORM,       /* [head_dim] */
+    P_K_NORM,       /* [head_dim] */
+    P_POST_NORM,    /* [hidden] post_attention_layernorm */
+    P_GATE,         /* [intermediate, hidden] */
+    P_UP,           /* [intermediate, hidden] */
+    P_DOWN,         /* [hidden, intermediate] */
+    P_FINAL_NORM,   /* [hidden] */
+    P_LM_HEAD,      /* [vocab, hidden], absent when tied */
+} ParamKind;
+#define PER_LAYER (P_DOWN - P_IN_NORM + 1)
+
+typedef struct {
+    char name[96];    /* HF name, e.g. model.layers.3.self_attn.q_proj.weight */
+    ParamKind kind;
+    int64_t layer;    /* -1 outside the decoder layers */
+    int ndim;
+    int64_t shape[2];
+    int64_t numel;
+    int64_t offset;   /* elements from the start of the flat buffer */
+} ParamInfo;
+
+typedef struct {
+    int64_t n;
+    ParamInfo *p;         /* [n] in layout order */
+    int64_t total;        /* elements in the flat buffer (with alignment padding) */
+    int64_t layer_begin;  /* offset of layer 0's block */
+    int64_t layer_stride; /* elements per layer block */
+} ParamTable;
+
+void params_build(const Qwen3Config *c, ParamTable *t);
+void params_free(ParamTable *t);
+/* The tensor of a kind (layer ignored outside layers). lm_head resolves to the embedding when tied. */
+const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer);
+/* Load every tensor from an HF directory / safetensors file into flat fp32 (padding zeroed). */
+int params_load(const ParamTable *t, const char *path, float *flat, char *err, size_t errlen);
+/* transformers-style init: matrices normal(0, std), norm weights 1; deterministic in seed. */
+void params_init(const ParamTable *t, double std, uint64_t seed, float *flat);
+/* 1 for tensors that get weight decay (matrices), 0 for norm weights. */
+int params_decays(const ParamInfo *p);
+
+#endif

@@ -1,0 +1,15 @@
+/* tensor.c -- arena carving. */
+#include "tensor.h"
+
+#include "check.h"
+
+void *arena_take(Arena *a, int64_t bytes, const char *what) {
+    const int64_t n = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    const int64_t at = a->used;
+    if (a->base && at + n > a->cap)
+        DIE("arena \"%s\" full taking %s (%lld bytes; %lld of %lld used): the memory plan is wrong", a->name, what,
+            (long long)bytes, (long long)at, (long long)a->cap);
+    a->used += n;
+    if (a->used > a->high) a->high = a->used;
+    return a->base ? a->base + at : NULL;
+}

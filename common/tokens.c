@@ -1,0 +1,109 @@
+/* tokens.c -- token files: validated reader, writer, and the per-step window loader. */
+#define _FILE_OFFSET_BITS 64
+#include "tokens.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+
+static void put_u32(uint8_t *b, uint32_t v) { for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i)); }
+static uint32_t get_u32(const uint8_t *b) { return b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24; }
+
+int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_t errlen) {
+    memset(tf, 0, sizeof *tf);
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: cannot open token file", path); return -1; }
+    struct stat sb;
+    uint8_t h[TOKENS_HEADER_BYTES];
+    int64_t size = fstat(fileno(f), &sb) ? -1 : (int64_t)sb.st_size;
+    if (size < TOKENS_HEADER_BYTES || fread(h, 1, sizeof h, f) != sizeof h) {
+        snprintf(err, errlen, "%s: truncated token file (no %d-byte header)", path, TOKENS_HEADER_BYTES);
+        fclose(f);
+        return -1;
+    }
+    int64_t count = 0;
+    for (int i = 7; i >= 0; i--) count = (count << 8) | h[16 + i];
+    const char *why = NULL;
+    if (memcmp(h, TOKENS_MAGIC, 8)) why = "wrong magic (not a longctx token file; make one with data/prepare.py)";
+    else if (get_u32(h + 8) != TOKENS_VERSION) why = "unsupported version";
+    else if (get_u32(h + 12) != 4) why = "token width is not 4 bytes";
+    else if (count < 0 || size != TOKENS_HEADER_BYTES + 4 * count) why = "truncated: size does not match the token count";
+    if (why) {
+        snprintf(err, errlen, "%s: %s (header count %lld, file %lld bytes)", path, why, (long long)count, (long long)size);
+        fclose(f);
+        return -1;
+    }
+    tf->ids = xmalloc((size_t)count * 4);
+    uint8_t *raw = (uint8_t *)tf->ids;
+    if (fread(raw, 1, (size_t)count * 4, f) != (size_t)count * 4) {
+        snprintf(err, errlen, "%s: short read", path);
+        fclose(f);
+        tokens_close(tf);
+        return -1;
+    }
+    fclose(f);
+    for (int64_t i = 0; i < count; i++) {
+        tf->ids[i] = get_u32(raw + 4 * i); /* in place: same width, little-endian on disk */
+        if (vocab > 0 && tf->ids[i] >= (uint64_t)vocab) {
+            snprintf(err, errlen, "%s: token %lld has id %u >= vocab size %lld (tokenized for another model?)", path,
+                     (long long)i, tf->ids[i], (long long)vocab);
+            tokens_close(tf);
+            return -1;
+        }
+    }
+    tf->count = count;
+    snprintf(tf->path, sizeof tf->path, "%s", path);
+    return 0;
+}
+
+void tokens_close(TokenFile *tf) {
+    free(tf->ids);
+    memset(tf, 0, sizeof *tf);
+}
+
+int tokens_write(const char *path, const uint32_t *ids, int64_t n, char *err, size_t errlen) {
+    FILE *f = fopen(path, "wb");
+    if (!f) { snprintf(err, errlen, "%s: cannot create", path); return -1; }
+    uint8_t h[TOKENS_HEADER_BYTES] = {0};
+    memcpy(h, TOKENS_MAGIC, 8);
+    put_u32(h + 8, TOKENS_VERSION);
+    put_u32(h + 12, 4);
+    for (int i = 0; i < 8; i++) h[16 + i] = (uint8_t)((uint64_t)n >> (8 * i));
+    int ok = fwrite(h, 1, sizeof h, f) == sizeof h;
+    uint8_t b[4];
+    for (int64_t i = 0; ok && i < n; i++) { put_u32(b, ids[i]); ok = fwrite(b, 1, 4, f) == 4; }
+    ok = !fclose(f) && ok;
+    if (!ok) { snprintf(err, errlen, "%s: write failed", path); return -1; }
+    return 0;
+}
+
+int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int rank, char *err, size_t errlen) {
+    memset(ld, 0, sizeof *ld);
+    if (seq <= 0) { snprintf(err, errlen, "sequence length must be positive"); return -1; }
+    if (seq + 1 > tf->count) {
+        snprintf(err, errlen, "%s holds %lld tokens; a step of --seq %lld needs %lld (seq + 1): use a shorter --seq or a larger token file",
+                 tf->path, (long long)tf->count, (long long)seq, (long long)seq + 1);
+        return -1;
+    }
+    ld->tf = tf;
+    ld->seq = seq;
+    ld->world = world;
+    ld->rank = rank;
+    ld->windows = (tf->count - 1) / seq;
+    if (ld->windows < world) {
+        snprintf(err, errlen, "%s holds %lld windows of %lld+1 tokens; %d data-parallel ranks need at least %d disjoint ones",
+                 tf->path, (long long)ld->windows, (long long)seq, world, world);
+        return -1;
+    }
+    return 0;
+}
+
+int64_t loader_window(const Loader *ld, int64_t step, uint32_t *ids) {
+    int64_t g = step * ld->world + ld->rank;
+    int64_t w = g % ld->windows;
+    memcpy(ids, ld->tf->ids + w * ld->seq, (size_t)(ld->seq + 1) * 4);
+    return g / ld->windows;
+}

@@ -1,0 +1,31 @@
+/* ref_model.h -- the Qwen3 reference in plain C, fp32 storage with fp64 accumulation: naive
+ * causal GQA attention, forward and full backward to every parameter. It defines "correct"
+ * for the project: it is checked against transformers' golden files, and the GPU trainers are
+ * checked against it. Written to be read, not to be fast. */
+#ifndef LONGCTX_REF_MODEL_H
+#define LONGCTX_REF_MODEL_H
+
+#include <stdint.h>
+
+#include "../common/config.h"
+#include "../common/model.h"
+
+typedef struct {
+    double loss;       /* mean next-token NLL over the S predicted tokens */
+    int64_t tokens;    /* S */
+} RefResult;
+
+/* tokens[S+1]: inputs tokens[0..S), labels tokens[1..S]. pos[S]: RoPE positions (NULL: 0..S-1).
+ * loss_chunk: rows of logits computed at a time (<= 0: all S at once).
+ * logits: NULL or [S, vocab] fp32 out. grads: NULL (forward only) or the flat fp32 gradient
+ * buffer (ParamTable layout), overwritten. */
+RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                               const uint32_t *tokens, const int64_t *pos, int64_t S, int64_t loss_chunk,
+                               float *logits, float *grads);
+
+/* AdamW on flat fp32 buffers, as the trainers do it (bias-corrected, decoupled weight decay on
+ * matrices only, global-norm clipping when clip > 0). step is 1-based. Returns the grad norm. */
+double ref_adamw(const ParamTable *pt, float *params, const float *grads, float *m, float *v, int64_t step,
+                 double lr, double beta1, double beta2, double eps, double weight_decay, double clip);
+
+#endif

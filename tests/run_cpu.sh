@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The CPU test suite (what CI runs): the C tests, the data tests, stage --dry-run/--help checks;
+# prints one closing line "N passed, M failed" summing them all.
+set -u
+cd "$(dirname "$0")/.."
+pass=0; fail=0
+count() { # add the last "N passed, M failed" line of a log
+    local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    if [ -z "$line" ]; then fail=$((fail + 1)); echo "FAIL $2 printed no result line"; return; fi
+    pass=$((pass + $(echo "$line" | cut -d' ' -f1))); fail=$((fail + $(echo "$line" | cut -d' ' -f3)))
+}
+log=$(mktemp -d)
+echo "== C tests (build/test_cpu)"
+./build/test_cpu tests/golden | tee "$log/c.txt"; count "$log/c.txt" test_cpu
+echo "== data tests (tests/test_data.py)"
+python3 tests/test_data.py | tee "$log/d.txt"; count "$log/d.txt" test_data
+echo "== trainer command-line tests (tests/test_cli.sh)"
+bash tests/test_cli.sh | tee "$log/s.txt"; count "$log/s.txt" test_cli
+rm -rf "$log"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Trainer checks that need no GPU: --help documents every flag, bad input is refused with a
+# message, --dry-run prints the memory plan. Prints "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+pass=0; fail=0
+ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+for s in stage[1-5]_*.c; do
+    bin=./$(echo "$s" | cut -d_ -f1)
+    [ -x "$bin" ] || { fail=$((fail + 1)); echo "FAIL $bin not built"; continue; }
+    out=$($bin --help 2>&1); rc=$?
+    ok "$bin --help exits 0" "[ $rc -eq 0 ]"
+    for flag in $(grep -o '{"--[a-z-]*"' "$s" | tr -d '{"'); do
+        ok "$bin --help documents $flag" "grep -q -- '$flag' <<< \"\$out\""
+    done
+    check_refusal() { # description, expected message, args...
+        local what=$1 msg=$2; shift 2
+        local o; o=$($bin "$@" 2>&1); local r=$?
+        ok "$bin refuses $what" "[ $r -ne 0 ] && grep -q -- '$msg' <<< \"\$o\""
+        echo "  $bin $* -> $(echo "$o" | tail -1)"
+    }
+    check_refusal "an unknown flag" "unknown option" --sqe 4
+    check_refusal "a bad number" "not an integer" --seq 12x
+    check_refusal "an unknown model" "neither a size" --model 7B --dry-run
+    check_refusal "a model directory with a MoE config" "MoE" --model tests/bad_configs/moe --dry-run
+    check_refusal "a model directory with sliding windows" "use_sliding_window" --model tests/bad_configs/sliding --dry-run
+    check_refusal "a too-long layer count" "--layers" --layers 99 --dry-run
+    check_refusal "a 2^31+ attention call" "2^31" --model 32B --seq 1M --dry-run
+    out=$($bin --model 0.6B --seq 131072 --dry-run 2>&1); rc=$?
+    ok "$bin --dry-run 0.6B 128K exits 0" "[ $rc -eq 0 ]"
+    ok "$bin --dry-run prints the plan" "grep -q 'total (peak)' <<< \"\$out\" && grep -q 'checkpoints' <<< \"\$out\""
+    echo "$out" | sed 's/^/  /'
+    out=$($bin --model 0.6B --seq 1M --keep-attn --dry-run 2>&1)
+    ok "$bin --dry-run says when a plan does not fit" "grep -q 'DOES NOT FIT' <<< \"\$out\""
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

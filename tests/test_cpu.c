@@ -1,0 +1,411 @@
+/* test_cpu.c -- every CPU test: the reference model against transformers' golden files, the
+ * chunked loss, safetensors (round trips and corrupt files), config.json, token files and the
+ * loader, the CLI parser. Run from the repository root: ./build/test_cpu [golden_dir]. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <errno.h>
+#include <unistd.h>
+
+#include "../common/check.h"
+#include "../common/cli.h"
+#include "../common/config.h"
+#include "../common/model.h"
+#include "../common/safetensors.h"
+#include "../common/tokens.h"
+#include "ref_model.h"
+#include "test.h"
+
+static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32"};
+static char tmpdir[256];
+
+/* ------------------------------------------------------------------ golden files */
+typedef struct {
+    Qwen3Config c;
+    ParamTable pt;
+    float *params;
+    uint32_t *tokens;
+    int64_t S;
+    SafeTensors gold;
+} Golden;
+
+static int golden_load(const char *root, const char *name, Golden *g) {
+    char dir[1024], path[1100], err[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    if (config_load(dir, &g->c, err, sizeof err)) { printf("FAIL %s\n", err); return -1; }
+    params_build(&g->c, &g->pt);
+    g->params = xmalloc((size_t)g->pt.total * 4);
+    if (params_load(&g->pt, dir, g->params, err, sizeof err)) { printf("FAIL %s\n", err); return -1; }
+    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+    if (st_open(path, &g->gold, err, sizeof err)) { printf("FAIL %s\n", err); return -1; }
+    const StTensor *t = st_find(&g->gold, "tokens");
+    g->S = t->numel - 1;
+    int32_t *tok = xmalloc((size_t)t->numel * 4);
+    st_read_i32(&g->gold, "tokens", t->numel, tok, err, sizeof err);
+    g->tokens = xmalloc((size_t)t->numel * 4);
+    for (int64_t i = 0; i < t->numel; i++) g->tokens[i] = (uint32_t)tok[i];
+    free(tok);
+    return 0;
+}
+static void golden_free(Golden *g) {
+    free(g->params); free(g->tokens); params_free(&g->pt); st_close(&g->gold);
+}
+
+static void test_golden(const char *root) {
+    for (size_t k = 0; k < sizeof GOLDEN / sizeof GOLDEN[0]; k++) {
+        Golden g;
+        int ok = !golden_load(root, GOLDEN[k], &g);
+        EXPECT(ok, "%s: golden files load", GOLDEN[k]);
+        if (!ok) continue;
+        const int64_t S = g.S, V = g.c.vocab;
+        float *logits = xmalloc((size_t)(S * V) * 4), *grads = xmalloc((size_t)g.pt.total * 4);
+        RefResult r = ref_forward_backward(&g.c, &g.pt, g.params, g.tokens, NULL, S, 0, logits, grads);
+        char err[256];
+        float gl, *want = xmalloc((size_t)(S * V) * 4);
+        int64_t one[1] = {1}, lshape[2] = {S, V};
+        st_read_f32(&g.gold, "loss", 1, one, &gl, err, sizeof err);
+        double lerr = fabs(r.loss - gl) / fabs(gl);
+        /* 1e-5: fp32 storage on both sides, fp64 accumulation here vs fp32 GEMMs in torch */
+        EXPECT_LE(lerr, 1e-5, "%s: loss %.7f vs transformers %.7f (rel %.2e)", GOLDEN[k], r.loss, gl, lerr);
+        st_read_f32(&g.gold, "logits", 2, lshape, want, err, sizeof err);
+        double e = rel_err(logits, want, S * V);
+        EXPECT_LE(e, 1e-5, "%s: logits rel err %.2e", GOLDEN[k], e);
+        double worst = 0;
+        const char *worst_name = "";
+        for (int64_t i = 0; i < g.pt.n; i++) {
+            const ParamInfo *p = &g.pt.p[i];
+            char gname[128];
+            snprintf(gname, sizeof gname, "grad.%s", p->name);
+            float *gw = xmalloc((size_t)p->numel * 4);
+            int rd = st_read_f32(&g.gold, gname, p->ndim, p->shape, gw, err, sizeof err);
+            EXPECT(!rd, "%s: %s", GOLDEN[k], err);
+            double ge = rd ? NAN : rel_err(grads + p->offset, gw, p->numel);
+            /* 1e-4: gradients pass through ~30 fp32 ops of both implementations */
+            EXPECT_LE(ge, 1e-4, "%s: gradient %s rel err %.2e", GOLDEN[k], p->name, ge);
+            if (!(ge <= worst)) { worst = ge; worst_name = p->name; }
+            free(gw);
+        }
+        printf("  golden %-18s loss %.6f (rel %.1e)  logits rel %.1e  worst grad rel %.1e (%s)\n", GOLDEN[k], r.loss,
+               lerr, e, worst, worst_name);
+        free(logits); free(grads); free(want);
+        golden_free(&g);
+    }
+}
+
+/* the chunked loss must equal the unchunked one, gradients included */
+static void test_chunked_loss(const char *root) {
+    Golden g;
+    if (golden_load(root, GOLDEN[1], &g)) { EXPECT(0, "load"); return; }
+    float *g0 = xmalloc((size_t)g.pt.total * 4), *g1 = xmalloc((size_t)g.pt.total * 4);
+    RefResult full = ref_forward_backward(&g.c, &g.pt, g.params, g.tokens, NULL, g.S, 0, NULL, g0);
+    const int64_t chunks[] = {1, 7, 32, 99};
+    for (int i = 0; i < 4; i++) {
+        RefResult r = ref_forward_backward(&g.c, &g.pt, g.params, g.tokens, NULL, g.S, chunks[i], NULL, g1);
+        double le = fabs(r.loss - full.loss) / full.loss, ge = rel_err(g1, g0, g.pt.total);
+        EXPECT_LE(le, 1e-12, "chunk %lld: loss %.9f vs unchunked %.9f", (long long)chunks[i], r.loss, full.loss);
+        EXPECT_LE(ge, 1e-6, "chunk %lld: grads rel err %.2e", (long long)chunks[i], ge);
+    }
+    free(g0); free(g1);
+    golden_free(&g);
+}
+
+/* ------------------------------------------------------------------ safetensors */
+static void write_raw(const char *path, const char *header, uint64_t declared_len, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    uint8_t lb[8];
+    for (int i = 0; i < 8; i++) lb[i] = (uint8_t)(declared_len >> (8 * i));
+    fwrite(lb, 1, 8, f);
+    fwrite(header, 1, strlen(header), f);
+    if (n) fwrite(data, 1, n, f);
+    fclose(f);
+}
+static int opens(const char *path, char *err, size_t errlen) {
+    SafeTensors st;
+    int rc = st_open(path, &st, err, errlen);
+    if (!rc) st_close(&st);
+    return rc;
+}
+
+static void test_safetensors(void) {
+    char path[600], err[512];
+    /* round trip: F32, BF16, I32, 1-D and 2-D, single file and sharded directory */
+    float a[6] = {1.5f, -2.25f, 3.0f, 1e-3f, -7.0f, 0.0f};
+    uint16_t b[4];
+    float bv[4] = {0.5f, -1.0f, 3.140625f, 100.0f};
+    for (int i = 0; i < 4; i++) b[i] = f32_to_bf16(bv[i]);
+    int32_t ids[3] = {7, 151643, 0};
+    StWrite w[3] = {{"a.weight", ST_F32, 2, {2, 3}, a}, {"b.weight", ST_BF16, 1, {4}, b}, {"ids", ST_I32, 1, {3}, ids}};
+    snprintf(path, sizeof path, "%s/rt.safetensors", tmpdir);
+    EXPECT(!st_write(path, w, 3, "{\"format\":\"pt\"}", err, sizeof err), "write: %s", err);
+    SafeTensors st;
+    int rc = st_open(path, &st, err, sizeof err);
+    EXPECT(!rc, "reopen: %s", err);
+    if (!rc) {
+        float ra[6], rb[4];
+        int32_t ri[3];
+        int64_t sa[2] = {2, 3}, sb[1] = {4};
+        EXPECT(!st_read_f32(&st, "a.weight", 2, sa, ra, err, sizeof err) && !memcmp(ra, a, sizeof a), "F32 round trip");
+        EXPECT(!st_read_f32(&st, "b.weight", 1, sb, rb, err, sizeof err) && !memcmp(rb, bv, sizeof bv), "BF16 round trip");
+        EXPECT(!st_read_i32(&st, "ids", 3, ri, err, sizeof err) && !memcmp(ri, ids, sizeof ids), "I32 round trip");
+        int64_t wrong[2] = {3, 2};
+        EXPECT(st_read_f32(&st, "a.weight", 2, wrong, ra, err, sizeof err) && strstr(err, "shape"),
+               "shape mismatch refused: %s", err);
+        EXPECT(st_read_f32(&st, "nope", 2, sa, ra, err, sizeof err) && strstr(err, "missing"),
+               "missing tensor refused: %s", err);
+        st_close(&st);
+    }
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/sharded", tmpdir);
+    if (mkdir(dir, 0755) && errno != EEXIST) { EXPECT(0, "mkdir"); return; }
+    EXPECT(!st_write_dir(dir, w, 3, 10, err, sizeof err), "sharded write: %s", err);
+    rc = st_open(dir, &st, err, sizeof err);
+    EXPECT(!rc && st.nfiles == 3 && st.n == 3, "sharded reopen (%d files): %s", rc ? -1 : st.nfiles, err);
+    if (!rc) {
+        float ra[6];
+        int64_t sa[2] = {2, 3};
+        EXPECT(!st_read_f32(&st, "a.weight", 2, sa, ra, err, sizeof err) && !memcmp(ra, a, sizeof a), "sharded read");
+        st_close(&st);
+    }
+    /* an index naming a tensor that is not in its shard */
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"weight_map\": {\"a.weight\": \"model-00001-of-00003.safetensors\", "
+               "\"ghost\": \"model-00001-of-00003.safetensors\"}}");
+    fclose(f);
+    EXPECT(opens(dir, err, sizeof err) && strstr(err, "ghost"), "index names a missing tensor: %s", err);
+
+    /* corrupt single files, each refused with a message */
+    uint8_t data[64] = {0};
+    struct { const char *what, *header; int64_t declared; size_t ndata; const char *expect; } bad[] = {
+        {"header length past the end", "{}", 4096, 0, "past the end"},
+        {"out-of-range offsets", "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", -1, 8, "past the end"},
+        {"overlapping offsets", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                 "\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", -1, 16, "overlap"},
+        {"unknown dtype", "{\"x\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", -1, 2, "dtype"},
+        {"shape/byte-count mismatch", "{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", -1, 8, "bytes"},
+        {"reversed offsets", "{\"x\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", -1, 8, "data_offsets"},
+        {"broken JSON", "{\"x\":{\"dtype\":\"F32\",", -1, 0, "JSON"},
+        {"header not an object", "[1,2]", -1, 0, "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/bad%zu.safetensors", tmpdir, i);
+        uint64_t len = bad[i].declared >= 0 ? (uint64_t)bad[i].declared : strlen(bad[i].header);
+        write_raw(path, bad[i].header, len, data, bad[i].ndata);
+        err[0] = 0;
+        int r = opens(path, err, sizeof err);
+        EXPECT(r && strstr(err, bad[i].expect), "%s refused (got: %s)", bad[i].what, r ? err : "accepted");
+        printf("  safetensors %-28s -> %s\n", bad[i].what, err);
+    }
+    /* truncated: a valid file cut short inside its data, and a file shorter than 8 bytes */
+    snprintf(path, sizeof path, "%s/rt.safetensors", tmpdir);
+    FILE *src = fopen(path, "rb");
+    fseek(src, 0, SEEK_END);
+    long n = ftell(src);
+    fseek(src, 0, SEEK_SET);
+    char *buf = xmalloc((size_t)n);
+    EXPECT(fread(buf, 1, (size_t)n, src) == (size_t)n, "read back");
+    fclose(src);
+    snprintf(path, sizeof path, "%s/trunc.safetensors", tmpdir);
+    f = fopen(path, "wb");
+    fwrite(buf, 1, (size_t)n - 5, f);
+    fclose(f);
+    EXPECT(opens(path, err, sizeof err) && strstr(err, "past the end"), "truncated data refused: %s", err);
+    printf("  safetensors %-28s -> %s\n", "truncated data", err);
+    f = fopen(path, "wb");
+    fwrite(buf, 1, 5, f);
+    fclose(f);
+    EXPECT(opens(path, err, sizeof err) && strstr(err, "truncated"), "5-byte file refused: %s", err);
+    printf("  safetensors %-28s -> %s\n", "5-byte file", err);
+    free(buf);
+    EXPECT(opens("/nonexistent/x.safetensors", err, sizeof err), "missing file refused");
+}
+
+/* ------------------------------------------------------------------ config */
+static const char *BASE_JSON =
+    "{\"model_type\":\"qwen3\",\"vocab_size\":1000,\"hidden_size\":64,\"intermediate_size\":128,"
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32%s}";
+
+static int parse_with(const char *extra, Qwen3Config *c, char *err, size_t errlen) {
+    char text[2048];
+    snprintf(text, sizeof text, BASE_JSON, extra);
+    return config_from_json_text(text, strlen(text), c, err, errlen);
+}
+
+static void test_config(const char *root) {
+    Qwen3Config c;
+    char err[512];
+    EXPECT(!parse_with("", &c, err, sizeof err) && c.head_dim == 32 && c.kv_heads == 2 && !c.tied && !c.yarn,
+           "minimal config.json parses: %s", err);
+    EXPECT(!parse_with(",\"rope_theta\":10000,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8,"
+                       "\"original_max_position_embeddings\":4096}", &c, err, sizeof err) &&
+               c.yarn && c.yarn_factor == 8 && c.yarn_original_max == 4096 && c.rope_theta == 10000,
+           "v4 rope_scaling yarn parses: %s", err);
+    EXPECT(!parse_with(",\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":500000}", &c, err, sizeof err) &&
+               !c.yarn && c.rope_theta == 500000,
+           "v5 rope_parameters parses: %s", err);
+    struct { const char *extra, *field; } refuse[] = {
+        {",\"use_sliding_window\":true", "use_sliding_window"},
+        {",\"layer_types\":[\"full_attention\",\"sliding_attention\"]", "layer_types"},
+        {",\"num_experts\":8", "num_experts"},
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2}", "rope_type"},
+        {",\"rope_parameters\":{\"rope_type\":\"llama3\",\"factor\":8}", "rope_type"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\"}", "factor"},
+        {",\"attention_bias\":true", "attention_bias"},
+        {",\"hidden_act\":\"gelu\"", "hidden_act"},
+        {",\"head_dim\":30", "head_dim"},
+        {",\"num_key_value_heads\":3", "num_key_value_heads"},
+    };
+    for (size_t i = 0; i < sizeof refuse / sizeof refuse[0]; i++) {
+        err[0] = 0;
+        int r = parse_with(refuse[i].extra, &c, err, sizeof err);
+        EXPECT(r && strstr(err, refuse[i].field), "refuse %s (got: %s)", refuse[i].extra, r ? err : "accepted");
+        printf("  config %-48.48s -> %s\n", refuse[i].extra + 1, err);
+    }
+    const char *moe = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10}";
+    EXPECT(config_from_json_text(moe, strlen(moe), &c, err, sizeof err) && strstr(err, "MoE"), "qwen3_moe refused: %s", err);
+    printf("  config %-48s -> %s\n", "model_type qwen3_moe", err);
+    const char *nohidden = "{\"model_type\":\"qwen3\",\"vocab_size\":10}";
+    EXPECT(config_from_json_text(nohidden, strlen(nohidden), &c, err, sizeof err) && strstr(err, "hidden_size"),
+           "missing hidden_size refused: %s", err);
+    EXPECT(config_load("7B", &c, err, sizeof err) && strstr(err, "neither"), "unknown size refused: %s", err);
+    /* the official sizes: parameter counts of the published models */
+    struct { const char *name; double billions; } sz[] = {{"0.6B", 0.596}, {"1.7B", 1.721}, {"4B", 4.022},
+                                                         {"8B", 8.191}, {"14B", 14.768}, {"32B", 32.762}};
+    for (int i = 0; i < 6; i++) {
+        EXPECT(!config_from_name(sz[i].name, &c), "size %s known", sz[i].name);
+        double b = (double)config_total_params(&c) / 1e9;
+        EXPECT(fabs(b - sz[i].billions) < 0.005, "%s: %.3fB params, published %.3fB", sz[i].name, b, sz[i].billions);
+    }
+    config_from_name("32B", &c);
+    EXPECT(c.heads * c.head_dim == 8192 && c.hidden == 5120, "32B: heads x head_dim 8192 != hidden 5120");
+    /* golden configs parse, and a written config.json reads back the same */
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/%s", root, GOLDEN[2]);
+    EXPECT(!config_load(dir, &c, err, sizeof err) && c.yarn && c.yarn_factor == 4 && c.yarn_original_max == 32,
+           "golden yarn config: %s", err);
+    snprintf(path, sizeof path, "%s/config.json", tmpdir);
+    Qwen3Config back;
+    EXPECT(!config_write_json(&c, path, "bfloat16") && !config_from_file(path, &back, err, sizeof err) &&
+               back.yarn == c.yarn && back.yarn_factor == c.yarn_factor && back.hidden == c.hidden &&
+               back.head_dim == c.head_dim && back.tied == c.tied && back.rope_theta == c.rope_theta,
+           "config.json write/read round trip: %s", err);
+}
+
+/* ------------------------------------------------------------------ RoPE / YaRN */
+static void test_yarn(void) {
+    Qwen3Config c;
+    config_from_name("8B", &c);
+    double plain[64], yarn[64], af;
+    rope_inv_freq(&c, plain, &af);
+    EXPECT(af == 1.0 && fabs(plain[0] - 1.0) < 1e-12 && fabs(plain[1] - pow(1e6, -2.0 / 128)) < 1e-7,
+           "default inv_freq");
+    config_set_yarn(&c, 32, 32768);
+    rope_inv_freq(&c, yarn, &af);
+    /* Qwen3: low = 23, high = 40 after truncation; attention factor 0.1 ln 32 + 1 = 1.3466 */
+    EXPECT(fabs(af - (0.1 * log(32.0) + 1.0)) < 1e-12 && fabs(af - 1.3466) < 1e-4, "yarn attention factor %.5f", af);
+    int ok = 1;
+    for (int i = 0; i < 64; i++) {
+        double want = i <= 23 ? plain[i] : i >= 40 ? plain[i] / 32 : -1;
+        if (want > 0 && fabs(yarn[i] - want) > 1e-6 * want) ok = 0;
+        if (i > 23 && i < 40 && !(yarn[i] < plain[i] && yarn[i] > plain[i] / 32)) ok = 0;
+    }
+    EXPECT(ok, "yarn ramp: extrapolation below dim 23, interpolation from 40, blend between");
+    float cs[64], sn[64];
+    int64_t pos = 1000;
+    rope_tables(&c, &pos, 1, cs, sn);
+    EXPECT(fabs(cs[0] - (float)(cos((double)(float)(1000.0f * (float)yarn[0])) * af)) < 1e-6, "rope table at pos 1000");
+}
+
+/* ------------------------------------------------------------------ token files */
+static void test_tokens(void) {
+    char path[512], err[512];
+    uint32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = (uint32_t)(i * 37 % 1000);
+    snprintf(path, sizeof path, "%s/t.tok", tmpdir);
+    EXPECT(!tokens_write(path, ids, 100, err, sizeof err), "token write: %s", err);
+    TokenFile tf;
+    int rc = tokens_open(path, 1000, &tf, err, sizeof err);
+    EXPECT(!rc && tf.count == 100 && !memcmp(tf.ids, ids, sizeof ids), "token round trip: %s", err);
+    if (!rc) {
+        Loader ld0, ld1;
+        EXPECT(!loader_init(&ld0, &tf, 10, 2, 0, err, sizeof err) && !loader_init(&ld1, &tf, 10, 2, 1, err, sizeof err),
+               "loader init");
+        uint32_t w0[11], w1[11];
+        int64_t e0 = loader_window(&ld0, 0, w0), e1 = loader_window(&ld1, 0, w1);
+        EXPECT(e0 == 0 && e1 == 0 && w0[0] == ids[0] && w1[0] == ids[10] && w0[10] == ids[10],
+               "ranks read disjoint windows of S+1 (shared boundary token is the label)");
+        /* 99/10 = 9 windows per epoch; step 4 rank 1 is window 9 -> epoch 1, window 0 */
+        int64_t e = loader_window(&ld1, 4, w1);
+        EXPECT(e == 1 && w1[0] == ids[0], "wrap-around starts epoch 1 (got epoch %lld)", (long long)e);
+        EXPECT(loader_init(&ld0, &tf, 100, 1, 0, err, sizeof err) && strstr(err, "seq + 1"),
+               "S+1 beyond the file refused: %s", err);
+        printf("  tokens %-30s -> %s\n", "--seq 100 on 100 tokens", err);
+        EXPECT(loader_init(&ld0, &tf, 60, 2, 0, err, sizeof err) && strstr(err, "disjoint"),
+               "too few windows for the ranks refused: %s", err);
+        tokens_close(&tf);
+    }
+    EXPECT(tokens_open(path, 500, &tf, err, sizeof err) && strstr(err, ">= vocab"), "id >= vocab refused: %s", err);
+    printf("  tokens %-30s -> %s\n", "id >= vocab", err);
+    /* wrong magic and truncation */
+    FILE *f = fopen(path, "r+b");
+    fwrite("NOTTOKEN", 1, 8, f);
+    fclose(f);
+    EXPECT(tokens_open(path, 1000, &tf, err, sizeof err) && strstr(err, "magic"), "wrong magic refused: %s", err);
+    printf("  tokens %-30s -> %s\n", "wrong magic", err);
+    tokens_write(path, ids, 100, err, sizeof err);
+    EXPECT(truncate(path, 24 + 4 * 50) == 0, "truncate");
+    EXPECT(tokens_open(path, 1000, &tf, err, sizeof err) && strstr(err, "truncated"), "truncated file refused: %s", err);
+    printf("  tokens %-30s -> %s\n", "truncated", err);
+    EXPECT(truncate(path, 10) == 0, "truncate");
+    EXPECT(tokens_open(path, 1000, &tf, err, sizeof err) && strstr(err, "header"), "10-byte file refused: %s", err);
+    EXPECT(tokens_open("/nonexistent.tok", 1000, &tf, err, sizeof err), "missing file refused");
+}
+
+/* ------------------------------------------------------------------ CLI */
+static void test_cli(void) {
+    int64_t seq = 4096;
+    double lr = 1e-4;
+    const char *model = "0.6B";
+    int flag = 0;
+    Opt opts[] = {{"--seq", OPT_INT, &seq, "tokens"}, {"--lr", OPT_DOUBLE, &lr, "lr"},
+                  {"--model", OPT_STRING, &model, "m"}, {"--keep-attn", OPT_FLAG, &flag, "k"}};
+    char err[256];
+    char *a1[] = {"x", "--seq", "1M", "--lr=3e-4", "--model", "8B", "--keep-attn"};
+    EXPECT(!cli_parse(7, a1, opts, 4, err, sizeof err) && seq == 1048576 && lr == 3e-4 && !strcmp(model, "8B") && flag,
+           "options parse: %s", err);
+    char *a2[] = {"x", "--sqe", "5"};
+    EXPECT(cli_parse(3, a2, opts, 4, err, sizeof err) == -1 && strstr(err, "unknown"), "unknown option: %s", err);
+    char *a3[] = {"x", "--seq", "12x"};
+    EXPECT(cli_parse(3, a3, opts, 4, err, sizeof err) == -1 && strstr(err, "integer"), "bad integer: %s", err);
+    char *a4[] = {"x", "--seq"};
+    EXPECT(cli_parse(2, a4, opts, 4, err, sizeof err) == -1 && strstr(err, "needs a value"), "missing value: %s", err);
+    char *a5[] = {"x", "--help"};
+    EXPECT(cli_parse(2, a5, opts, 4, err, sizeof err) == 1, "--help");
+}
+
+int main(int argc, char **argv) {
+    const char *golden = argc > 1 ? argv[1] : "tests/golden";
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/longctx_test_%d", (int)getpid());
+    if (mkdir(tmpdir, 0755)) DIE("cannot create %s", tmpdir);
+    printf("[golden] reference model vs transformers\n");
+    test_golden(golden);
+    printf("[chunked loss]\n");
+    test_chunked_loss(golden);
+    printf("[safetensors]\n");
+    test_safetensors();
+    printf("[config]\n");
+    test_config(golden);
+    printf("[yarn]\n");
+    test_yarn();
+    printf("[tokens]\n");
+    test_tokens();
+    printf("[cli]\n");
+    test_cli();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
+    return test_summary();
+}
