@@ -1,0 +1,70 @@
+/* kernels.h -- the CUDA kernels, as plain C launchers (extern "C", one cudaStream_t each).
+ * bf16 tensors are passed as bf16_t* (raw 16-bit storage); fp32 as float*. Shapes in the
+ * comments are row-major; S = tokens, D = hidden, H = heads, hd = head_dim, I = intermediate.
+ * Every launcher checks its launch (file:line on failure). */
+#ifndef LONGCTX_KERNELS_H
+#define LONGCTX_KERNELS_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef unsigned short bf16_t;
+
+/* out[S,D] = table[ids[t], :] */
+void embedding_fwd(bf16_t *out, const bf16_t *table, const uint32_t *ids, int64_t S, int64_t D, cudaStream_t st);
+/* dtable[ids[t], :] += dx[t, :] (fp32 atomics) */
+void embedding_bwd(float *dtable, const bf16_t *dx, const uint32_t *ids, int64_t S, int64_t D, cudaStream_t st);
+
+/* y[rows,n] = w * x * rstd, rstd[rows] = 1/sqrt(mean(x^2) + eps), statistics in fp32 */
+void rmsnorm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *w, int64_t rows, int64_t n, float eps,
+                 cudaStream_t st);
+/* dx[rows,n] += rstd * (dy*w - xhat * mean(dy*w*xhat)) (accumulates into the residual gradient);
+ * dw[n] += sum over rows of dy * xhat (fp32). n <= 8192. */
+void rmsnorm_bwd(bf16_t *dx, float *dw, const bf16_t *dy, const bf16_t *x, const float *rstd, const bf16_t *w,
+                 int64_t rows, int64_t n, cudaStream_t st);
+
+/* Per-head RMSNorm (q_norm / k_norm) then rotate-half RoPE, fused: in/out [S, H*hd],
+ * rstd [S*H]; angle = float(pos[t]) * inv_freq[i] in fp32, cos/sin scaled by attn_factor.
+ * hd must be a multiple of 64. out may not alias in. */
+void qk_norm_rope_fwd(bf16_t *out, float *rstd, const bf16_t *in, const bf16_t *w, const int32_t *pos,
+                      const float *inv_freq, float attn_factor, int64_t S, int64_t H, int64_t hd, float eps,
+                      cudaStream_t st);
+/* d(in) from d(out), written in place over dout; dw[hd] += (fp32) */
+void qk_norm_rope_bwd(bf16_t *dout_to_din, float *dw, const bf16_t *in, const float *rstd, const bf16_t *w,
+                      const int32_t *pos, const float *inv_freq, float attn_factor, int64_t S, int64_t H, int64_t hd,
+                      cudaStream_t st);
+
+/* h = silu(g) * u over n elements */
+void swiglu_fwd(bf16_t *h, const bf16_t *g, const bf16_t *u, int64_t n, cudaStream_t st);
+/* in place: g <- dg, u <- du, from dh */
+void swiglu_bwd(bf16_t *g_to_dg, bf16_t *u_to_du, const bf16_t *dh, int64_t n, cudaStream_t st);
+
+/* Cross entropy over rows of fp32 logits [rows, V]: loss[r] = logsumexp - logit[label];
+ * dlogits[r] = (softmax - onehot) * scale, bf16. */
+void cross_entropy(bf16_t *dlogits, float *loss, const float *logits, const uint32_t *labels, int64_t rows, int64_t V,
+                   float scale, cudaStream_t st);
+
+/* out[0] += sum of x[0..n) in fp64 (deterministic two-level reduction; scratch >= 1024 doubles) */
+void sum_f32(double *out, const float *x, int64_t n, double *scratch, cudaStream_t st);
+/* out[0] = sum of x[i]^2 (fp64), scratch >= 1024 doubles */
+void sumsq_f32(double *out, const float *x, int64_t n, double *scratch, cudaStream_t st);
+
+/* AdamW on one tensor: g scaled by clip = min(1, max_norm / (sqrt(*sumsq) + 1e-6)) (max_norm <= 0: none),
+ * m, v updated, master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master), w = bf16(master). */
+void adamw(float *master, bf16_t *w, float *m, float *v, const float *g, int64_t n, const double *sumsq,
+           float max_norm, float lr, float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+           cudaStream_t st);
+
+void cast_f32_to_bf16(bf16_t *out, const float *in, int64_t n, cudaStream_t st);
+void cast_bf16_to_f32(float *out, const bf16_t *in, int64_t n, cudaStream_t st);
+/* fill with a bit pattern (tests poison outputs with 0xFF: NaN in bf16 and fp32) */
+void fill_u16(uint16_t *p, uint16_t v, int64_t n, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

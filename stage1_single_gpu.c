@@ -1,0 +1,724 @@
+/* stage1_single_gpu.c -- train a Qwen3 model on one GPU, in bf16, on long sequences.
+ *
+ * The first rung of longctx.c. Everything later stages build on is here:
+ *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
+ *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
+ *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the
+ *     layer's forward first. --keep-attn also keeps the attention output O and its LSE, so
+ *     backward never runs attention forward again (costs S*heads*head_dim bf16 per layer);
+ *   - chunked NLL: logits exist for one chunk of rows at a time, loss and d(logits) in one pass;
+ *   - AdamW on fp32 master weights, with fp32 gradients and moments;
+ *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
+ *
+ *   make stage1 && ./stage1                       # 0.6B on the shipped books
+ *   ./stage1 --model 0.6B --seq 131072 --keep-attn --steps 5
+ *   ./stage1 --help
+ */
+
+/* ============================================================ includes and usage */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+#include <cublasLt.h>
+#include <cudnn.h>
+
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/config.h"
+#include "common/gemm.h"
+#include "common/gpu.h"
+#include "common/memplan.h"
+#include "common/model.h"
+#include "common/safetensors.h"
+#include "common/sdpa.h"
+#include "common/tensor.h"
+#include "common/tokens.h"
+#include "kernels/kernels.h"
+
+static const char *SUMMARY =
+    "Train a Qwen3 model on one GPU: bf16 compute, fp32 master weights and AdamW state, per-layer\n"
+    "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
+    "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
+
+#define PEAK_FLOPS 989e12 /* H100/H200 dense bf16 */
+
+/* ============================================================ options */
+typedef struct {
+    const char *model;       /* size name or HF directory */
+    const char *data;        /* token file */
+    int64_t seq;             /* tokens per step */
+    int64_t steps;
+    double lr, min_lr_frac;
+    int64_t warmup;
+    const char *schedule;    /* cosine | constant */
+    double wd, beta1, beta2, eps, clip;
+    int64_t loss_chunk;      /* rows of logits at a time */
+    int keep_attn;
+    int64_t layers;          /* 0: all */
+    int64_t seed;
+    const char *save;        /* HF directory + trainer state */
+    int64_t save_every;
+    const char *resume;
+    int dry_run;
+    const char *log;         /* JSON lines */
+    const char *dump_grads;  /* tests: loss + all gradients of the first step (safetensors) */
+    double yarn_factor;
+    int64_t yarn_original;
+    double gpu_gib;          /* --dry-run: device memory to plan against */
+} Opts;
+
+static Opts parse_opts(int argc, char **argv) {
+    Opts o = {.model = "0.6B", .data = "data/books.tok", .seq = 16384, .steps = 50, .lr = 3e-4,
+              .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .gpu_gib = 139.8};
+    const Opt table[] = {
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
+        {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
+        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)"},
+        {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones)"},
+        {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate"},
+        {"--warmup", OPT_INT, &o.warmup, "linear warmup steps"},
+        {"--schedule", OPT_STRING, &o.schedule, "after warmup: cosine | constant"},
+        {"--min-lr-frac", OPT_DOUBLE, &o.min_lr_frac, "cosine floor as a fraction of --lr"},
+        {"--wd", OPT_DOUBLE, &o.wd, "AdamW decoupled weight decay (matrices only)"},
+        {"--beta1", OPT_DOUBLE, &o.beta1, "AdamW beta1"},
+        {"--beta2", OPT_DOUBLE, &o.beta2, "AdamW beta2"},
+        {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon"},
+        {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)"},
+        {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time"},
+        {"--keep-attn", OPT_FLAG, &o.keep_attn, "keep attention O and LSE per layer: no attention recompute"},
+        {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)"},
+        {"--seed", OPT_INT, &o.seed, "random init seed"},
+        {"--save", OPT_STRING, &o.save, "write an HF model directory + trainer state here at the end"},
+        {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)"},
+        {"--resume", OPT_STRING, &o.resume, "continue from a directory written by --save"},
+        {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "--dry-run: GPU memory to plan against"},
+        {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
+        {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
+        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)"},
+        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)"},
+    };
+    const int n = (int)(sizeof table / sizeof table[0]);
+    char err[256];
+    const int rc = cli_parse(argc, argv, table, n, err, sizeof err);
+    if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
+    if (rc) { fprintf(stderr, "error: %s\n", err); exit(2); }
+    if (o.seq < 2) DIE("--seq must be at least 2 (got %lld)", (long long)o.seq);
+    if (o.steps < 1) DIE("--steps must be at least 1");
+    if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
+    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
+    return o;
+}
+
+/* ============================================================ model state */
+typedef struct {
+    ParamTable table;   /* names, shapes, offsets into the flat buffers below */
+    bf16_t *w;          /* [total] bf16 weights used by the GEMMs and kernels */
+    float *master;      /* [total] fp32 master weights */
+    float *grad;        /* [total] fp32 gradients (GEMM dW accumulates with beta = 1) */
+    float *m, *v;       /* [total] fp32 AdamW moments */
+} Params;
+
+typedef struct {        /* kept from forward to backward */
+    bf16_t *x;          /* [L+1, S, D] layer inputs (checkpoints); x[L] feeds the final norm */
+    bf16_t *o;          /* [L, S, Hq*hd] attention outputs (--keep-attn only) */
+    float *lse;         /* [L, Hq, S] their log-sum-exp (--keep-attn only) */
+} Saved;
+
+typedef struct {        /* one layer's working set; regions A, B1, B2 and C share memory (see plan) */
+    /* persistent through the step */
+    bf16_t *dx;         /* [S, D] gradient of the residual stream */
+    uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 */
+    int32_t *pos;       /* [S] RoPE positions */
+    float *inv_freq;    /* [hd/2] RoPE inverse frequencies (YaRN applied) */
+    float *losses;      /* [S] per-token NLL */
+    double *loss_sum;   /* [1] */
+    double *gnorm_sq;   /* [1] squared global gradient norm */
+    double *red;        /* [1024] reduction scratch */
+    /* A: attention half of a layer */
+    bf16_t *xn;         /* [S, D] input_layernorm(x) */
+    float *rstd1;       /* [S] */
+    bf16_t *q_raw;      /* [S, Hq*hd] q_proj(xn) */
+    bf16_t *k_raw;      /* [S, Hkv*hd] */
+    bf16_t *v;          /* [S, Hkv*hd] */
+    bf16_t *q, *k;      /* q/k after head norm + RoPE */
+    float *rstd_q;      /* [S*Hq] */
+    float *rstd_k;      /* [S*Hkv] */
+    bf16_t *o;          /* [S, Hq*hd] attention output (or Saved.o + l) */
+    float *lse;         /* [Hq, S] (or Saved.lse + l) */
+    bf16_t *x_mid;      /* [S, D] x + o_proj(o) */
+    /* B1: MLP half (forward, recompute and its backward) */
+    bf16_t *xn2;        /* [S, D] post_attention_layernorm(x_mid) */
+    float *rstd2;       /* [S] */
+    bf16_t *g, *u, *h;  /* [S, I] gate, up, silu(g)*u; backward reuses them for dg, du, dh */
+    bf16_t *dxn2;       /* [S, D] */
+    /* B2: attention backward (overlays B1) */
+    bf16_t *d_o;        /* [S, Hq*hd] */
+    bf16_t *dq;         /* [S, Hq*hd] */
+    bf16_t *dk, *dv;    /* [S, Hkv*hd] */
+    bf16_t *dxn;        /* [S, D] */
+    float *softmax_sum; /* [Hq, S] cuDNN scratch */
+    float *dq_accum;    /* [Hq, S, hd] cuDNN scratch */
+    /* C: the loss (overlays A and B) */
+    bf16_t *hf;         /* [S, D] final norm output */
+    float *rstdf;       /* [S] */
+    float *logits;      /* [chunk, V] fp32 */
+    bf16_t *dlogits;    /* [chunk, V] */
+    bf16_t *dhf;        /* [S, D] */
+    /* library workspaces */
+    void *sdpa_ws;
+    int64_t sdpa_ws_bytes;
+    void *gemm_ws;
+} Work;
+
+typedef struct {
+    Qwen3Config c;
+    Opts o;
+    int64_t S;
+    SdpaShape attn;
+    Params p;
+    Saved sv;
+    Work w;
+    Gpu gpu;
+    Gemm gemm;
+    Sdpa sdpa;
+    float attn_factor;  /* YaRN cos/sin scale */
+    Arena arena[7];     /* one per memory category, ARENA_NAMES order */
+} Model;
+
+static const char *ARENA_NAMES[7] = {"weights (bf16)", "gradients (fp32)", "optimizer (fp32 master, m, v)",
+                                     "checkpoints (layer inputs)", "kept attention (O, LSE)", "working set",
+                                     "cuDNN workspace"};
+
+/* ============================================================ build */
+#define BF(n) ((int64_t)(n) * 2)
+#define F32(n) ((int64_t)(n) * 4)
+
+/* Carve every tensor from the arenas. With NULL arena bases this only measures: the same code
+ * is the memory plan (--dry-run) and the allocation. */
+static void carve(Model *M) {
+    const Qwen3Config *c = &M->c;
+    const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
+                  I = c->intermediate, V = c->vocab, T = M->p.table.total,
+                  C = M->o.loss_chunk < S ? M->o.loss_chunk : S;
+    Arena *A = M->arena;
+    Params *p = &M->p;
+    Work *w = &M->w;
+    p->w = arena_take(&A[0], BF(T), "weights");
+    p->grad = arena_take(&A[1], F32(T), "grads");
+    p->master = arena_take(&A[2], F32(T), "master");
+    p->m = arena_take(&A[2], F32(T), "adam m");
+    p->v = arena_take(&A[2], F32(T), "adam v");
+    M->sv.x = arena_take(&A[3], BF((L + 1) * S * D), "checkpoints");
+    if (M->o.keep_attn) {
+        M->sv.o = arena_take(&A[4], BF(L * S * Q), "kept O");
+        M->sv.lse = arena_take(&A[4], F32(L * c->heads * S), "kept LSE");
+    }
+    w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
+    w->sdpa_ws = arena_take(&A[6], w->sdpa_ws_bytes, "cuDNN workspace");
+
+    Arena *W = &A[5];
+    w->gemm_ws = arena_take(W, GEMM_WORKSPACE_BYTES, "cuBLASLt workspace");
+    w->dx = arena_take(W, BF(S * D), "dx");
+    w->ids = arena_take(W, 4 * (S + 1), "ids");
+    w->pos = arena_take(W, 4 * S, "pos");
+    w->inv_freq = arena_take(W, F32(c->head_dim / 2), "inv_freq");
+    w->losses = arena_take(W, F32(S), "losses");
+    w->loss_sum = arena_take(W, 8, "loss_sum");
+    w->gnorm_sq = arena_take(W, 8, "gnorm");
+    w->red = arena_take(W, 8 * 1024, "reduction scratch");
+    const int64_t persistent = arena_mark(W);
+    /* A */
+    w->xn = arena_take(W, BF(S * D), "xn");
+    w->rstd1 = arena_take(W, F32(S), "rstd1");
+    w->q_raw = arena_take(W, BF(S * Q), "q_raw");
+    w->k_raw = arena_take(W, BF(S * KV), "k_raw");
+    w->v = arena_take(W, BF(S * KV), "v");
+    w->q = arena_take(W, BF(S * Q), "q");
+    w->k = arena_take(W, BF(S * KV), "k");
+    w->rstd_q = arena_take(W, F32(S * c->heads), "rstd_q");
+    w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
+    if (!M->o.keep_attn) {
+        w->o = arena_take(W, BF(S * Q), "o");
+        w->lse = arena_take(W, F32(c->heads * S), "lse");
+    }
+    w->x_mid = arena_take(W, BF(S * D), "x_mid");
+    const int64_t region_b = arena_mark(W);
+    /* B1 */
+    w->xn2 = arena_take(W, BF(S * D), "xn2");
+    w->rstd2 = arena_take(W, F32(S), "rstd2");
+    w->g = arena_take(W, BF(S * I), "g");
+    w->u = arena_take(W, BF(S * I), "u");
+    w->h = arena_take(W, BF(S * I), "h");
+    w->dxn2 = arena_take(W, BF(S * D), "dxn2");
+    arena_release(W, region_b);
+    /* B2 */
+    w->d_o = arena_take(W, BF(S * Q), "d_o");
+    w->dq = arena_take(W, BF(S * Q), "dq");
+    w->dk = arena_take(W, BF(S * KV), "dk");
+    w->dv = arena_take(W, BF(S * KV), "dv");
+    w->dxn = arena_take(W, BF(S * D), "dxn");
+    w->softmax_sum = arena_take(W, F32(c->heads * S), "softmax_sum");
+    w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
+    arena_release(W, persistent);
+    /* C */
+    w->hf = arena_take(W, BF(S * D), "hf");
+    w->rstdf = arena_take(W, F32(S), "rstdf");
+    w->logits = arena_take(W, F32(C * V), "logits");
+    w->dlogits = arena_take(W, BF(C * V), "dlogits");
+    w->dhf = arena_take(W, BF(S * D), "dhf");
+    arena_release(W, persistent);
+}
+
+static MemPlan plan_memory(Model *M) {
+    for (int i = 0; i < 7; i++) arena_init(&M->arena[i], ARENA_NAMES[i], NULL, 0);
+    carve(M);
+    MemPlan mp = {0};
+    for (int i = 0; i < 7; i++)
+        if (M->arena[i].high) memplan_add(&mp, ARENA_NAMES[i], M->arena[i].high);
+    return mp;
+}
+
+static void allocate(Model *M) {
+    int64_t high[7];
+    for (int i = 0; i < 7; i++) high[i] = M->arena[i].high;
+    for (int i = 0; i < 7; i++) arena_init(&M->arena[i], ARENA_NAMES[i], high[i] ? gpu_malloc(high[i], ARENA_NAMES[i]) : NULL, high[i]);
+    carve(M);
+}
+
+static void load_config(Model *M) {
+    char err[512];
+    const char *src = M->o.resume ? M->o.resume : M->o.model;
+    if (config_load(src, &M->c, err, sizeof err)) DIE("%s", err);
+    if (M->o.layers > 0) {
+        if (M->o.layers > M->c.layers) DIE("--layers %lld: the model has %lld", (long long)M->o.layers, (long long)M->c.layers);
+        M->c.layers = M->o.layers;
+    }
+    if (M->o.yarn_factor > 0) config_set_yarn(&M->c, M->o.yarn_factor, M->o.yarn_original);
+    if (M->c.head_dim % 64) DIE("head_dim %lld: the RoPE kernel needs a multiple of 64", (long long)M->c.head_dim);
+    if (M->c.hidden % 8) DIE("hidden_size %lld must be a multiple of 8", (long long)M->c.hidden);
+    M->S = M->o.seq;
+    M->attn = (SdpaShape){M->c.heads, M->c.kv_heads, M->S, M->S, M->c.head_dim, 1, 0};
+    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) DIE("%s", err);
+    params_build(&M->c, &M->p.table);
+}
+
+/* fp32 master weights on the host -> device master + bf16 copy; moments zeroed */
+static void upload_master(Model *M, const float *host) {
+    const int64_t T = M->p.table.total;
+    cudaStream_t st = M->gpu.stream;
+    gpu_upload(M->p.master, host, F32(T), st);
+    cast_f32_to_bf16(M->p.w, M->p.master, T, st);
+    CUDA_CHECK(cudaMemsetAsync(M->p.m, 0, (size_t)F32(T), st));
+    CUDA_CHECK(cudaMemsetAsync(M->p.v, 0, (size_t)F32(T), st));
+}
+
+static int64_t resume_state(Model *M);
+
+static int64_t init_weights(Model *M) {
+    const int64_t T = M->p.table.total;
+    float *host = xmalloc((size_t)F32(T));
+    char err[512];
+    if (M->o.resume) {
+        free(host);
+        return resume_state(M);
+    }
+    struct stat sb;
+    if (!stat(M->o.model, &sb) && S_ISDIR(sb.st_mode)) {
+        printf("loading weights from %s\n", M->o.model);
+        if (params_load(&M->p.table, M->o.model, host, err, sizeof err)) DIE("%s", err);
+    } else {
+        printf("random init (normal 0, %g; norms 1), seed %lld\n", M->c.init_std, (long long)M->o.seed);
+        params_init(&M->p.table, M->c.init_std, (uint64_t)M->o.seed, host);
+    }
+    upload_master(M, host);
+    free(host);
+    return 0;
+}
+
+static void setup_rope(Model *M) {
+    double inv[512], af;
+    float invf[512];
+    rope_inv_freq(&M->c, inv, &af);
+    for (int64_t i = 0; i < M->c.head_dim / 2; i++) invf[i] = (float)inv[i];
+    M->attn_factor = (float)af;
+    gpu_upload(M->w.inv_freq, invf, F32(M->c.head_dim / 2), M->gpu.stream);
+    int32_t *pos = xmalloc((size_t)(4 * M->S));
+    for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)t;
+    gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
+    free(pos);
+}
+
+/* ============================================================ forward */
+static const bf16_t *W(const Model *M, ParamKind k, int64_t l) { return M->p.w + params_get(&M->p.table, k, l)->offset; }
+static float *G(const Model *M, ParamKind k, int64_t l) { return M->p.grad + params_get(&M->p.table, k, l)->offset; }
+
+/* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
+static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    cudaStream_t st = M->gpu.stream;
+    if (M->o.keep_attn) {
+        w->o = M->sv.o + l * S * Q;
+        w->lse = M->sv.lse + l * c->heads * S;
+    }
+    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
+    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l), S, D, Q, 0.f, st);
+    linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
+    linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
+    qk_norm_rope_fwd(w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, c->heads,
+                     c->head_dim, (float)c->eps, st);
+    qk_norm_rope_fwd(w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S,
+                     c->kv_heads, c->head_dim, (float)c->eps, st);
+    if (run_attn) sdpa_fwd(&M->sdpa, &M->attn, w->o, w->lse, w->q, w->k, w->v, w->sdpa_ws, w->sdpa_ws_bytes);
+    linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
+}
+
+/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid).
+ * x_out NULL (recompute for backward): stop after h. */
+static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
+    cudaStream_t st = M->gpu.stream;
+    rmsnorm_fwd(w->xn2, w->rstd2, w->x_mid, W(M, P_POST_NORM, l), S, D, (float)c->eps, st);
+    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), S, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), S, D, I, 0.f, st);
+    swiglu_fwd(w->h, w->g, w->u, S * I, st);
+    if (x_out) linear_fwd_add(&M->gemm, x_out, w->x_mid, w->h, W(M, P_DOWN, l), S, I, D, st);
+}
+
+static void forward(Model *M) {
+    const int64_t S = M->S, D = M->c.hidden;
+    embedding_fwd(M->sv.x, W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
+    for (int64_t l = 0; l < M->c.layers; l++) {
+        attention_forward(M, l, M->sv.x + l * S * D, 1);
+        mlp_forward(M, l, M->sv.x + (l + 1) * S * D);
+    }
+}
+
+/* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx */
+static void loss_and_head_backward(Model *M) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, V = c->vocab, C = M->o.loss_chunk;
+    const bf16_t *xL = M->sv.x + c->layers * S * D, *lm = W(M, P_LM_HEAD, 0);
+    float *dlm = G(M, P_LM_HEAD, 0);
+    cudaStream_t st = M->gpu.stream;
+    rmsnorm_fwd(w->hf, w->rstdf, xL, W(M, P_FINAL_NORM, 0), S, D, (float)c->eps, st);
+    for (int64_t c0 = 0; c0 < S; c0 += C) {
+        const int64_t n = S - c0 < C ? S - c0 : C;
+        linear_fwd(&M->gemm, w->logits, 1, w->hf + c0 * D, lm, n, D, V, 0.f, st);
+        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->ids + c0 + 1, n, V, 1.f / (float)S, st);
+        linear_dw(&M->gemm, dlm, w->dlogits, w->hf + c0 * D, n, D, V, st);
+        linear_dx(&M->gemm, w->dhf + c0 * D, w->dlogits, lm, n, D, V, 0.f, st);
+    }
+    CUDA_CHECK(cudaMemsetAsync(w->loss_sum, 0, 8, st));
+    sum_f32(w->loss_sum, w->losses, S, w->red, st);
+    CUDA_CHECK(cudaMemsetAsync(w->dx, 0, (size_t)BF(S * D), st));
+    rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
+}
+
+/* ============================================================ backward */
+/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
+static void layer_backward(Model *M, int64_t l) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    Gemm *gm = &M->gemm;
+    const int64_t S = M->S, D = c->hidden, I = c->intermediate, Q = c->heads * c->head_dim,
+                  KV = c->kv_heads * c->head_dim;
+    const bf16_t *x = M->sv.x + l * S * D;
+    cudaStream_t st = M->gpu.stream;
+    /* recompute this layer's forward (attention too, unless it was kept) */
+    attention_forward(M, l, x, !M->o.keep_attn);
+    mlp_forward(M, l, NULL);
+
+    /* MLP: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+    linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
+    linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
+    swiglu_bwd(w->g, w->u, w->h, S * I, st);                         /* g <- dg, u <- du */
+    linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, S, D, I, st);
+    linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, S, D, I, st);
+    linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), S, D, I, 0.f, st);
+    linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
+    rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
+
+    /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
+    linear_dw(gm, G(M, P_O, l), w->dx, w->o, S, Q, D, st);
+    linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
+    sdpa_bwd(&M->sdpa, &M->attn, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse, w->softmax_sum,
+             w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
+    qk_norm_rope_bwd(w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), w->pos, w->inv_freq,
+                     M->attn_factor, S, c->heads, c->head_dim, st);
+    qk_norm_rope_bwd(w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
+                     M->attn_factor, S, c->kv_heads, c->head_dim, st);
+    linear_dw(gm, G(M, P_Q, l), w->dq, w->xn, S, D, Q, st);
+    linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
+    linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
+    linear_dx(gm, w->dxn, w->dq, W(M, P_Q, l), S, D, Q, 0.f, st);
+    linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
+    linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
+    rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
+}
+
+static void backward(Model *M) {
+    for (int64_t l = M->c.layers - 1; l >= 0; l--) layer_backward(M, l);
+    embedding_bwd(G(M, P_EMBED, 0), M->w.dx, M->w.ids, M->S, M->c.hidden, M->gpu.stream);
+}
+
+/* ============================================================ update */
+static double lr_at(const Opts *o, int64_t step) { /* step is 1-based */
+    if (step <= o->warmup) return o->lr * (double)step / (double)(o->warmup > 0 ? o->warmup : 1);
+    if (!strcmp(o->schedule, "constant")) return o->lr;
+    const double t = (double)(step - o->warmup) / (double)(o->steps - o->warmup > 0 ? o->steps - o->warmup : 1);
+    const double floor = o->lr * o->min_lr_frac;
+    return floor + (o->lr - floor) * 0.5 * (1.0 + cos(M_PI * (t > 1 ? 1 : t)));
+}
+
+static void update(Model *M, int64_t step, double lr) {
+    const Opts *o = &M->o;
+    Params *p = &M->p;
+    cudaStream_t st = M->gpu.stream;
+    sumsq_f32(M->w.gnorm_sq, p->grad, p->table.total, M->w.red, st);
+    const float bc1 = (float)(1.0 - pow(o->beta1, (double)step)), bc2 = (float)(1.0 - pow(o->beta2, (double)step));
+    for (int64_t i = 0; i < p->table.n; i++) {
+        const ParamInfo *t = &p->table.p[i];
+        adamw(p->master + t->offset, p->w + t->offset, p->m + t->offset, p->v + t->offset, p->grad + t->offset,
+              t->numel, M->w.gnorm_sq, (float)o->clip, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+              params_decays(t) ? (float)o->wd : 0.f, bc1, bc2, st);
+    }
+}
+
+/* ============================================================ data */
+typedef struct {
+    TokenFile tf;
+    Loader ld;
+    uint32_t *host;     /* [S+1] */
+    int64_t epoch;
+} Data;
+
+static void data_open(Data *d, const Model *M) {
+    char err[512];
+    if (tokens_open(M->o.data, M->c.vocab, &d->tf, err, sizeof err))
+        DIE("%s%s", err, strcmp(M->o.data, "data/books.tok") ? "" : " (run from the repository root, or pass --data)");
+    if (loader_init(&d->ld, &d->tf, M->S, 1, 0, err, sizeof err)) DIE("%s", err);
+    d->host = xmalloc((size_t)(4 * (M->S + 1)));
+    d->epoch = -1;
+    printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", M->o.data, (long long)d->tf.count,
+           (long long)d->ld.windows, (long long)M->S);
+}
+
+/* step is 0-based here: the window follows from the step alone, so resume reads the same data */
+static void data_load(Data *d, Model *M, int64_t step) {
+    const int64_t e = loader_window(&d->ld, step, d->host);
+    if (e != d->epoch) {
+        if (d->epoch >= 0) printf("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
+        d->epoch = e;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(M->w.ids, d->host, (size_t)(4 * (M->S + 1)), cudaMemcpyHostToDevice, M->gpu.stream));
+}
+
+/* ============================================================ main: checkpoints */
+static void ensure_dir(const char *dir) {
+    if (mkdir(dir, 0755) && errno != EEXIST) DIE("cannot create %s: %s", dir, strerror(errno));
+}
+
+/* HF directory (config.json + bf16 model.safetensors) + trainer_state.safetensors (fp32 master, m, v) */
+static void save_checkpoint(Model *M, const char *dir, int64_t step) {
+    const ParamTable *t = &M->p.table;
+    const int64_t T = t->total;
+    char path[4096], err[512], meta[512];
+    ensure_dir(dir);
+    float *master = xmalloc((size_t)F32(T)), *m = xmalloc((size_t)F32(T)), *v = xmalloc((size_t)F32(T));
+    uint16_t *bf = xmalloc((size_t)BF(T));
+    gpu_download(master, M->p.master, F32(T), M->gpu.stream);
+    gpu_download(m, M->p.m, F32(T), M->gpu.stream);
+    gpu_download(v, M->p.v, F32(T), M->gpu.stream);
+    for (int64_t i = 0; i < T; i++) bf[i] = f32_to_bf16(master[i]);
+    StWrite *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
+    char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
+    for (int64_t i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        sw[i] = (StWrite){p->name, ST_BF16, p->ndim, {p->shape[0], p->shape[1]}, bf + p->offset};
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (config_write_json(&M->c, path, "bfloat16")) DIE("cannot write %s", path);
+    if (st_write_dir(dir, sw, t->n, 4ll << 30, err, sizeof err)) DIE("%s", err);
+    const float *src[3] = {master, m, v};
+    const char *pre[3] = {"master", "adam_m", "adam_v"};
+    for (int k = 0; k < 3; k++)
+        for (int64_t i = 0; i < t->n; i++) {
+            const ParamInfo *p = &t->p[i];
+            snprintf(names[k * t->n + i], 112, "%s.%s", pre[k], p->name);
+            sw[k * t->n + i] = (StWrite){names[k * t->n + i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, src[k] + p->offset};
+        }
+    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step,
+             (long long)M->S, M->o.data);
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    if (st_write(tmp, sw, 3 * t->n, meta, err, sizeof err)) DIE("%s", err);
+    if (rename(tmp, path)) DIE("cannot rename %s: %s", tmp, strerror(errno));
+    printf("saved step %lld to %s (HF model + trainer state)\n", (long long)step, dir);
+    free(master); free(m); free(v); free(bf); free(sw); free(names);
+}
+
+/* returns the step the state was saved after */
+static int64_t resume_state(Model *M) {
+    const ParamTable *t = &M->p.table;
+    const int64_t T = t->total;
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", M->o.resume);
+    SafeTensors st;
+    if (st_open(path, &st, err, sizeof err)) DIE("--resume: %s", err);
+    float *buf[3];
+    const char *pre[3] = {"master", "adam_m", "adam_v"};
+    for (int k = 0; k < 3; k++) {
+        buf[k] = xcalloc((size_t)T, 4);
+        for (int64_t i = 0; i < t->n; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "%s.%s", pre[k], t->p[i].name);
+            if (st_read_f32(&st, name, t->p[i].ndim, t->p[i].shape, buf[k] + t->p[i].offset, err, sizeof err))
+                DIE("--resume %s: %s", path, err);
+        }
+    }
+    /* the step lives in the header metadata: read it from the raw header */
+    FILE *f = fopen(path, "rb");
+    char head[4096] = {0};
+    size_t got = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f) fclose(f);
+    const char *s = got > 8 ? strstr(head + 8, "\"step\":\"") : NULL;
+    if (!s) DIE("--resume %s: no step in the metadata", path);
+    const int64_t step = strtoll(s + 8, NULL, 10);
+    st_close(&st);
+    upload_master(M, buf[0]);
+    gpu_upload(M->p.m, buf[1], F32(T), M->gpu.stream);
+    gpu_upload(M->p.v, buf[2], F32(T), M->gpu.stream);
+    for (int k = 0; k < 3; k++) free(buf[k]);
+    printf("resumed from %s after step %lld\n", M->o.resume, (long long)step);
+    return step;
+}
+
+static void dump_grads(Model *M, double loss) {
+    const ParamTable *t = &M->p.table;
+    float *g = xmalloc((size_t)F32(t->total));
+    gpu_download(g, M->p.grad, F32(t->total), M->gpu.stream);
+    StWrite *sw = xcalloc((size_t)(t->n + 1), sizeof(StWrite));
+    char (*names)[112] = xcalloc((size_t)t->n, 112);
+    float l = (float)loss;
+    sw[0] = (StWrite){"loss", ST_F32, 1, {1, 0}, &l};
+    for (int64_t i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        snprintf(names[i], 112, "grad.%s", p->name);
+        sw[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, g + p->offset};
+    }
+    char err[512];
+    if (st_write(M->o.dump_grads, sw, t->n + 1, NULL, err, sizeof err)) DIE("%s", err);
+    printf("wrote loss and gradients of this step to %s\n", M->o.dump_grads);
+    free(g); free(sw); free(names);
+}
+
+/* ============================================================ main */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    static Model M; /* large; zero-initialised */
+    M.o = parse_opts(argc, argv);
+    load_config(&M);
+    config_print(&M.c);
+    MemPlan mp = plan_memory(&M);
+    char title[256];
+    snprintf(title, sizeof title, "stage 1, %s, seq %lld%s", M.c.name, (long long)M.S,
+             M.o.keep_attn ? ", --keep-attn" : "");
+    if (M.o.dry_run) {
+        memplan_print(&mp, stdout, title, (int64_t)(M.o.gpu_gib * (1 << 30)));
+        return 0;
+    }
+    gpu_init(&M.gpu, 0);
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    memplan_print(&mp, stdout, title, (int64_t)free_b);
+    if (memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE > (int64_t)free_b)
+        DIE("the plan needs %.2f GiB, %s has %.2f GiB free: shorten --seq, drop --keep-attn or use a later stage",
+            (double)(memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30), M.gpu.name, (double)free_b / (1 << 30));
+    allocate(&M);
+    gemm_init(&M.gemm, M.w.gemm_ws, GEMM_WORKSPACE_BYTES);
+    sdpa_init(&M.sdpa, M.gpu.stream);
+    M.sdpa.verbose = 1;
+    setup_rope(&M);
+    int64_t step = init_weights(&M);
+    /* the real cuDNN workspace must fit the planned one */
+    const int64_t need = sdpa_bwd_workspace(&M.sdpa, &M.attn);
+    if (need > M.w.sdpa_ws_bytes || sdpa_fwd_workspace(&M.sdpa, &M.attn) > M.w.sdpa_ws_bytes)
+        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M.w.sdpa_ws_bytes);
+
+    Data data;
+    data_open(&data, &M);
+    FILE *log = M.o.log ? fopen(M.o.log, "a") : NULL;
+    if (M.o.log && !log) DIE("cannot open --log %s", M.o.log);
+    const double flops = config_step_flops(&M.c, M.S);
+    cudaEvent_t ev0, ev1;
+    CUDA_CHECK(cudaEventCreate(&ev0));
+    CUDA_CHECK(cudaEventCreate(&ev1));
+    printf("training %lld steps of %lld tokens (%.3g model TFLOP per step)\n", (long long)M.o.steps,
+           (long long)M.S, flops / 1e12);
+    const double t_start = now_s();
+    for (step = step + 1; step <= M.o.steps; step++) {
+        cudaStream_t st = M.gpu.stream;
+        const double lr = lr_at(&M.o, step);
+        data_load(&data, &M, step - 1);
+        CUDA_CHECK(cudaEventRecord(ev0, st));
+        CUDA_CHECK(cudaMemsetAsync(M.p.grad, 0, (size_t)F32(M.p.table.total), st));
+        forward(&M);
+        loss_and_head_backward(&M);
+        backward(&M);
+        if (M.o.dump_grads && step == 1) {
+            double ls;
+            gpu_download(&ls, M.w.loss_sum, 8, st);
+            dump_grads(&M, ls / (double)M.S);
+        }
+        update(&M, step, lr);
+        CUDA_CHECK(cudaEventRecord(ev1, st));
+        double loss_sum, gsq;
+        gpu_download(&loss_sum, M.w.loss_sum, 8, st);
+        gpu_download(&gsq, M.w.gnorm_sq, 8, st);
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+        const double loss = loss_sum / (double)M.S, sec = ms / 1e3, tflops = flops / sec / 1e12;
+        const double used = (double)gpu_used_bytes() / (1 << 30);
+        const double planned = (double)(memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30);
+        if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
+        printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
+               "mem %.2f GiB (plan %.2f)\n",
+               (long long)step, loss, lr, sqrt(gsq), sec, M.S / sec, tflops, 100 * tflops * 1e12 / PEAK_FLOPS, used,
+               planned);
+        fflush(stdout);
+        if (log) {
+            fprintf(log,
+                    "{\"stage\":1,\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
+                    "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
+                    "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,\"epoch\":%lld}\n",
+                    M.c.name, (long long)M.S, M.o.keep_attn, (long long)step, loss, loss, lr, sqrt(gsq), sec, M.S / sec,
+                    tflops, tflops * 1e12 / PEAK_FLOPS, used, planned, (long long)data.epoch);
+            fflush(log);
+        }
+        if (M.o.save && M.o.save_every > 0 && step % M.o.save_every == 0 && step < M.o.steps)
+            save_checkpoint(&M, M.o.save, step);
+    }
+    printf("done: %.1f s\n", now_s() - t_start);
+    if (M.o.save) save_checkpoint(&M, M.o.save, M.o.steps);
+    if (log) fclose(log);
+    return 0;
+}

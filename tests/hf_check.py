@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Load a directory written by a trainer's --save with transformers and compute the loss of one
+window of a token file; it must match the trainer's loss for that step (the step after the save)
+within 2% (bf16 weights, bf16 vs fp32 compute differences).
+  python3 tests/hf_check.py DIR TOKENS.tok SEQ STEP0 TRAINER_LOSS"""
+import struct, sys
+
+import torch
+import torch.nn.functional as F
+from transformers import Qwen3ForCausalLM
+
+
+def main():
+    d, tok, seq, step0, want = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    with open(tok, "rb") as f:
+        head = f.read(24)
+        count = struct.unpack("<q", head[16:])[0]
+        windows = (count - 1) // seq
+        start = (step0 % windows) * seq
+        f.seek(24 + 4 * start)
+        ids = torch.tensor(struct.unpack(f"<{seq + 1}I", f.read(4 * (seq + 1))), dtype=torch.long)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = Qwen3ForCausalLM.from_pretrained(d, torch_dtype=torch.float32).to(dev).eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids[None, :-1].to(dev)).logits[0].float()
+        loss = F.cross_entropy(logits, ids[1:].to(dev)).item()
+    err = abs(loss - want) / abs(want)
+    print(f"  transformers loss {loss:.6f} vs trainer {want:.6f} (rel {err:.2e})")
+    ok = err <= 2e-2
+    print(f"{int(ok)} passed, {int(not ok)} failed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
