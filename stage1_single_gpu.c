@@ -81,7 +81,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)"},
-        {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones)"},
+        {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)"},
         {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate"},
         {"--warmup", OPT_INT, &o.warmup, "linear warmup steps"},
         {"--schedule", OPT_STRING, &o.schedule, "after warmup: cosine | constant"},
@@ -111,7 +111,7 @@ static Opts parse_opts(int argc, char **argv) {
     if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
     if (rc) { fprintf(stderr, "error: %s\n", err); exit(2); }
     if (o.seq < 2) DIE("--seq must be at least 2 (got %lld)", (long long)o.seq);
-    if (o.steps < 1) DIE("--steps must be at least 1");
+    if (o.steps < 0 || (o.steps == 0 && !o.save)) DIE("--steps must be at least 1 (0 only with --save: write the initial weights)");
     if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
     return o;

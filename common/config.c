@@ -235,11 +235,12 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
             "  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %lld,\n"
             "  \"rms_norm_eps\": %.17g,\n  \"initializer_range\": %.17g,\n  \"tie_word_embeddings\": %s,\n"
             "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n  \"rope_theta\": %.17g,\n"
-            "  \"rope_scaling\": %s,\n  \"rope_parameters\": %s,\n  \"bos_token_id\": 151643,\n"
-            "  \"eos_token_id\": 151645,\n  \"torch_dtype\": \"%s\",\n  \"use_cache\": true\n}\n",
+            "  \"rope_scaling\": %s,\n  \"rope_parameters\": %s,\n  \"bos_token_id\": %s,\n"
+            "  \"eos_token_id\": %s,\n  \"torch_dtype\": \"%s\",\n  \"use_cache\": true\n}\n",
             (long long)c->vocab, (long long)c->hidden, (long long)c->intermediate, (long long)c->layers,
             (long long)c->heads, (long long)c->kv_heads, (long long)c->head_dim, (long long)c->max_position, c->eps,
-            c->init_std, c->tied ? "true" : "false", c->rope_theta, c->yarn ? rope : "null", rope, torch_dtype);
+            c->init_std, c->tied ? "true" : "false", c->rope_theta, c->yarn ? rope : "null", rope,
+            c->vocab > 151643 ? "151643" : "null", c->vocab > 151645 ? "151645" : "null", torch_dtype);
     return fclose(f) ? -1 : 0;
 }
 
