@@ -3,7 +3,7 @@
 # ./bench_out): c_<case>.jsonl from ./stage1 --log, peer.jsonl from the peer script, and the
 # 30-step loss comparison (c_books.jsonl vs hf_books.jsonl).
 #   PEER=path/to/peer_torch.py bash bench/bench_stage1.sh [cases...]
-# cases: short (0.6B 16K, 64K), 128k (0.6B 128K keep-attn and plain), 1.7b (64K), loss (30 steps),
+# cases: short (0.6B 16K, 64K), keep64 (0.6B and 1.7B 64K --keep-attn), 128k (0.6B 128K keep-attn and plain), 1.7b (64K), loss (30 steps),
 #        512k (0.6B 512K, one step, with its --dry-run plan), peer (peer at the same sizes)
 set -u
 cd "$(dirname "$0")/.."
@@ -24,6 +24,7 @@ for case in "${@:-short 128k 1.7b loss peer}"; do for cs in $case; do case $cs i
 short) c 0.6B_16k --seq 16384 --steps 6; c 0.6B_64k --seq 65536 --steps 3 ;;
 128k) c 0.6B_128k_keep --seq 131072 --steps 3 --keep-attn; c 0.6B_128k --seq 131072 --steps 3 ;;
 1.7b) c 1.7B_64k --model 1.7B --seq 65536 --steps 3 ;;
+keep64) c 0.6B_64k_keep --seq 65536 --steps 3 --keep-attn; c 1.7B_64k_keep --model 1.7B --seq 65536 --steps 3 --keep-attn ;;
 512k) ./stage1 --seq 524288 --dry-run > "$O/c_0.6B_512k_plan.txt"; tail -1 "$O/c_0.6B_512k_plan.txt"
       c 0.6B_512k --seq 524288 --steps 1 ;;
 loss) rm -rf /tmp/lc_init; ./stage1 --seq 8192 --steps 0 --save /tmp/lc_init > "$O/c_init.txt" 2>&1
