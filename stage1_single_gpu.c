@@ -68,6 +68,7 @@ typedef struct {
     int dry_run;
     const char *log;         /* JSON lines */
     const char *dump_grads;  /* tests: loss + all gradients of the first step (safetensors) */
+    int profile;             /* time kernel classes with CUDA events */
     double yarn_factor;
     int64_t yarn_original;
     double gpu_gib;          /* --dry-run: device memory to plan against */
@@ -102,6 +103,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "--dry-run: GPU memory to plan against"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
+        {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)"},
     };
@@ -356,6 +358,42 @@ static void setup_rope(Model *M) {
     free(pos);
 }
 
+/* ============================================================ profile */
+/* --profile: an event at every change of kernel class; the time between two events is charged
+ * to the class of the first. Off, mark() is one branch. */
+enum { K_GEMM, K_ATTN, K_ELEM, K_LOSS, K_OPTIM, K_END, K_N };
+static const char *K_NAMES[K_N] = {"GEMM", "attention", "norms/RoPE/SwiGLU/embedding", "loss (lm_head + CE)",
+                                   "optimizer", "-"};
+#define MAX_MARKS 8192
+static struct {
+    int on, n, cls[MAX_MARKS];
+    cudaEvent_t ev[MAX_MARKS];
+    double ms[K_N];
+} prof;
+
+static void mark(cudaStream_t st, int cls) {
+    if (!prof.on || prof.n == MAX_MARKS) return;
+    if (!prof.ev[prof.n]) CUDA_CHECK(cudaEventCreate(&prof.ev[prof.n]));
+    CUDA_CHECK(cudaEventRecord(prof.ev[prof.n], st));
+    prof.cls[prof.n++] = cls;
+}
+
+static void prof_report(cudaStream_t st) {
+    if (!prof.on) return;
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double total = 0;
+    for (int i = 0; i < K_N; i++) prof.ms[i] = 0;
+    for (int i = 0; i + 1 < prof.n; i++) {
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, prof.ev[i], prof.ev[i + 1]));
+        prof.ms[prof.cls[i]] += ms;
+        total += ms;
+    }
+    printf("  profile:");
+    for (int i = 0; i < K_END; i++) printf(" %s %.1f ms (%.1f%%)%s", K_NAMES[i], prof.ms[i], 100 * prof.ms[i] / total, i + 1 < K_END ? " |" : "\n");
+    prof.n = 0;
+}
+
 /* ============================================================ forward */
 static const bf16_t *W(const Model *M, ParamKind k, int64_t l) { return M->p.w + params_get(&M->p.table, k, l)->offset; }
 static float *G(const Model *M, ParamKind k, int64_t l) { return M->p.grad + params_get(&M->p.table, k, l)->offset; }
@@ -370,15 +408,20 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
         w->o = M->sv.o + l * S * Q;
         w->lse = M->sv.lse + l * c->heads * S;
     }
+    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
+    mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l), S, D, Q, 0.f, st);
     linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
     linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
+    mark(st, K_ELEM);
     qk_norm_rope_fwd(w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, c->heads,
                      c->head_dim, (float)c->eps, st);
     qk_norm_rope_fwd(w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S,
                      c->kv_heads, c->head_dim, (float)c->eps, st);
+    mark(st, K_ATTN);
     if (run_attn) sdpa_fwd(&M->sdpa, &M->attn, w->o, w->lse, w->q, w->k, w->v, w->sdpa_ws, w->sdpa_ws_bytes);
+    mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
 
@@ -389,15 +432,20 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
+    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn2, w->rstd2, w->x_mid, W(M, P_POST_NORM, l), S, D, (float)c->eps, st);
+    mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), S, D, I, 0.f, st);
     linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), S, D, I, 0.f, st);
+    mark(st, K_ELEM);
     swiglu_fwd(w->h, w->g, w->u, S * I, st);
+    mark(st, K_GEMM);
     if (x_out) linear_fwd_add(&M->gemm, x_out, w->x_mid, w->h, W(M, P_DOWN, l), S, I, D, st);
 }
 
 static void forward(Model *M) {
     const int64_t S = M->S, D = M->c.hidden;
+    mark(M->gpu.stream, K_ELEM);
     embedding_fwd(M->sv.x, W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     for (int64_t l = 0; l < M->c.layers; l++) {
         attention_forward(M, l, M->sv.x + l * S * D, 1);
@@ -413,6 +461,7 @@ static void loss_and_head_backward(Model *M) {
     const bf16_t *xL = M->sv.x + c->layers * S * D, *lm = W(M, P_LM_HEAD, 0);
     float *dlm = G(M, P_LM_HEAD, 0);
     cudaStream_t st = M->gpu.stream;
+    mark(st, K_LOSS);
     rmsnorm_fwd(w->hf, w->rstdf, xL, W(M, P_FINAL_NORM, 0), S, D, (float)c->eps, st);
     for (int64_t c0 = 0; c0 < S; c0 += C) {
         const int64_t n = S - c0 < C ? S - c0 : C;
@@ -442,35 +491,45 @@ static void layer_backward(Model *M, int64_t l) {
     mlp_forward(M, l, NULL);
 
     /* MLP: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+    mark(st, K_GEMM);
     linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
     linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
+    mark(st, K_ELEM);
     swiglu_bwd(w->g, w->u, w->h, S * I, st);                         /* g <- dg, u <- du */
+    mark(st, K_GEMM);
     linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, S, D, I, st);
     linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, S, D, I, st);
     linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), S, D, I, 0.f, st);
     linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
+    mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
 
     /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
+    mark(st, K_GEMM);
     linear_dw(gm, G(M, P_O, l), w->dx, w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
+    mark(st, K_ATTN);
     sdpa_bwd(&M->sdpa, &M->attn, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse, w->softmax_sum,
              w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
+    mark(st, K_ELEM);
     qk_norm_rope_bwd(w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), w->pos, w->inv_freq,
                      M->attn_factor, S, c->heads, c->head_dim, st);
     qk_norm_rope_bwd(w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
                      M->attn_factor, S, c->kv_heads, c->head_dim, st);
+    mark(st, K_GEMM);
     linear_dw(gm, G(M, P_Q, l), w->dq, w->xn, S, D, Q, st);
     linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
     linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
     linear_dx(gm, w->dxn, w->dq, W(M, P_Q, l), S, D, Q, 0.f, st);
     linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
     linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
+    mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
 }
 
 static void backward(Model *M) {
     for (int64_t l = M->c.layers - 1; l >= 0; l--) layer_backward(M, l);
+    mark(M->gpu.stream, K_ELEM);
     embedding_bwd(G(M, P_EMBED, 0), M->w.dx, M->w.ids, M->S, M->c.hidden, M->gpu.stream);
 }
 
@@ -487,6 +546,7 @@ static void update(Model *M, int64_t step, double lr) {
     const Opts *o = &M->o;
     Params *p = &M->p;
     cudaStream_t st = M->gpu.stream;
+    mark(st, K_OPTIM);
     sumsq_f32(M->w.gnorm_sq, p->grad, p->table.total, M->w.red, st);
     const float bc1 = (float)(1.0 - pow(o->beta1, (double)step)), bc2 = (float)(1.0 - pow(o->beta2, (double)step));
     for (int64_t i = 0; i < p->table.n; i++) {
@@ -636,6 +696,7 @@ static double now_s(void) {
 int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised */
     M.o = parse_opts(argc, argv);
+    prof.on = M.o.profile;
     load_config(&M);
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
@@ -680,6 +741,7 @@ int main(int argc, char **argv) {
         const double lr = lr_at(&M.o, step);
         data_load(&data, &M, step - 1);
         CUDA_CHECK(cudaEventRecord(ev0, st));
+        mark(st, K_OPTIM);
         CUDA_CHECK(cudaMemsetAsync(M.p.grad, 0, (size_t)F32(M.p.table.total), st));
         forward(&M);
         loss_and_head_backward(&M);
@@ -690,6 +752,7 @@ int main(int argc, char **argv) {
             dump_grads(&M, ls / (double)M.S);
         }
         update(&M, step, lr);
+        mark(st, K_END);
         CUDA_CHECK(cudaEventRecord(ev1, st));
         double loss_sum, gsq;
         gpu_download(&loss_sum, M.w.loss_sum, 8, st);
@@ -704,6 +767,7 @@ int main(int argc, char **argv) {
                "mem %.2f GiB (plan %.2f)\n",
                (long long)step, loss, lr, sqrt(gsq), sec, M.S / sec, tflops, 100 * tflops * 1e12 / PEAK_FLOPS, used,
                planned);
+        prof_report(st);
         fflush(stdout);
         if (log) {
             fprintf(log,
