@@ -74,6 +74,13 @@ extern "C" void rmsnorm_bwd(bf16_t *dx, float *dw, const bf16_t *dy, const bf16_
 /* ---------------------------------------------------------------- q/k head norm + RoPE */
 /* One warp per (token, head) row of hd = 32*E elements; lane holds elements j*32 + lane. The RoPE
  * partner of element j*32+lane (first half) is element (j+E/2)*32+lane: the same lane. */
+/* cos and sin of position p at frequency i, angle in fp32 as transformers computes it, scaled by af */
+__device__ __forceinline__ void rope_cos_sin(float p, const float *inv_freq, int i, float af, float *c, float *s) {
+    sincosf(p * inv_freq[i], s, c);
+    *c *= af;
+    *s *= af;
+}
+
 template <int E>
 __global__ void qk_norm_rope_fwd_kernel(bf16_t *out, float *rstd, const bf16_t *in, const bf16_t *w,
                                         const int32_t *pos, const float *inv_freq, float af, int64_t S, int64_t H,
@@ -94,10 +101,8 @@ __global__ void qk_norm_rope_fwd_kernel(bf16_t *out, float *rstd, const bf16_t *
 #pragma unroll
     for (int j = 0; j < E / 2; j++) {
         const int i = j * 32 + lane;
-        float s, c;
-        sincosf(p * inv_freq[i], &s, &c);
-        c *= af;
-        s *= af;
+        float c, s;
+        rope_cos_sin(p, inv_freq, i, af, &c, &s);
         const float a = v[j], b = v[j + E / 2];
         st_bf(out, row * hd + i, a * c - b * s);
         st_bf(out, row * hd + i + half, b * c + a * s);
@@ -119,10 +124,8 @@ __global__ void qk_norm_rope_bwd_kernel(bf16_t *d, float *dw, const bf16_t *in, 
 #pragma unroll
         for (int j = 0; j < E / 2; j++) {
             const int i = j * 32 + lane;
-            float s, c;
-            sincosf(p * inv_freq[i], &s, &c);
-            c *= af;
-            s *= af;
+            float c, s;
+            rope_cos_sin(p, inv_freq, i, af, &c, &s);
             const float da = bf(d, row * hd + i), db = bf(d, row * hd + i + half);
             g[j] = da * c + db * s;
             g[j + E / 2] = db * c - da * s;
