@@ -43,7 +43,7 @@ class QwenTokenizer:
 
     def __init__(self, path):
         if not os.path.isfile(path):
-            raise TokenizerError(f"tokenizer file {path} not found (see data/README.md: get_tokenizer.sh)")
+            raise TokenizerError(f"tokenizer file {path} not found (bash data/get_tokenizer.sh fetches qwen.tiktoken; README.md, section Data)")
         self.path = path
         if path.endswith(".json"):
             try:
