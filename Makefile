@@ -76,12 +76,14 @@ test: all
 test-gpu: all
 	@bash tests/run_gpu.sh
 
+# diffs/stageA-stageB.diff for each consecutive pair of stage files (never edited by hand)
 diffs:
 	@mkdir -p diffs
 	@set -e; prev=; for s in $(sort $(wildcard stage[1-5]_*.c)); do \
-	  if [ -n "$$prev" ]; then n=$$(echo $$prev | cut -c6)-$$(echo $$s | cut -c6); \
-	    diff -u $$prev $$s > diffs/stage$$(echo $$prev | cut -c6)-stage$$(echo $$s | cut -c6).diff || true; \
-	    echo "diffs/stage$$n.diff"; fi; prev=$$s; done
+	  n=$$(echo $$s | cut -c6); \
+	  if [ -n "$$prev" ]; then p=$$(echo $$prev | cut -c6); \
+	    diff -u $$prev $$s > diffs/stage$$p-stage$$n.diff || true; echo "diffs/stage$$p-stage$$n.diff"; fi; \
+	  prev=$$s; done
 
 clean:
 	rm -rf $(B) $(STAGE_BINS)
