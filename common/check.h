@@ -9,9 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* die: print "file:line: message" and exit(1). The single exit path for fatal errors. */
+/* The rank of the calling thread (-1 outside multi-GPU stages); set by comm_rank(), so a fatal
+ * error names the rank that failed. Defined in tensor.c. */
+extern _Thread_local int longctx_rank;
+
+/* die: print "file:line: message" and exit(1). The single exit path for fatal errors: exit ends
+ * every rank's thread of the process, so a failing rank never leaves the others hanging. */
 #define DIE(...)                                                            \
     do {                                                                    \
+        if (longctx_rank >= 0) fprintf(stderr, "rank %d: ", longctx_rank);  \
         fprintf(stderr, "error %s:%d: ", __FILE__, __LINE__);               \
         fprintf(stderr, __VA_ARGS__);                                       \
         fputc('\n', stderr);                                                \

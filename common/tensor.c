@@ -3,6 +3,8 @@
 
 #include "check.h"
 
+_Thread_local int longctx_rank = -1;
+
 void *arena_take(Arena *a, int64_t bytes, const char *what) {
     const int64_t n = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     const int64_t at = a->used;

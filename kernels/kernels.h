@@ -64,6 +64,19 @@ void cast_bf16_to_f32(float *out, const bf16_t *in, int64_t n, cudaStream_t st);
 /* fill with a bit pattern (tests poison outputs with 0xFF: NaN in bf16 and fp32) */
 void fill_u16(uint16_t *p, uint16_t v, int64_t n, cudaStream_t st);
 
+/* ---- communication helpers (common/comm.c, local backend) */
+#define MAX_SLICES 16
+typedef struct {
+    const void *p[MAX_SLICES]; /* one input per rank */
+    int n;
+} SlicePtrs;
+/* out[i] = scale * sum over q of ((const float *)s.p[q])[offset + i], i < n */
+void sum_slices_f32(float *out, SlicePtrs s, int64_t offset, int64_t n, float scale, cudaStream_t st);
+/* out[i] = sum over q of ((const double *)s.p[q])[i] */
+void sum_slices_f64(double *out, SlicePtrs s, int64_t n, cudaStream_t st);
+/* x[i] *= scale */
+void scale_f32(float *x, int64_t n, float scale, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif
