@@ -15,6 +15,7 @@
 #include "../common/config.h"
 #include "../common/model.h"
 #include "../common/safetensors.h"
+#include "../common/shard.h"
 #include "../common/tokens.h"
 #include "ref_model.h"
 #include "test.h"
@@ -386,6 +387,86 @@ static void test_cli(void) {
     EXPECT(cli_parse(2, a5, opts, 4, err, sizeof err) == 1, "--help");
 }
 
+/* ------------------------------------------------------------------ FSDP shard layout */
+typedef struct {
+    int64_t flat, numel;
+    const ParamInfo *param;
+} FlatPiece;
+static int cmp_flat(const void *a, const void *b) {
+    const FlatPiece *x = a, *y = b;
+    return x->flat < y->flat ? -1 : x->flat > y->flat;
+}
+
+static void test_shards(const char *root) {
+    const char *models[] = {"0.6B", "8B", "32B", "golden"};
+    for (int mi = 0; mi < 4; mi++) {
+        Qwen3Config c;
+        char err[512], dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", root, GOLDEN[1]);
+        if (mi < 3) config_from_name(models[mi], &c);
+        else config_load(dir, &c, err, sizeof err);
+        if (mi < 3) c.layers = 3; /* the layout repeats per layer: three layers show it */
+        ParamTable t;
+        params_build(&c, &t);
+        for (int P = 1; P <= 8; P *= 2) {
+            ShardLayout s;
+            shard_build(&t, P, &s);
+            /* every element of every unit owned by exactly one rank, in rank order; pieces cover tensors */
+            int64_t covered = 0, padding = 0, worst_imbalance = 0;
+            int ok_units = s.nunits == c.layers + 2, ok_align = 1;
+            for (int64_t i = 0; i < s.nunits; i++) {
+                const ShardUnit *u = &s.u[i];
+                ok_align &= u->shard % 64 == 0 && u->shard_offset % 64 == 0 && P * u->shard >= u->end - u->begin &&
+                            (P - 1) * u->shard < u->end - u->begin + 64 * P;
+                padding += P * u->shard - (u->end - u->begin);
+                if (i > 0) ok_units &= u->begin == s.u[i - 1].end;
+            }
+            ok_units &= s.u[0].begin == 0 && s.u[s.nunits - 1].end == t.total;
+            /* all pieces of all ranks, by flat position: they must tile every tensor exactly */
+            int64_t npieces = 0, cap = 0;
+            FlatPiece *all = NULL;
+            for (int r = 0; r < P; r++) {
+                ShardPiece *pc;
+                int64_t np = shard_pieces(&s, &t, r, &pc);
+                if (npieces + np > cap) { cap = 2 * (npieces + np); all = realloc(all, (size_t)cap * sizeof *all); }
+                for (int64_t k = 0; k < np; k++) {
+                    const ShardUnit *u = &s.u[shard_unit_of(&s, pc[k].param)];
+                    /* flat position: unit begin + r*shard + (position within the rank's piece of the unit) */
+                    all[npieces++] = (FlatPiece){u->begin + (int64_t)r * u->shard + (pc[k].shard_offset - u->shard_offset),
+                                                 pc[k].numel, pc[k].param};
+                    covered += pc[k].numel;
+                }
+                free(pc);
+            }
+            qsort(all, (size_t)npieces, sizeof *all, cmp_flat);
+            int64_t params = 0, bad = 0, k = 0;
+            for (int64_t i = 0; i < t.n; i++) {
+                params += t.p[i].numel;
+                int64_t at = t.p[i].offset;
+                while (k < npieces && all[k].param == &t.p[i]) {
+                    bad += all[k].flat != at;
+                    at += all[k].numel;
+                    k++;
+                }
+                bad += at != t.p[i].offset + t.p[i].numel;
+            }
+            free(all);
+            for (int64_t i = 0; i < s.nunits; i++) {
+                const int64_t last = (s.u[i].end - s.u[i].begin) - (int64_t)(P - 1) * s.u[i].shard;
+                if (s.u[i].shard - last > worst_imbalance) worst_imbalance = s.u[i].shard - last;
+            }
+            EXPECT(ok_units && ok_align && covered == params && !bad && k == npieces,
+                   "%s P=%d: units contiguous, shards aligned, the ranks' pieces tile every tensor once (%lld/%lld, %lld gaps)",
+                   models[mi], P, (long long)covered, (long long)params, (long long)bad);
+            if (P == 8)
+                printf("  shards %-6s P=8: shard %lld elements/rank, padding %lld, worst last-rank shortfall %lld\n",
+                       models[mi], (long long)s.shard_total, (long long)padding, (long long)worst_imbalance);
+            shard_free(&s);
+        }
+        params_free(&t);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *golden = argc > 1 ? argv[1] : "tests/golden";
     snprintf(tmpdir, sizeof tmpdir, "/tmp/longctx_test_%d", (int)getpid());
@@ -404,6 +485,8 @@ int main(int argc, char **argv) {
     test_tokens();
     printf("[cli]\n");
     test_cli();
+    printf("[shards]\n");
+    test_shards(golden);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
