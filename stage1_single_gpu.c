@@ -312,37 +312,53 @@ static void load_config(Model *M) {
     params_build(&M->c, &M->p.table);
 }
 
-/* fp32 master weights on the host -> device master + bf16 copy; moments zeroed */
-static void upload_master(Model *M, const float *host) {
+/* Host <-> device copies of the training state: fp32 master weights and AdamW moments (m, v NULL:
+ * zero). Uploading also makes the bf16 weights. Full-size host arrays in the flat layout. */
+static void state_upload(Model *M, const float *master, const float *m, const float *v) {
     const int64_t T = M->p.table.total;
     cudaStream_t st = M->gpu.stream;
-    gpu_upload(M->p.master, host, F32(T), st);
+    gpu_upload(M->p.master, master, F32(T), st);
     cast_f32_to_bf16(M->p.w, M->p.master, T, st);
-    CUDA_CHECK(cudaMemsetAsync(M->p.m, 0, (size_t)F32(T), st));
-    CUDA_CHECK(cudaMemsetAsync(M->p.v, 0, (size_t)F32(T), st));
+    if (m) gpu_upload(M->p.m, m, F32(T), st);
+    else CUDA_CHECK(cudaMemsetAsync(M->p.m, 0, (size_t)F32(T), st));
+    if (v) gpu_upload(M->p.v, v, F32(T), st);
+    else CUDA_CHECK(cudaMemsetAsync(M->p.v, 0, (size_t)F32(T), st));
 }
+static void state_download(Model *M, float *master, float *m, float *v) {
+    const int64_t T = M->p.table.total;
+    gpu_download(master, M->p.master, F32(T), M->gpu.stream);
+    gpu_download(m, M->p.m, F32(T), M->gpu.stream);
+    gpu_download(v, M->p.v, F32(T), M->gpu.stream);
+}
+static void grads_download(Model *M, float *g) { gpu_download(g, M->p.grad, F32(M->p.table.total), M->gpu.stream); }
 
-static int64_t resume_state(Model *M);
+static int64_t read_checkpoint(const Model *M, const char *dir, float *master, float *m, float *v);
 
+/* returns the step training continues after (0 unless --resume) */
 static int64_t init_weights(Model *M) {
     const int64_t T = M->p.table.total;
-    float *host = xmalloc((size_t)F32(T));
+    float *master = xmalloc((size_t)F32(T));
     char err[512];
-    if (M->o.resume) {
-        free(host);
-        return resume_state(M);
-    }
+    int64_t step = 0;
     struct stat sb;
-    if (!stat(M->o.model, &sb) && S_ISDIR(sb.st_mode)) {
-        printf("loading weights from %s\n", M->o.model);
-        if (params_load(&M->p.table, M->o.model, host, err, sizeof err)) DIE("%s", err);
+    if (M->o.resume) {
+        float *m = xmalloc((size_t)F32(T)), *v = xmalloc((size_t)F32(T));
+        step = read_checkpoint(M, M->o.resume, master, m, v);
+        state_upload(M, master, m, v);
+        free(m);
+        free(v);
     } else {
-        printf("random init (normal 0, %g; norms 1), seed %lld\n", M->c.init_std, (long long)M->o.seed);
-        params_init(&M->p.table, M->c.init_std, (uint64_t)M->o.seed, host);
+        if (!stat(M->o.model, &sb) && S_ISDIR(sb.st_mode)) {
+            printf("loading weights from %s\n", M->o.model);
+            if (params_load(&M->p.table, M->o.model, master, err, sizeof err)) DIE("%s", err);
+        } else {
+            printf("random init (normal 0, %g; norms 1), seed %lld\n", M->c.init_std, (long long)M->o.seed);
+            params_init(&M->p.table, M->c.init_std, (uint64_t)M->o.seed, master);
+        }
+        state_upload(M, master, NULL, NULL);
     }
-    upload_master(M, host);
-    free(host);
-    return 0;
+    free(master);
+    return step;
 }
 
 static void setup_rope(Model *M) {
@@ -591,17 +607,15 @@ static void ensure_dir(const char *dir) {
     if (mkdir(dir, 0755) && errno != EEXIST) DIE("cannot create %s: %s", dir, strerror(errno));
 }
 
-/* HF directory (config.json + bf16 model.safetensors) + trainer_state.safetensors (fp32 master, m, v) */
-static void save_checkpoint(Model *M, const char *dir, int64_t step) {
+/* HF directory (config.json + bf16 model.safetensors) + trainer_state.safetensors (fp32 master, m, v),
+ * from full-size host arrays */
+static void write_checkpoint(const Model *M, const char *dir, int64_t step, const float *master, const float *m,
+                             const float *v) {
     const ParamTable *t = &M->p.table;
     const int64_t T = t->total;
     char path[4096], err[512], meta[512];
     ensure_dir(dir);
-    float *master = xmalloc((size_t)F32(T)), *m = xmalloc((size_t)F32(T)), *v = xmalloc((size_t)F32(T));
     uint16_t *bf = xmalloc((size_t)BF(T));
-    gpu_download(master, M->p.master, F32(T), M->gpu.stream);
-    gpu_download(m, M->p.m, F32(T), M->gpu.stream);
-    gpu_download(v, M->p.v, F32(T), M->gpu.stream);
     for (int64_t i = 0; i < T; i++) bf[i] = f32_to_bf16(master[i]);
     StWrite *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
     char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
@@ -628,21 +642,28 @@ static void save_checkpoint(Model *M, const char *dir, int64_t step) {
     if (st_write(tmp, sw, 3 * t->n, meta, err, sizeof err)) DIE("%s", err);
     if (rename(tmp, path)) DIE("cannot rename %s: %s", tmp, strerror(errno));
     printf("saved step %lld to %s (HF model + trainer state)\n", (long long)step, dir);
-    free(master); free(m); free(v); free(bf); free(sw); free(names);
+    free(bf); free(sw); free(names);
 }
 
-/* returns the step the state was saved after */
-static int64_t resume_state(Model *M) {
+static void save_checkpoint(Model *M, const char *dir, int64_t step) {
+    const int64_t T = M->p.table.total;
+    float *master = xmalloc((size_t)F32(T)), *m = xmalloc((size_t)F32(T)), *v = xmalloc((size_t)F32(T));
+    state_download(M, master, m, v);
+    write_checkpoint(M, dir, step, master, m, v);
+    free(master); free(m); free(v);
+}
+
+/* fills full-size host arrays; returns the step the state was saved after */
+static int64_t read_checkpoint(const Model *M, const char *dir, float *master, float *m, float *v) {
     const ParamTable *t = &M->p.table;
-    const int64_t T = t->total;
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/trainer_state.safetensors", M->o.resume);
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
     SafeTensors st;
     if (st_open(path, &st, err, sizeof err)) DIE("--resume: %s", err);
-    float *buf[3];
+    float *buf[3] = {master, m, v};
     const char *pre[3] = {"master", "adam_m", "adam_v"};
     for (int k = 0; k < 3; k++) {
-        buf[k] = xcalloc((size_t)T, 4);
+        memset(buf[k], 0, (size_t)F32(t->total));
         for (int64_t i = 0; i < t->n; i++) {
             char name[128];
             snprintf(name, sizeof name, "%s.%s", pre[k], t->p[i].name);
@@ -650,6 +671,7 @@ static int64_t resume_state(Model *M) {
                 DIE("--resume %s: %s", path, err);
         }
     }
+    st_close(&st);
     /* the step lives in the header metadata: read it from the raw header */
     FILE *f = fopen(path, "rb");
     char head[4096] = {0};
@@ -658,19 +680,14 @@ static int64_t resume_state(Model *M) {
     const char *s = got > 8 ? strstr(head + 8, "\"step\":\"") : NULL;
     if (!s) DIE("--resume %s: no step in the metadata", path);
     const int64_t step = strtoll(s + 8, NULL, 10);
-    st_close(&st);
-    upload_master(M, buf[0]);
-    gpu_upload(M->p.m, buf[1], F32(T), M->gpu.stream);
-    gpu_upload(M->p.v, buf[2], F32(T), M->gpu.stream);
-    for (int k = 0; k < 3; k++) free(buf[k]);
-    printf("resumed from %s after step %lld\n", M->o.resume, (long long)step);
+    printf("resumed from %s after step %lld\n", dir, (long long)step);
     return step;
 }
 
 static void dump_grads(Model *M, double loss) {
     const ParamTable *t = &M->p.table;
     float *g = xmalloc((size_t)F32(t->total));
-    gpu_download(g, M->p.grad, F32(t->total), M->gpu.stream);
+    grads_download(M, g);
     StWrite *sw = xcalloc((size_t)(t->n + 1), sizeof(StWrite));
     char (*names)[112] = xcalloc((size_t)t->n, 112);
     float l = (float)loss;
