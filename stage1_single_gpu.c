@@ -710,6 +710,80 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* one GPU's training run: allocate as planned, initialise, loop */
+static void train(Model *M, const MemPlan *mp) {
+    allocate(M);
+    gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
+    sdpa_init(&M->sdpa, M->gpu.stream);
+    M->sdpa.verbose = 1;
+    setup_rope(M);
+    int64_t step = init_weights(M);
+    /* the real cuDNN workspace must fit the planned one */
+    const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
+    if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
+        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
+
+    Data data;
+    data_open(&data, M);
+    FILE *log = M->o.log ? fopen(M->o.log, "a") : NULL;
+    if (M->o.log && !log) DIE("cannot open --log %s", M->o.log);
+    const double flops = config_step_flops(&M->c, M->S);
+    cudaEvent_t ev0, ev1;
+    CUDA_CHECK(cudaEventCreate(&ev0));
+    CUDA_CHECK(cudaEventCreate(&ev1));
+    printf("training %lld steps of %lld tokens (%.3g model TFLOP per step)\n", (long long)M->o.steps,
+           (long long)M->S, flops / 1e12);
+    const double t_start = now_s();
+    for (step = step + 1; step <= M->o.steps; step++) {
+        cudaStream_t st = M->gpu.stream;
+        const double lr = lr_at(&M->o, step);
+        data_load(&data, M, step - 1);
+        CUDA_CHECK(cudaEventRecord(ev0, st));
+        mark(st, K_OPTIM);
+        CUDA_CHECK(cudaMemsetAsync(M->p.grad, 0, (size_t)F32(M->p.table.total), st));
+        forward(M);
+        loss_and_head_backward(M);
+        backward(M);
+        if (M->o.dump_grads && step == 1) {
+            double ls;
+            gpu_download(&ls, M->w.loss_sum, 8, st);
+            dump_grads(M, ls / (double)M->S);
+        }
+        update(M, step, lr);
+        mark(st, K_END);
+        CUDA_CHECK(cudaEventRecord(ev1, st));
+        double loss_sum, gsq;
+        gpu_download(&loss_sum, M->w.loss_sum, 8, st);
+        gpu_download(&gsq, M->w.gnorm_sq, 8, st);
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+        const double loss = loss_sum / (double)M->S, sec = ms / 1e3, tflops = flops / sec / 1e12;
+        const double used = (double)gpu_used_bytes() / (1 << 30);
+        const double planned = (double)(memplan_total(mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30);
+        if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
+        printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
+               "mem %.2f GiB (plan %.2f)\n",
+               (long long)step, loss, lr, sqrt(gsq), sec, M->S / sec, tflops, 100 * tflops * 1e12 / PEAK_FLOPS, used,
+               planned);
+        prof_report(st);
+        fflush(stdout);
+        if (log) {
+            fprintf(log,
+                    "{\"stage\":1,\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
+                    "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
+                    "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,\"epoch\":%lld}\n",
+                    M->c.name, (long long)M->S, M->o.keep_attn, (long long)step, loss, loss, lr, sqrt(gsq), sec, M->S / sec,
+                    tflops, tflops * 1e12 / PEAK_FLOPS, used, planned, (long long)data.epoch);
+            fflush(log);
+        }
+        if (M->o.save && M->o.save_every > 0 && step % M->o.save_every == 0 && step < M->o.steps)
+            save_checkpoint(M, M->o.save, step);
+    }
+    printf("done: %.1f s\n", now_s() - t_start);
+    if (M->o.save) save_checkpoint(M, M->o.save, M->o.steps);
+    if (log) fclose(log);
+}
+
 int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised */
     M.o = parse_opts(argc, argv);
@@ -731,75 +805,6 @@ int main(int argc, char **argv) {
     if (memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE > (int64_t)free_b)
         DIE("the plan needs %.2f GiB, %s has %.2f GiB free: shorten --seq, drop --keep-attn or use a later stage",
             (double)(memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30), M.gpu.name, (double)free_b / (1 << 30));
-    allocate(&M);
-    gemm_init(&M.gemm, M.w.gemm_ws, GEMM_WORKSPACE_BYTES);
-    sdpa_init(&M.sdpa, M.gpu.stream);
-    M.sdpa.verbose = 1;
-    setup_rope(&M);
-    int64_t step = init_weights(&M);
-    /* the real cuDNN workspace must fit the planned one */
-    const int64_t need = sdpa_bwd_workspace(&M.sdpa, &M.attn);
-    if (need > M.w.sdpa_ws_bytes || sdpa_fwd_workspace(&M.sdpa, &M.attn) > M.w.sdpa_ws_bytes)
-        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M.w.sdpa_ws_bytes);
-
-    Data data;
-    data_open(&data, &M);
-    FILE *log = M.o.log ? fopen(M.o.log, "a") : NULL;
-    if (M.o.log && !log) DIE("cannot open --log %s", M.o.log);
-    const double flops = config_step_flops(&M.c, M.S);
-    cudaEvent_t ev0, ev1;
-    CUDA_CHECK(cudaEventCreate(&ev0));
-    CUDA_CHECK(cudaEventCreate(&ev1));
-    printf("training %lld steps of %lld tokens (%.3g model TFLOP per step)\n", (long long)M.o.steps,
-           (long long)M.S, flops / 1e12);
-    const double t_start = now_s();
-    for (step = step + 1; step <= M.o.steps; step++) {
-        cudaStream_t st = M.gpu.stream;
-        const double lr = lr_at(&M.o, step);
-        data_load(&data, &M, step - 1);
-        CUDA_CHECK(cudaEventRecord(ev0, st));
-        mark(st, K_OPTIM);
-        CUDA_CHECK(cudaMemsetAsync(M.p.grad, 0, (size_t)F32(M.p.table.total), st));
-        forward(&M);
-        loss_and_head_backward(&M);
-        backward(&M);
-        if (M.o.dump_grads && step == 1) {
-            double ls;
-            gpu_download(&ls, M.w.loss_sum, 8, st);
-            dump_grads(&M, ls / (double)M.S);
-        }
-        update(&M, step, lr);
-        mark(st, K_END);
-        CUDA_CHECK(cudaEventRecord(ev1, st));
-        double loss_sum, gsq;
-        gpu_download(&loss_sum, M.w.loss_sum, 8, st);
-        gpu_download(&gsq, M.w.gnorm_sq, 8, st);
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)M.S, sec = ms / 1e3, tflops = flops / sec / 1e12;
-        const double used = (double)gpu_used_bytes() / (1 << 30);
-        const double planned = (double)(memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30);
-        if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
-        printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
-               "mem %.2f GiB (plan %.2f)\n",
-               (long long)step, loss, lr, sqrt(gsq), sec, M.S / sec, tflops, 100 * tflops * 1e12 / PEAK_FLOPS, used,
-               planned);
-        prof_report(st);
-        fflush(stdout);
-        if (log) {
-            fprintf(log,
-                    "{\"stage\":1,\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
-                    "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
-                    "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,\"epoch\":%lld}\n",
-                    M.c.name, (long long)M.S, M.o.keep_attn, (long long)step, loss, loss, lr, sqrt(gsq), sec, M.S / sec,
-                    tflops, tflops * 1e12 / PEAK_FLOPS, used, planned, (long long)data.epoch);
-            fflush(log);
-        }
-        if (M.o.save && M.o.save_every > 0 && step % M.o.save_every == 0 && step < M.o.steps)
-            save_checkpoint(&M, M.o.save, step);
-    }
-    printf("done: %.1f s\n", now_s() - t_start);
-    if (M.o.save) save_checkpoint(&M, M.o.save, M.o.steps);
-    if (log) fclose(log);
+    train(&M, &mp);
     return 0;
 }
