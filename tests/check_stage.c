@@ -8,6 +8,8 @@
  *       against the reference. With STATE (a --save directory after one step) it also checks
  *       the fp32 master weights after the update: the reference AdamW applied to the trainer's
  *       own gradients must give the trainer's weights (rel err <= 1e-5: both in fp32).
+ *       With --tokens FILE --windows P --seq S (after the other arguments) the reference is the mean
+ *       over the P windows a P-rank data-parallel step reads (window r = tokens [r*S, r*S+S]).
  *   check_stage same DUMP_A DUMP_B MIN_COSINE      two dumps agree (loss and every gradient)
  * Prints "N passed, M failed"; exits non-zero on any failure. */
 #include <math.h>
@@ -76,7 +78,34 @@ static int cmd_grads(int argc, char **argv) {
     char err[512];
     load_golden(argv[2], &c, &pt, &params, &tokens, &S);
     float *ref_g = xmalloc((size_t)pt.total * 4);
-    RefResult r = ref_forward_backward(&c, &pt, params, tokens, NULL, S, 0, NULL, ref_g);
+    const char *tokfile = NULL;
+    int64_t windows = 1;
+    int positional = argc;
+    for (int i = 3; i < argc; i++) {
+        if (!strncmp(argv[i], "--", 2) && positional == argc) positional = i; /* options end the positional list */
+        if (i + 1 >= argc) continue;
+        if (!strcmp(argv[i], "--tokens")) tokfile = argv[i + 1];
+        if (!strcmp(argv[i], "--windows")) windows = atoll(argv[i + 1]);
+        if (!strcmp(argv[i], "--seq")) S = atoll(argv[i + 1]);
+    }
+    argc = positional;
+    RefResult r = {0, 0};
+    if (!tokfile) r = ref_forward_backward(&c, &pt, params, tokens, NULL, S, 0, NULL, ref_g);
+    else { /* the mean over the windows of P data-parallel ranks */
+        TokenFile tf;
+        if (tokens_open(tokfile, c.vocab, &tf, err, sizeof err)) DIE("%s", err);
+        if (tf.count < windows * S + 1) DIE("%s: too few tokens for %lld windows", tokfile, (long long)windows);
+        float *gw = xmalloc((size_t)pt.total * 4);
+        memset(ref_g, 0, (size_t)pt.total * 4);
+        for (int64_t w = 0; w < windows; w++) {
+            RefResult rw = ref_forward_backward(&c, &pt, params, tf.ids + w * S, NULL, S, 0, NULL, gw);
+            r.loss += rw.loss / (double)windows;
+            for (int64_t i = 0; i < pt.total; i++) ref_g[i] += gw[i] / (float)windows;
+        }
+        free(gw);
+        tokens_close(&tf);
+        printf("  reference: mean over %lld windows of %lld tokens\n", (long long)windows, (long long)S);
+    }
     SafeTensors dump;
     if (st_open(argv[3], &dump, err, sizeof err)) DIE("%s", err);
     float loss;

@@ -52,6 +52,29 @@ echo "  uninterrupted step 4 $a4 | resumed step 4 $c4"
 ok "resumed step 3 loss is bit-for-bit the uninterrupted one" "[ -n '$a3' ] && [ '$a3' = '$c3' ]"
 ok "resumed run writes no step <= 2" "! grep -q '\"step\":[12],' $tmp/c.jsonl"
 
+if [ -x ./stage2 ]; then
+    echo "== stage 2 (FSDP) on P local ranks against the reference mean over the P windows"
+    ./build/check_stage random 384 20000 8 "$tmp/rand384.tok"
+    for spec in "untied_gqa4_s100 rand.tok" "tied_gqa2_hd128 rand384.tok"; do
+        set -- $spec; g=tests/golden/$1
+        for P in 1 2 4; do
+            ./stage2 --local-ranks $P --model "$g" --data "$tmp/$2" --seq 100 --steps 1 --loss-chunk 7 $HP \
+                --dump-grads "$tmp/s2.$1.$P.grads" --save "$tmp/s2.$1.$P.ck" > "$tmp/s2.log" 2>&1
+            ok "stage2 $1 P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2.log"
+            ./build/check_stage grads "$g" "$tmp/s2.$1.$P.grads" "$tmp/s2.$1.$P.ck" $HPV --tokens "$tmp/$2" --windows $P \
+                --seq 100 2>&1 | tee "$tmp/c.txt"
+            count "$tmp/c.txt" "stage2 $1 P=$P"
+        done
+    done
+    echo "== stage 2: the NCCL backend with one rank equals the local backend with one rank"
+    g=tests/golden/untied_gqa4_s100
+    ./stage2 --gpus 1 --model "$g" --data "$tmp/rand.tok" --seq 100 --steps 1 --loss-chunk 7 $HP \
+        --dump-grads "$tmp/s2.nccl.grads" > "$tmp/s2n.log" 2>&1
+    ok "stage2 NCCL P=1 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2n.log"
+    ./build/check_stage same "$tmp/s2.untied_gqa4_s100.1.grads" "$tmp/s2.nccl.grads" 0.99999 2>&1 | tee "$tmp/c.txt"
+    count "$tmp/c.txt" "stage2 nccl vs local"
+fi
+
 echo "== transformers loads the saved directory and agrees on the loss"
 if python3 -c 'import transformers' 2>/dev/null; then
     python3 tests/hf_check.py "$tmp/ck2" "$tmp/rand.tok" 1000 2 "$(grep '"step":3,' "$tmp/a.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)" 2>&1 | tee "$tmp/h.txt"
