@@ -33,5 +33,14 @@ for s in stage[1-5]_*.c; do
     out=$($bin --model 0.6B --seq 1M --keep-attn --dry-run 2>&1)
     ok "$bin --dry-run says when a plan does not fit" "grep -q 'DOES NOT FIT' <<< \"\$out\""
 done
+# the committed stage diffs are what `make diffs` writes from the stage files now
+prev=
+for s in $(ls stage[1-5]_*.c | sort); do
+    if [ -n "$prev" ]; then
+        name=diffs/stage$(echo $prev | cut -c6)-stage$(echo $s | cut -c6).diff
+        ok "$name is fresh (make diffs)" "diff -u $prev $s | cmp -s - $name"
+    fi
+    prev=$s
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
