@@ -82,7 +82,7 @@ diffs:
 	@set -e; prev=; for s in $(sort $(wildcard stage[1-5]_*.c)); do \
 	  n=$$(echo $$s | cut -c6); \
 	  if [ -n "$$prev" ]; then p=$$(echo $$prev | cut -c6); \
-	    diff -u $$prev $$s > diffs/stage$$p-stage$$n.diff || true; echo "diffs/stage$$p-stage$$n.diff"; fi; \
+	    diff -u --label $$prev --label $$s $$prev $$s > diffs/stage$$p-stage$$n.diff || true; echo "diffs/stage$$p-stage$$n.diff"; fi; \
 	  prev=$$s; done
 
 clean:

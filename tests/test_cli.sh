@@ -38,7 +38,7 @@ prev=
 for s in $(ls stage[1-5]_*.c | sort); do
     if [ -n "$prev" ]; then
         name=diffs/stage$(echo $prev | cut -c6)-stage$(echo $s | cut -c6).diff
-        ok "$name is fresh (make diffs)" "diff -u $prev $s | cmp -s - $name"
+        ok "$name is fresh (make diffs)" "diff -u --label $prev --label $s $prev $s | cmp -s - $name"
     fi
     prev=$s
 done
