@@ -246,7 +246,7 @@ typedef struct {
     Comm *comm;
     cudaStream_t comm_st;           /* gathers and reduce-scatters run here, beside the compute */
     cudaEvent_t ready[4], freed[4]; /* per gathered buffer: slots 0-1 layers, 2 embedding, 3 tail */
-    cudaEvent_t grads_done[2], reduced[2], comm_done;
+    cudaEvent_t grads_done[4], reduced[4], comm_done;
     struct Shared *sh;  /* host memory all ranks of the process share (checkpoints, init) */
     /* ---- end stage 2 ---- */
 } Model;
