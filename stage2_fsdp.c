@@ -375,7 +375,10 @@ static void load_config(Model *M) {
     if (M->c.hidden % 8) DIE("hidden_size %lld must be a multiple of 8", (long long)M->c.hidden);
     M->S = M->o.seq;
     M->attn = (SdpaShape){M->c.heads, M->c.kv_heads, M->S, M->S, M->c.head_dim, 1, 0};
-    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) DIE("%s", err);
+    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
+        if (!M->o.dry_run) DIE("%s", err);
+        fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
+    }
     params_build(&M->c, &M->p.table);
     /* ---- stage 2: FSDP ---- */
     shard_build(&M->p.table, M->P, &M->p.shards);
