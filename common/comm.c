@@ -30,7 +30,27 @@ struct Comm {
     CommWorld *w;
     int local, rank, size;
     ncclComm_t nccl;
+    pthread_t watchdog;  /* NCCL: polls for asynchronous errors while the rank waits on the GPU */
+    int stop;
 };
+
+/* A peer that dies leaves this rank's collectives waiting forever; NCCL reports it through
+ * ncclCommGetAsyncError (thread-safe). Poll it five times a second; on an error abort the
+ * communicator and exit, naming the rank (exit ends every rank thread of the process). */
+static void *watchdog_main(void *arg) {
+    Comm *c = arg;
+    longctx_rank = c->rank;
+    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(c->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+            ncclCommAbort(c->nccl);
+            DIE("NCCL asynchronous error on rank %d: %s (a peer failed or the network broke)", c->rank,
+                ncclGetErrorString(async));
+        }
+        usleep(200000);
+    }
+    return NULL;
+}
 
 /* ---------------------------------------------------------------- worlds */
 CommWorld *comm_world_local(int P) {
@@ -93,12 +113,19 @@ Comm *comm_rank(CommWorld *w, int local_rank) {
     c->size = w->P * w->nnodes;
     c->rank = w->node_rank * w->P + local_rank;
     longctx_rank = c->rank;
-    if (w->kind == COMM_NCCL) NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, w->id, c->rank));
+    if (w->kind == COMM_NCCL) {
+        NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, w->id, c->rank));
+        if (pthread_create(&c->watchdog, NULL, watchdog_main, c)) DIE("cannot start the NCCL watchdog thread");
+    }
     return c;
 }
 
 void comm_rank_free(Comm *c) {
-    if (c->w->kind == COMM_NCCL) ncclCommDestroy(c->nccl);
+    if (c->w->kind == COMM_NCCL) {
+        __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(c->watchdog, NULL);
+        ncclCommDestroy(c->nccl);
+    }
     free(c);
 }
 
