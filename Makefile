@@ -31,7 +31,7 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
             -lcublasLt -lcublas $(LCUDNN) $(LNCCL) -lcudart -lpthread -lm
 
 B := build
-HOST_SRC := common/tensor.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c \
+HOST_SRC := common/tensor.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c \
             common/memplan.c
 GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/comm.c
 KERN_SRC := $(wildcard kernels/*.cu)

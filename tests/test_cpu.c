@@ -17,6 +17,7 @@
 #include "../common/safetensors.h"
 #include "../common/shard.h"
 #include "../common/tokens.h"
+#include "../common/zigzag.h"
 #include "ref_model.h"
 #include "test.h"
 
@@ -467,6 +468,150 @@ static void test_shards(const char *root) {
     }
 }
 
+/* ------------------------------------------------------------------ zigzag split and ring attention */
+/* Attention of a sequence split over P ranks by the zigzag and computed block by block on the ring
+ * schedule, merged by LSE, backward with the final O and LSE and dK/dV sent back to their owners,
+ * must equal plain causal attention (fp64 both: 1e-12). Checks the schedule, the merge and the
+ * block-backward algebra that stage 3 runs with cuDNN blocks. */
+enum { RH = 4, RKV = 2, RD = 16 };
+static double rnd(uint64_t *s) {
+    *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
+    return (double)(*s >> 11) / 9007199254740992.0 - 0.5;
+}
+/* one (query row, head) against keys [k0, k0+nk) of kv (rows of RKV*RD); causal: key index <= qi_local */
+static void attn_row(const double *q, const double *k, const double *v, int64_t k0, int64_t nk, int h, int causal,
+                     int64_t q_local, double *o, double *lse) {
+    const double scale = 1 / sqrt((double)RD);
+    double m = -INFINITY, z = 0, sc[512];
+    const int kh = h / (RH / RKV);
+    for (int64_t j = 0; j < nk; j++) {
+        sc[j] = -INFINITY;
+        if (causal && k0 + j > q_local) continue;
+        double d = 0;
+        for (int e = 0; e < RD; e++) d += q[h * RD + e] * k[((k0 + j) * RKV + kh) * RD + e];
+        sc[j] = d * scale;
+        m = fmax(m, sc[j]);
+    }
+    for (int e = 0; e < RD; e++) o[e] = 0;
+    if (m == -INFINITY) { *lse = -INFINITY; return; }
+    for (int64_t j = 0; j < nk; j++) z += sc[j] == -INFINITY ? 0 : exp(sc[j] - m);
+    *lse = m + log(z);
+    for (int64_t j = 0; j < nk; j++) {
+        if (sc[j] == -INFINITY) continue;
+        const double p = exp(sc[j] - *lse);
+        for (int e = 0; e < RD; e++) o[e] += p * v[((k0 + j) * RKV + kh) * RD + e];
+    }
+}
+/* backward of one (row, head) against keys [k0, k0+nk) with the FINAL lse and D = dO.O */
+static void attn_row_bwd(const double *q, const double *k, const double *v, const double *dout, double lse, double Dr,
+                         int64_t k0, int64_t nk, int h, int causal, int64_t q_local, double *dq, double *dk, double *dv) {
+    const double scale = 1 / sqrt((double)RD);
+    const int kh = h / (RH / RKV);
+    for (int64_t j = 0; j < nk; j++) {
+        if (causal && k0 + j > q_local) continue;
+        const double *kj = k + ((k0 + j) * RKV + kh) * RD, *vj = v + ((k0 + j) * RKV + kh) * RD;
+        double s = 0, dp = 0;
+        for (int e = 0; e < RD; e++) { s += q[h * RD + e] * kj[e]; dp += dout[h * RD + e] * vj[e]; }
+        const double p = exp(s * scale - lse), ds = p * (dp - Dr) * scale;
+        for (int e = 0; e < RD; e++) {
+            dq[h * RD + e] += ds * kj[e];
+            dk[((k0 + j) * RKV + kh) * RD + e] += ds * q[h * RD + e];
+            dv[((k0 + j) * RKV + kh) * RD + e] += p * dout[h * RD + e];
+        }
+    }
+}
+
+static void test_ring(void) {
+    char err[256];
+    EXPECT(zigzag_check(100, 4, err, sizeof err) && strstr(err, "divisible by 2 x 4"), "S %% 2P != 0 refused: %s", err);
+    printf("  zigzag --seq 100 on 4 ranks -> %s\n", err);
+    int64_t pos[8];
+    zigzag_positions(8, 2, 0, pos);
+    int64_t pos1[4];
+    zigzag_positions(8, 2, 1, pos1);
+    EXPECT(pos[0] == 0 && pos[1] == 1 && pos[2] == 6 && pos[3] == 7 && pos1[0] == 2 && pos1[3] == 5,
+           "P=2, S=8: rank 0 holds 0,1,6,7 and rank 1 holds 2,3,4,5 (the recipe's [0,7,1,6,...] chunk order)");
+    const int64_t S = 48;
+    uint64_t seed = 99;
+    const int64_t QW = RH * RD, KW = RKV * RD;
+    double *q = xmalloc((size_t)(S * QW) * 8), *k = xmalloc((size_t)(S * KW) * 8), *v = xmalloc((size_t)(S * KW) * 8),
+           *dO = xmalloc((size_t)(S * QW) * 8);
+    for (int64_t i = 0; i < S * QW; i++) { q[i] = 2 * rnd(&seed); dO[i] = rnd(&seed); }
+    for (int64_t i = 0; i < S * KW; i++) { k[i] = 2 * rnd(&seed); v[i] = rnd(&seed); }
+    /* plain causal attention, fp64 */
+    double *O = xcalloc((size_t)(S * QW), 8), *L = xcalloc((size_t)(S * RH), 8), *dQ = xcalloc((size_t)(S * QW), 8),
+           *dK = xcalloc((size_t)(S * KW), 8), *dV = xcalloc((size_t)(S * KW), 8);
+    for (int64_t i = 0; i < S; i++)
+        for (int h = 0; h < RH; h++) attn_row(q + i * QW, k, v, 0, S, h, 1, i, O + i * QW + h * RD, L + i * RH + h);
+    for (int64_t i = 0; i < S; i++)
+        for (int h = 0; h < RH; h++) {
+            double Dr = 0;
+            for (int e = 0; e < RD; e++) Dr += dO[i * QW + h * RD + e] * O[i * QW + h * RD + e];
+            attn_row_bwd(q + i * QW, k, v, dO + i * QW, L[i * RH + h], Dr, 0, S, h, 1, i, dQ + i * QW, dK, dV);
+        }
+    for (int P = 1; P <= 4; P++) {
+        const int64_t n = S / P;
+        /* each rank's local rows (zigzag), its merged output, and the gradient accumulators */
+        double *lq = xmalloc((size_t)(S * QW) * 8), *lk = xmalloc((size_t)(S * KW) * 8), *lv = xmalloc((size_t)(S * KW) * 8),
+               *ldo = xmalloc((size_t)(S * QW) * 8), *lo = xcalloc((size_t)(S * QW), 8), *ll = xmalloc((size_t)(S * RH) * 8),
+               *ldq = xcalloc((size_t)(S * QW), 8), *ldk = xcalloc((size_t)(S * KW), 8), *ldv = xcalloc((size_t)(S * KW), 8);
+        int64_t *gp = xmalloc((size_t)S * 8);
+        for (int r = 0; r < P; r++) zigzag_positions(S, P, r, gp + r * n);
+        for (int64_t t = 0; t < S; t++) {
+            memcpy(lq + t * QW, q + gp[t] * QW, QW * 8);
+            memcpy(ldo + t * QW, dO + gp[t] * QW, QW * 8);
+            memcpy(lk + t * KW, k + gp[t] * KW, KW * 8);
+            memcpy(lv + t * KW, v + gp[t] * KW, KW * 8);
+        }
+        for (int64_t i = 0; i < S * RH; i++) ll[i] = -INFINITY;
+        double ob[RD], lb;
+        for (int r = 0; r < P; r++)
+            for (int step = 0; step < P; step++) {
+                const RingBlock b = ring_block(S, P, r, step);
+                const double *kk = lk + (int64_t)b.src * n * KW, *vv = lv + (int64_t)b.src * n * KW;
+                for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
+                    for (int h = 0; h < RH; h++) {
+                        const int64_t row = (int64_t)r * n + t;
+                        attn_row(lq + row * QW, kk, vv, b.k0, b.nk, h, b.causal, t, ob, &lb);
+                        lse_merge_row(lo + row * QW + h * RD, ll + row * RH + h, ob, lb, RD);
+                    }
+            }
+        /* backward: every block with the final O and LSE; dK/dV accumulate at the owner (src) */
+        for (int r = 0; r < P; r++)
+            for (int step = 0; step < P; step++) {
+                const RingBlock b = ring_block(S, P, r, step);
+                const int64_t so = (int64_t)b.src * n;
+                for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
+                    for (int h = 0; h < RH; h++) {
+                        const int64_t row = (int64_t)r * n + t;
+                        double Dr = 0;
+                        for (int e = 0; e < RD; e++) Dr += ldo[row * QW + h * RD + e] * lo[row * QW + h * RD + e];
+                        attn_row_bwd(lq + row * QW, lk + so * KW, lv + so * KW, ldo + row * QW, ll[row * RH + h], Dr,
+                                     b.k0, b.nk, h, b.causal, t, ldq + row * QW, ldk + so * KW, ldv + so * KW);
+                    }
+            }
+        double eo = 0, el = 0, eq = 0, ek = 0, ev = 0, no = 0, nq = 0, nk = 0, nv = 0;
+        for (int64_t t = 0; t < S; t++) {
+            const int64_t g = gp[t];
+            for (int64_t e = 0; e < QW; e++) {
+                eo += pow(lo[t * QW + e] - O[g * QW + e], 2); no += pow(O[g * QW + e], 2);
+                eq += pow(ldq[t * QW + e] - dQ[g * QW + e], 2); nq += pow(dQ[g * QW + e], 2);
+            }
+            for (int64_t e = 0; e < KW; e++) {
+                ek += pow(ldk[t * KW + e] - dK[g * KW + e], 2); nk += pow(dK[g * KW + e], 2);
+                ev += pow(ldv[t * KW + e] - dV[g * KW + e], 2); nv += pow(dV[g * KW + e], 2);
+            }
+            for (int h = 0; h < RH; h++) el = fmax(el, fabs(ll[t * RH + h] - L[g * RH + h]));
+        }
+        const double worst = fmax(fmax(sqrt(eo / no), sqrt(eq / nq)), fmax(sqrt(ek / nk), fmax(sqrt(ev / nv), el)));
+        EXPECT_LE(worst, 1e-12, "ring attention on %d zigzag ranks: worst rel err %.2e (O, LSE, dQ, dK, dV)", P, worst);
+        printf("  ring attention, %d ranks, S %lld: O/LSE/dQ/dK/dV vs plain causal attention, worst %.1e\n", P,
+               (long long)S, worst);
+        free(lq); free(lk); free(lv); free(ldo); free(lo); free(ll); free(ldq); free(ldk); free(ldv); free(gp);
+    }
+    free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
+}
+
 int main(int argc, char **argv) {
     const char *golden = argc > 1 ? argv[1] : "tests/golden";
     snprintf(tmpdir, sizeof tmpdir, "/tmp/longctx_test_%d", (int)getpid());
@@ -487,6 +632,8 @@ int main(int argc, char **argv) {
     test_cli();
     printf("[shards]\n");
     test_shards(golden);
+    printf("[ring]\n");
+    test_ring();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
