@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_gpu $(B)/check_stage
+all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_gpu $(B)/test_comm $(B)/check_stage
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -89,6 +89,9 @@ clean:
 	rm -rf $(B) $(STAGE_BINS)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
+
+$(B)/test_comm: $(B)/tests/test_comm.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 
 $(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/ref_model.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm

@@ -205,6 +205,20 @@ void comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st) {
     local_leave(c, st);
 }
 
+void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st) {
+    if (c->w->kind == COMM_NCCL) {
+        NCCL_CHECK(ncclGroupStart());
+        NCCL_CHECK(ncclSend(send, (size_t)bytes, ncclInt8, to, c->nccl, st));
+        NCCL_CHECK(ncclRecv(recv, (size_t)bytes, ncclInt8, from, c->nccl, st));
+        NCCL_CHECK(ncclGroupEnd());
+        return;
+    }
+    (void)to; /* local: every rank posts what it sends; each copies from the rank it receives from */
+    local_enter(c, send, st);
+    CUDA_CHECK(cudaMemcpyAsync(recv, c->w->in[from], (size_t)bytes, cudaMemcpyDeviceToDevice, st));
+    local_leave(c, st);
+}
+
 void comm_barrier(Comm *c, cudaStream_t st) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     if (c->w->kind == COMM_NCCL) {

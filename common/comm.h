@@ -40,6 +40,9 @@ void comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cud
 void comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, float scale, cudaStream_t st);
 /* buf[n] = sum over ranks of buf[n] (fp64, in place) */
 void comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st);
+/* Ring exchange: send bytes from `send` to rank `to` while receiving as many into `recv` from rank
+ * `from` (one NCCL group: ncclSend + ncclRecv). Every rank calls it in the same step. */
+void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st);
 /* host-side barrier of all ranks of this process (and, for NCCL, a device-side all-reduce) */
 void comm_barrier(Comm *c, cudaStream_t st);
 /* NCCL: check for an asynchronous error (a dead peer); abort and exit naming the rank if so */

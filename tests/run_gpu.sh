@@ -15,6 +15,8 @@ ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAI
 tmp=$(mktemp -d)
 echo "== kernels, GEMM, attention"
 ./build/test_gpu ${QUICK:+--quick} 2>&1 | tee "$tmp/unit.txt"; count "$tmp/unit.txt" test_gpu
+echo "== communicator: local backend (2-4 ranks on one GPU) and NCCL"
+./build/test_comm 2>&1 | tee "$tmp/comm.txt"; count "$tmp/comm.txt" test_comm
 
 # one AdamW step: constant lr, no warmup, the hyper-parameters check_stage replays
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
