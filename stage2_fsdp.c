@@ -1034,7 +1034,7 @@ static void *rank_main(void *arg) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&M->comm_st, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {M->ready, M->freed, M->reduced, M->grads_done};
     for (int k = 0; k < 4; k++)
-        for (int s = 0; s < (k < 2 ? 4 : 4); s++) CUDA_CHECK(cudaEventCreateWithFlags(&evs[k][s], cudaEventDisableTiming));
+        for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&evs[k][s], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&M->comm_done, cudaEventDisableTiming));
     M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->rank, &M->p.pieces);
     if (!M->o.local_ranks) check_fits(a->mp, 1, M->gpu.name);

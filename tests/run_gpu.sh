@@ -77,6 +77,33 @@ if [ -x ./stage2 ]; then
     count "$tmp/c.txt" "stage2 nccl vs local"
 fi
 
+if [ -x ./stage3 ]; then
+    echo "== stage 3 (ring attention) on P local ranks against the reference on the same full sequence"
+    for g in tests/golden/*/; do
+        g=${g%/}; name=$(basename "$g")
+        S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
+        for P in 1 2 4; do
+            [ $((S % (2 * P))) -eq 0 ] || continue
+            for merge in fp32 bf16; do
+                ./stage3 --local-ranks $P --merge $merge --model "$g" --data "$tmp/$name.tok" --seq "$S" --steps 1 \
+                    --loss-chunk 7 $HP --dump-grads "$tmp/s3.grads" --save "$tmp/s3.ck" > "$tmp/s3.log" 2>&1
+                ok "stage3 $name P=$P merge $merge runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
+                ./build/check_stage grads "$g" "$tmp/s3.grads" "$tmp/s3.ck" $HPV 2>&1 | tee "$tmp/c.txt"
+                count "$tmp/c.txt" "stage3 $name P=$P $merge"
+            done
+        done
+    done
+    echo "== stage 3: a 2-layer Qwen3-0.6B slice at 16K tokens, P = 2, 4, 8 against stage 1"
+    ./stage1 --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP --dump-grads "$tmp/s1.16k" > "$tmp/s1.log" 2>&1
+    for P in 2 4 8; do
+        ./stage3 --local-ranks $P --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP \
+            --dump-grads "$tmp/s3.16k" > "$tmp/s3.log" 2>&1
+        ok "stage3 0.6B slice P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
+        ./build/check_stage same "$tmp/s1.16k" "$tmp/s3.16k" 0.999 1e-2 2>&1 | tee "$tmp/c.txt"
+        count "$tmp/c.txt" "stage3 0.6B slice P=$P"
+    done
+fi
+
 echo "== transformers loads the saved directory and agrees on the loss"
 if python3 -c 'import transformers' 2>/dev/null; then
     python3 tests/hf_check.py "$tmp/ck2" "$tmp/rand.tok" 1000 2 "$(grep '"step":3,' "$tmp/a.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)" 2>&1 | tee "$tmp/h.txt"

@@ -28,6 +28,9 @@ for s in stage[1-5]_*.c; do
     gpus=
     grep -q -- '--gpus' "$s" && gpus="--gpus 1" # several-GPU stages: name the ranks so no GPU is counted
     check_refusal "a 2^31+ attention call" "2^31" --model 32B --seq 1M $gpus
+    if grep -q zigzag_check "$s"; then
+        check_refusal "a sequence not divisible by 2P" "divisible by 2 x 4" --seq 100 --gpus 4 --dry-run
+    fi
     out=$($bin --model 0.6B --seq 131072 --dry-run 2>&1); rc=$?
     ok "$bin --dry-run 0.6B 128K exits 0" "[ $rc -eq 0 ]"
     ok "$bin --dry-run prints the plan" "grep -q 'total (peak)' <<< \"\$out\" && grep -q 'checkpoints' <<< \"\$out\""
