@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_gpu $(B)/test_comm $(B)/check_stage
+all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -92,6 +92,12 @@ clean:
 
 $(B)/test_comm: $(B)/tests/test_comm.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+
+$(B)/ring_blocks: $(B)/bench/ring_blocks.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+$(B)/bench/%.o: bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
 $(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/ref_model.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm

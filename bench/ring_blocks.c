@@ -1,0 +1,107 @@
+/* ring_blocks.c -- what splitting attention into ring blocks costs (stage 3), on one GPU.
+ *
+ * Ring attention over P ranks replaces one causal call over S tokens by, summed over the ranks,
+ * P causal blocks of 2c = S/P tokens and P(P-1)/2 non-causal blocks each of 2c x c and c x 2c
+ * (c = S/2P) -- the same FLOPs. This times each block shape with cuDNN (fwd and bwd, median of
+ * several calls after a warm-up, CUDA events) and prints the ring's total against the single call.
+ *   ./build/ring_blocks [S] [Hq] [Hkv]        (default 131072 16 8: Qwen3-0.6B at 128K) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include "../common/check.h"
+#include "../common/gpu.h"
+#include "../common/sdpa.h"
+
+static int cmp(const void *a, const void *b) { return *(const float *)a < *(const float *)b ? -1 : 1; }
+
+typedef struct {
+    bf16_t *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+    float *lse, *ssum, *acc;
+    void *ws;
+    int64_t ws_bytes;
+} Bufs;
+
+/* median ms of fwd and of bwd for one block shape */
+static void time_block(Sdpa *sd, const Bufs *b, SdpaShape sh, cudaStream_t st, float *fwd, float *bwd) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float tf[7], tb[7];
+    for (int rep = -2; rep < 7; rep++) {
+        CUDA_CHECK(cudaEventRecord(e0, st));
+        sdpa_fwd(sd, &sh, b->o, b->lse, b->q, b->k, b->v, b->ws, b->ws_bytes);
+        CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&tf[rep], e0, e1));
+        CUDA_CHECK(cudaEventRecord(e0, st));
+        sdpa_bwd(sd, &sh, b->dq, b->dk, b->dv, b->q, b->k, b->v, b->o, b->dout, b->lse, b->ssum, b->acc, b->ws, b->ws_bytes);
+        CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&tb[rep], e0, e1));
+    }
+    qsort(tf, 7, sizeof(float), cmp);
+    qsort(tb, 7, sizeof(float), cmp);
+    *fwd = tf[3];
+    *bwd = tb[3];
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+int main(int argc, char **argv) {
+    const int64_t S = argc > 1 ? atoll(argv[1]) : 131072, Hq = argc > 2 ? atoll(argv[2]) : 16,
+                  Hkv = argc > 3 ? atoll(argv[3]) : 8, D = 128;
+    Gpu g;
+    gpu_init(&g, 0);
+    Sdpa sd;
+    sdpa_init(&sd, g.stream);
+    Bufs b;
+    const int64_t nq = S * Hq * D, nk = S * Hkv * D;
+    bf16_t **bf[] = {&b.q, &b.o, &b.dout, &b.dq};
+    for (int i = 0; i < 4; i++) *bf[i] = gpu_malloc(2 * nq, "q-sized");
+    bf16_t **kv[] = {&b.k, &b.v, &b.dk, &b.dv};
+    for (int i = 0; i < 4; i++) *kv[i] = gpu_malloc(2 * nk, "kv-sized");
+    b.lse = gpu_malloc(4 * Hq * S, "lse");
+    b.ssum = gpu_malloc(4 * Hq * S, "softmax_sum");
+    b.acc = gpu_malloc(4 * nq, "dq_accum");
+    const SdpaShape full = {Hq, Hkv, S, S, D, 1, 0};
+    b.ws_bytes = sdpa_bwd_workspace_estimate(&full);
+    b.ws = gpu_malloc(b.ws_bytes, "workspace");
+    /* random bf16 inputs (a fixed pattern is enough for timing, and never zeros) */
+    uint16_t *h = xmalloc((size_t)nq * 2);
+    uint64_t s = 7;
+    for (int64_t i = 0; i < nq; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        h[i] = (uint16_t)(0x3C00 + (s & 0x3FF)) ^ (uint16_t)((s >> 20) & 0x8000); /* +-[0.0078, 0.0156) */
+    }
+    gpu_upload(b.q, h, 2 * nq, g.stream);
+    gpu_upload(b.dout, h, 2 * nq, g.stream);
+    gpu_upload(b.k, h, 2 * nk, g.stream);
+    gpu_upload(b.v, h + 1, 2 * nk - 2, g.stream);
+    free(h);
+    float f1, b1;
+    time_block(&sd, &b, full, g.stream, &f1, &b1);
+    printf("one causal call, S %lld, heads %lld/%lld: fwd %.2f ms + bwd %.2f ms = %.2f ms\n", (long long)S,
+           (long long)Hq, (long long)Hkv, f1, b1, f1 + b1);
+    printf("{\"what\":\"ring_blocks\",\"S\":%lld,\"P\":1,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"ratio\":1.0}\n", (long long)S, f1, b1);
+    for (int P = 2; P <= 8; P *= 2) {
+        const int64_t c = S / (2 * P);
+        float fc, bc, fa, ba, fb, bb;
+        time_block(&sd, &b, (SdpaShape){Hq, Hkv, 2 * c, 2 * c, D, 1, 0}, g.stream, &fc, &bc);
+        time_block(&sd, &b, (SdpaShape){Hq, Hkv, 2 * c, c, D, 0, 0}, g.stream, &fa, &ba);
+        time_block(&sd, &b, (SdpaShape){Hq, Hkv, c, 2 * c, D, 0, 0}, g.stream, &fb, &bb);
+        const double pairs = P * (P - 1) / 2.0;
+        const double fwd = P * fc + pairs * (fa + fb), bwd = P * bc + pairs * (ba + bb);
+        printf("P=%d: %d causal %lldx%lld + %.0f x (%lldx%lld + %lldx%lld) blocks: fwd %.2f ms + bwd %.2f ms = %.2f ms, "
+               "%.3fx the single call\n",
+               P, P, (long long)(2 * c), (long long)(2 * c), pairs, (long long)(2 * c), (long long)c, (long long)c,
+               (long long)(2 * c), fwd, bwd, fwd + bwd, (fwd + bwd) / (f1 + b1));
+        printf("{\"what\":\"ring_blocks\",\"S\":%lld,\"P\":%d,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"ratio\":%.4f}\n",
+               (long long)S, P, fwd, bwd, (fwd + bwd) / (f1 + b1));
+    }
+    sdpa_destroy(&sd);
+    return 0;
+}
