@@ -65,7 +65,7 @@ $(B)/tests/%.o: tests/%.c
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
 $(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/ref_model.o $(HOST_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ -lm
+	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 $(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 
@@ -100,4 +100,4 @@ $(B)/bench/%.o: bench/%.c
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
 $(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/ref_model.o $(HOST_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ -lm
+	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread

@@ -2,9 +2,11 @@
 #include "model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "safetensors.h"
@@ -80,28 +82,60 @@ int params_load(const ParamTable *t, const char *path, float *flat, char *err, s
     return rc;
 }
 
-/* splitmix64 -> Box-Muller: deterministic, portable */
-static uint64_t next64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+/* Counter-based normal numbers: element i of tensor k depends only on (seed, k, i), through a
+ * splitmix64 hash and Box-Muller, so any number of threads fills the model identically. */
+static uint64_t mix(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static double uniform01(uint64_t *s) { return ((double)(next64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double unit(uint64_t h) { return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0); } /* (0, 1) */
 
-void params_init(const ParamTable *t, double std, uint64_t seed, float *flat) {
-    memset(flat, 0, (size_t)t->total * sizeof(float));
-    uint64_t s = seed;
-    for (int64_t i = 0; i < t->n; i++) {
-        float *w = flat + t->p[i].offset;
-        if (t->p[i].ndim == 1) {
-            for (int64_t j = 0; j < t->p[i].numel; j++) w[j] = 1.0f;
-            continue;
-        }
-        for (int64_t j = 0; j < t->p[i].numel; j += 2) {
-            double r = sqrt(-2.0 * log(uniform01(&s))), a = 2.0 * M_PI * uniform01(&s);
-            w[j] = (float)(std * r * cos(a));
-            if (j + 1 < t->p[i].numel) w[j + 1] = (float)(std * r * sin(a));
+typedef struct {
+    const ParamTable *t;
+    double std;
+    uint64_t seed;
+    float *flat;
+    int part, parts;
+} InitJob;
+
+static void *init_part(void *arg) {
+    const InitJob *j = arg;
+    for (int64_t k = 0; k < j->t->n; k++) {
+        const ParamInfo *p = &j->t->p[k];
+        float *w = j->flat + p->offset;
+        const int64_t pairs = (p->numel + 1) / 2, lo = pairs * j->part / j->parts, hi = pairs * (j->part + 1) / j->parts;
+        const uint64_t key = mix(j->seed ^ mix((uint64_t)k + 1));
+        for (int64_t q = lo; q < hi; q++) {
+            if (p->ndim == 1) { /* norm weights start at 1 */
+                w[2 * q] = 1.0f;
+                if (2 * q + 1 < p->numel) w[2 * q + 1] = 1.0f;
+                continue;
+            }
+            const double r = sqrt(-2.0 * log(unit(mix(key + 2 * (uint64_t)q)))), a = 2.0 * M_PI * unit(mix(key + 2 * (uint64_t)q + 1));
+            w[2 * q] = (float)(j->std * r * cos(a));
+            if (2 * q + 1 < p->numel) w[2 * q + 1] = (float)(j->std * r * sin(a));
         }
     }
+    return NULL;
+}
+
+void params_init_threads(const ParamTable *t, double std, uint64_t seed, float *flat, int threads) {
+    memset(flat, 0, (size_t)t->total * sizeof(float));
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    pthread_t th[64];
+    InitJob jobs[64];
+    for (int i = 0; i < threads; i++) {
+        jobs[i] = (InitJob){t, std, seed, flat, i, threads};
+        if (i > 0 && pthread_create(&th[i], NULL, init_part, &jobs[i])) DIE("cannot start an init thread");
+    }
+    init_part(&jobs[0]);
+    for (int i = 1; i < threads; i++) pthread_join(th[i], NULL);
+}
+
+void params_init(const ParamTable *t, double std, uint64_t seed, float *flat) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    params_init_threads(t, std, seed, flat, cores > 0 ? (int)cores : 1);
 }

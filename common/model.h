@@ -51,8 +51,10 @@ void params_free(ParamTable *t);
 const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer);
 /* Load every tensor from an HF directory / safetensors file into flat fp32 (padding zeroed). */
 int params_load(const ParamTable *t, const char *path, float *flat, char *err, size_t errlen);
-/* transformers-style init: matrices normal(0, std), norm weights 1; deterministic in seed. */
+/* transformers-style init: matrices normal(0, std), norm weights 1. Deterministic in seed and the
+ * same for any thread count (counter-based); params_init uses every core. */
 void params_init(const ParamTable *t, double std, uint64_t seed, float *flat);
+void params_init_threads(const ParamTable *t, double std, uint64_t seed, float *flat, int threads);
 /* 1 for tensors that get weight decay (matrices), 0 for norm weights. */
 int params_decays(const ParamInfo *p);
 

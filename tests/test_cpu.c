@@ -398,6 +398,30 @@ static int cmp_flat(const void *a, const void *b) {
     return x->flat < y->flat ? -1 : x->flat > y->flat;
 }
 
+/* random init: the same model for any thread count, and normal(0, std) with norm weights 1 */
+static void test_init(void) {
+    Qwen3Config c;
+    config_from_name("0.6B", &c);
+    c.layers = 2;
+    c.vocab = 4096; /* keeps the test fast; the layout is the real one */
+    ParamTable t;
+    params_build(&c, &t);
+    float *a = xmalloc((size_t)t.total * 4), *b = xmalloc((size_t)t.total * 4);
+    params_init_threads(&t, 0.02, 7, a, 1);
+    params_init_threads(&t, 0.02, 7, b, 5);
+    EXPECT(!memcmp(a, b, (size_t)t.total * 4), "init with 1 and 5 threads is identical");
+    const ParamInfo *q = params_get(&t, P_Q, 1), *n = params_get(&t, P_IN_NORM, 0);
+    double s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < q->numel; i++) { s1 += a[q->offset + i]; s2 += (double)a[q->offset + i] * a[q->offset + i]; }
+    const double mean = s1 / q->numel, sd = sqrt(s2 / q->numel - mean * mean);
+    EXPECT(fabs(mean) < 1e-4 && fabs(sd - 0.02) < 2e-4 && a[n->offset] == 1.0f && a[n->offset + n->numel - 1] == 1.0f,
+           "init statistics: mean %.2e, std %.5f (want 0, 0.02), norms 1", mean, sd);
+    params_init_threads(&t, 0.02, 8, b, 3);
+    EXPECT(memcmp(a, b, (size_t)t.total * 4), "another seed, another model");
+    free(a); free(b);
+    params_free(&t);
+}
+
 static void test_shards(const char *root) {
     const char *models[] = {"0.6B", "8B", "32B", "golden"};
     for (int mi = 0; mi < 4; mi++) {
@@ -630,6 +654,8 @@ int main(int argc, char **argv) {
     test_tokens();
     printf("[cli]\n");
     test_cli();
+    printf("[init]\n");
+    test_init();
     printf("[shards]\n");
     test_shards(golden);
     printf("[ring]\n");
