@@ -942,6 +942,7 @@ static void train(Model *M, const MemPlan *mp) {
     FILE *log = M->o.log && M->rank == 0 ? fopen(M->o.log, "a") : NULL; /* stage 2: rank 0 logs */
     if (M->o.log && M->rank == 0 && !log) DIE("cannot open --log %s", M->o.log);
     const double flops = config_step_flops(&M->c, M->S);
+    const int share = M->o.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
     cudaEvent_t ev0, ev1;
     CUDA_CHECK(cudaEventCreate(&ev0));
     CUDA_CHECK(cudaEventCreate(&ev1));
@@ -974,9 +975,9 @@ static void train(Model *M, const MemPlan *mp) {
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
         float ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)tokens, sec = ms / 1e3, tflops = flops / sec / 1e12;
+        const double loss = loss_sum / (double)tokens, sec = ms / 1e3, tflops = flops * share / sec / 1e12;
         const double used = (double)gpu_used_bytes() / (1 << 30);
-        const double planned = (double)(memplan_total(mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30);
+        const double planned = (double)(memplan_total(mp) + MEMPLAN_RUNTIME_RESERVE) * share / (1 << 30);
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
                "mem %.2f GiB (plan %.2f)\n",

@@ -3,8 +3,11 @@
  * Ring attention over P ranks replaces one causal call over S tokens by, summed over the ranks,
  * P causal blocks of 2c = S/P tokens and P(P-1)/2 non-causal blocks each of 2c x c and c x 2c
  * (c = S/2P) -- the same FLOPs. This times each block shape with cuDNN (fwd and bwd, median of
- * several calls after a warm-up, CUDA events) and prints the ring's total against the single call.
+ * several calls after a warm-up, CUDA events) and prints the ring's total against the single call,
+ * then what the ring adds around cuDNN (LSE merges, gradient accumulation, final casts) in each
+ * --merge precision.
  *   ./build/ring_blocks [S] [Hq] [Hkv]        (default 131072 16 8: Qwen3-0.6B at 128K) */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +18,13 @@
 #include "../common/check.h"
 #include "../common/gpu.h"
 #include "../common/sdpa.h"
+#include "../kernels/kernels.h"
 
 static int cmp(const void *a, const void *b) { return *(const float *)a < *(const float *)b ? -1 : 1; }
 
 typedef struct {
     bf16_t *q, *k, *v, *o, *dout, *dq, *dk, *dv;
-    float *lse, *ssum, *acc;
+    float *lse, *ssum, *acc, *acc_kv; /* acc [S, Hq*D], acc_kv [2, S, Hkv*D]: merge-precision accumulators */
     void *ws;
     int64_t ws_bytes;
 } Bufs;
@@ -51,6 +55,50 @@ static void time_block(Sdpa *sd, const Bufs *b, SdpaShape sh, cudaStream_t st, f
     cudaEventDestroy(e1);
 }
 
+/* Everything the ring does besides cuDNN, summed over the P ranks of one layer (rank-local
+ * length n = 2c): forward, one LSE merge per block into the running O (fp32 or bf16) and the
+ * final cast; backward, dQ and dK/dV added into accumulators per block and the final casts
+ * (bf16: copies). Block outputs come from b->o / b->dq / b->dk, whatever they hold. */
+static void ring_extras(const Bufs *b, int P, int64_t c, int64_t H, int64_t Hkv, int64_t D, int f32, cudaStream_t st) {
+    const int64_t n = 2 * c, Q = H * D, KV = Hkv * D, pairs = (int64_t)P * (P - 1) / 2, esz = f32 ? 4 : 2;
+    void *o = f32 ? (void *)b->acc : (void *)b->o;
+    for (int64_t blk = 0; blk < P + 2 * pairs; blk++) { /* P causal 2c x 2c, pairs 2c x c, pairs c x 2c */
+        const int64_t nq = blk < P + pairs ? n : c, nk = blk < P ? n : blk < P + pairs ? c : n;
+        if (blk < P) fill_f32(b->ssum, -INFINITY, H * n, st);
+        lse_merge(o, f32, b->ssum, b->dout, b->lse, n, 0, nq, H, D, st);
+        add_bf16_into(b->acc, f32, b->dq, nq * Q, st);
+        add_bf16_into(b->acc_kv, f32, b->dk, 2 * nk * KV, st);
+    }
+    for (int r = 0; r < P; r++) {
+        if (f32) {
+            cast_f32_to_bf16(b->o, b->acc, n * Q, st);
+            cast_f32_to_bf16(b->dq, b->acc, n * Q, st);
+            cast_f32_to_bf16(b->dk, b->acc_kv, 2 * n * KV, st);
+        } else {
+            CUDA_CHECK(cudaMemcpyAsync(b->dq, b->acc, (size_t)(esz * n * Q), cudaMemcpyDeviceToDevice, st));
+            CUDA_CHECK(cudaMemcpyAsync(b->dk, b->acc_kv, (size_t)(esz * 2 * n * KV), cudaMemcpyDeviceToDevice, st));
+        }
+    }
+}
+
+static float time_extras(const Bufs *b, int P, int64_t c, int64_t H, int64_t Hkv, int64_t D, int f32, cudaStream_t st) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float t[7];
+    for (int rep = -2; rep < 7; rep++) {
+        CUDA_CHECK(cudaEventRecord(e0, st));
+        ring_extras(b, P, c, H, Hkv, D, f32, st);
+        CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&t[rep], e0, e1));
+    }
+    qsort(t, 7, sizeof(float), cmp);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return t[3];
+}
+
 int main(int argc, char **argv) {
     const int64_t S = argc > 1 ? atoll(argv[1]) : 131072, Hq = argc > 2 ? atoll(argv[2]) : 16,
                   Hkv = argc > 3 ? atoll(argv[3]) : 8, D = 128;
@@ -67,6 +115,7 @@ int main(int argc, char **argv) {
     b.lse = gpu_malloc(4 * Hq * S, "lse");
     b.ssum = gpu_malloc(4 * Hq * S, "softmax_sum");
     b.acc = gpu_malloc(4 * nq, "dq_accum");
+    b.acc_kv = gpu_malloc(4 * 2 * nk, "dkv_accum");
     const SdpaShape full = {Hq, Hkv, S, S, D, 1, 0};
     b.ws_bytes = sdpa_bwd_workspace_estimate(&full);
     b.ws = gpu_malloc(b.ws_bytes, "workspace");
@@ -99,8 +148,12 @@ int main(int argc, char **argv) {
                "%.3fx the single call\n",
                P, P, (long long)(2 * c), (long long)(2 * c), pairs, (long long)(2 * c), (long long)c, (long long)c,
                (long long)(2 * c), fwd, bwd, fwd + bwd, (fwd + bwd) / (f1 + b1));
-        printf("{\"what\":\"ring_blocks\",\"S\":%lld,\"P\":%d,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"ratio\":%.4f}\n",
-               (long long)S, P, fwd, bwd, (fwd + bwd) / (f1 + b1));
+        const float x32 = time_extras(&b, P, c, Hq, Hkv, D, 1, g.stream), x16 = time_extras(&b, P, c, Hq, Hkv, D, 0, g.stream);
+        printf("     merges, accumulation, casts: fp32 %.2f ms, bf16 %.2f ms; ring total %.3fx (fp32) / %.3fx (bf16)\n",
+               x32, x16, (fwd + bwd + x32) / (f1 + b1), (fwd + bwd + x16) / (f1 + b1));
+        printf("{\"what\":\"ring_blocks\",\"S\":%lld,\"P\":%d,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"ratio\":%.4f,"
+               "\"extras_fp32_ms\":%.3f,\"extras_bf16_ms\":%.3f}\n",
+               (long long)S, P, fwd, bwd, (fwd + bwd) / (f1 + b1), x32, x16);
     }
     sdpa_destroy(&sd);
     return 0;

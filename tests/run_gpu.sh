@@ -5,6 +5,8 @@
 # transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention case.
 set -u
 cd "$(dirname "$0")/.."
+# a hung rank must fail its case, not the whole run
+T="timeout ${CASE_TIMEOUT:-300}"
 pass=0; fail=0
 count() {
     local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
@@ -16,7 +18,7 @@ tmp=$(mktemp -d)
 echo "== kernels, GEMM, attention"
 ./build/test_gpu ${QUICK:+--quick} 2>&1 | tee "$tmp/unit.txt"; count "$tmp/unit.txt" test_gpu
 echo "== communicator: local backend (2-4 ranks on one GPU) and NCCL"
-./build/test_comm 2>&1 | tee "$tmp/comm.txt"; count "$tmp/comm.txt" test_comm
+$T ./build/test_comm 2>&1 | tee "$tmp/comm.txt"; count "$tmp/comm.txt" test_comm
 
 # one AdamW step: constant lr, no warmup, the hyper-parameters check_stage replays
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
@@ -60,7 +62,7 @@ if [ -x ./stage2 ]; then
     for spec in "untied_gqa4_s100 rand.tok" "tied_gqa2_hd128 rand384.tok"; do
         set -- $spec; g=tests/golden/$1
         for P in 1 2 4; do
-            ./stage2 --local-ranks $P --model "$g" --data "$tmp/$2" --seq 100 --steps 1 --loss-chunk 7 $HP \
+            $T ./stage2 --local-ranks $P --model "$g" --data "$tmp/$2" --seq 100 --steps 1 --loss-chunk 7 $HP \
                 --dump-grads "$tmp/s2.$1.$P.grads" --save "$tmp/s2.$1.$P.ck" > "$tmp/s2.log" 2>&1
             ok "stage2 $1 P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2.log"
             ./build/check_stage grads "$g" "$tmp/s2.$1.$P.grads" "$tmp/s2.$1.$P.ck" $HPV --tokens "$tmp/$2" --windows $P \
@@ -70,7 +72,7 @@ if [ -x ./stage2 ]; then
     done
     echo "== stage 2: the NCCL backend with one rank equals the local backend with one rank"
     g=tests/golden/untied_gqa4_s100
-    ./stage2 --gpus 1 --model "$g" --data "$tmp/rand.tok" --seq 100 --steps 1 --loss-chunk 7 $HP \
+    $T ./stage2 --gpus 1 --model "$g" --data "$tmp/rand.tok" --seq 100 --steps 1 --loss-chunk 7 $HP \
         --dump-grads "$tmp/s2.nccl.grads" > "$tmp/s2n.log" 2>&1
     ok "stage2 NCCL P=1 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2n.log"
     ./build/check_stage same "$tmp/s2.untied_gqa4_s100.1.grads" "$tmp/s2.nccl.grads" 0.99999 2>&1 | tee "$tmp/c.txt"
@@ -82,26 +84,28 @@ if [ -x ./stage3 ]; then
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
-        for P in 1 2 4; do
-            [ $((S % (2 * P))) -eq 0 ] || continue
-            for merge in fp32 bf16; do
-                ./stage3 --local-ranks $P --merge $merge --model "$g" --data "$tmp/$name.tok" --seq "$S" --steps 1 \
-                    --loss-chunk 7 $HP --dump-grads "$tmp/s3.grads" --save "$tmp/s3.ck" > "$tmp/s3.log" 2>&1
-                ok "stage3 $name P=$P merge $merge runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
+        for P in 1 2 4 8; do
+            [ $((S % (2 * P))) -eq 0 ] || { echo "  (seq $S is not divisible by 2 x $P: P=$P skipped)"; continue; }
+            for run in "fp32" "bf16" "fp32 --keep-attn"; do
+                set -- $run; merge=$1; shift
+                $T ./stage3 --local-ranks $P --merge $merge "$@" --model "$g" --data "$tmp/$name.tok" --seq "$S" \
+                    --steps 1 --loss-chunk 7 $HP --dump-grads "$tmp/s3.grads" --save "$tmp/s3.ck" > "$tmp/s3.log" 2>&1
+                ok "stage3 $name P=$P merge $run runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
                 ./build/check_stage grads "$g" "$tmp/s3.grads" "$tmp/s3.ck" $HPV 2>&1 | tee "$tmp/c.txt"
-                count "$tmp/c.txt" "stage3 $name P=$P $merge"
+                count "$tmp/c.txt" "stage3 $name P=$P $run"
             done
         done
     done
     echo "== stage 3: a 2-layer Qwen3-0.6B slice at 16K tokens, P = 2, 4, 8 against stage 1"
     ./stage1 --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP --dump-grads "$tmp/s1.16k" > "$tmp/s1.log" 2>&1
-    for P in 2 4 8; do
-        ./stage3 --local-ranks $P --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP \
+    for P in 2 4 8; do for merge in fp32 bf16; do
+        echo "  P=$P merge $merge"
+        $T ./stage3 --local-ranks $P --merge $merge --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP \
             --dump-grads "$tmp/s3.16k" > "$tmp/s3.log" 2>&1
-        ok "stage3 0.6B slice P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
+        ok "stage3 0.6B slice P=$P merge $merge runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
         ./build/check_stage same "$tmp/s1.16k" "$tmp/s3.16k" 0.999 1e-2 2>&1 | tee "$tmp/c.txt"
-        count "$tmp/c.txt" "stage3 0.6B slice P=$P"
-    done
+        count "$tmp/c.txt" "stage3 0.6B slice P=$P $merge"
+    done; done
 fi
 
 echo "== transformers loads the saved directory and agrees on the loss"
