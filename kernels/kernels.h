@@ -81,10 +81,10 @@ void scale_f32(float *x, int64_t n, float scale, cudaStream_t st);
 /* Merge a block's attention result into the running one for rows [q0, q0+nq) of n:
  * lse' = log(e^lse + e^lse_b), o' = (e^lse o + e^lse_b o_b) / e^lse'. o: running [n, H, D], fp32
  * (o_f32) or bf16; lse: running [H, n] fp32 (-inf before the first block); o_b [nq, H, D] bf16,
- * lse_b [H, nq] fp32 (a cuDNN block's output). D a multiple of 32. */
+ * lse_b [H, nq] fp32 (a cuDNN block's output). D a multiple of 4, buffers 16-byte aligned. */
 void lse_merge(void *o, int o_f32, float *lse, const bf16_t *o_b, const float *lse_b, int64_t n, int64_t q0,
                int64_t nq, int64_t H, int64_t D, cudaStream_t st);
-/* acc[i] += x[i] over n elements; acc fp32 (acc_f32) or bf16 */
+/* acc[i] += x[i] over n elements (a multiple of 4, 16-byte aligned); acc fp32 (acc_f32) or bf16 */
 void add_bf16_into(void *acc, int acc_f32, const bf16_t *x, int64_t n, cudaStream_t st);
 void fill_f32(float *p, float v, int64_t n, cudaStream_t st);
 

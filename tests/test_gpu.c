@@ -19,6 +19,7 @@
 #include "../common/gpu.h"
 #include "../common/safetensors.h"
 #include "../common/sdpa.h"
+#include "../common/zigzag.h"
 #include "../kernels/kernels.h"
 #include "test.h"
 
@@ -221,6 +222,56 @@ static void test_swiglu_embedding(void) {
     REPORT("embedding_bwd (fp32 atomics)", rel_d(o = down_f32(dtab_d, V * D), dref, V * D), 1e-6); free(o);
     free(tab); free(dxh); free(ids); free(ref); free(dref);
     cudaFree(tab_d); cudaFree(dx_d); cudaFree(ids_d); cudaFree(out_d); cudaFree(dtab_d);
+}
+
+/* ------------------------------------------------------------------ ring attention helpers */
+/* lse_merge of two blocks into a running O (fp32 or bf16), one row range at an offset, against
+ * lse_merge_row in fp64; add_bf16_into in both accumulator precisions. */
+static void test_ring_merge(int o_f32) {
+    const int64_t n = 48, H = 3, D = 128, q0 = 8, nq = 32, Q = H * D;
+    bf16_t *a_d, *b_d;
+    float *la_d, *lb_d;
+    float *a = rand_bf16(&a_d, nq * Q, 1.0), *b = rand_bf16(&b_d, nq * Q, 1.0);
+    float *la = rand_f32(&la_d, H * nq, 3.0), *lb = rand_f32(&lb_d, H * nq, 3.0);
+    lb[H * nq - 1] = -INFINITY; /* a row the second block did not see: left as it is */
+    CUDA_CHECK(cudaMemcpy(lb_d, lb, (size_t)(H * nq) * 4, cudaMemcpyHostToDevice));
+    void *o_d = dalloc_poisoned(n * Q * (o_f32 ? 4 : 2));
+    float *lse_d;
+    CUDA_CHECK(cudaMalloc((void **)&lse_d, (size_t)(H * n) * 4));
+    fill_f32(lse_d, -INFINITY, H * n, st);
+    lse_merge(o_d, o_f32, lse_d, a_d, la_d, n, q0, nq, H, D, st);
+    lse_merge(o_d, o_f32, lse_d, b_d, lb_d, n, q0, nq, H, D, st);
+    double *o = xmalloc((size_t)(nq * Q) * 8), *ob = xmalloc((size_t)D * 8), *lse = xmalloc((size_t)(H * nq) * 8);
+    for (int64_t t = 0; t < nq; t++)
+        for (int64_t h = 0; h < H; h++) {
+            double *row = o + (t * H + h) * D, *l = lse + h * nq + t;
+            *l = -INFINITY;
+            for (int64_t d = 0; d < D; d++) ob[d] = a[(t * H + h) * D + d];
+            lse_merge_row(row, l, ob, la[h * nq + t], D);
+            for (int64_t d = 0; d < D; d++) ob[d] = b[(t * H + h) * D + d];
+            lse_merge_row(row, l, ob, lb[h * nq + t], D);
+        }
+    float *got = o_f32 ? down_f32((float *)o_d + q0 * Q, nq * Q) : down_bf16((bf16_t *)o_d + q0 * Q, nq * Q);
+    float *gl = down_f32(lse_d, H * n), *gl_rows = xmalloc((size_t)(H * nq) * 4);
+    for (int64_t h = 0; h < H; h++) memcpy(gl_rows + h * nq, gl + h * n + q0, (size_t)nq * 4);
+    REPORT(o_f32 ? "lse_merge, fp32 running O" : "lse_merge, bf16 running O", rel_d(got, o, nq * Q), o_f32 ? 1e-6 : 5e-3);
+    REPORT("lse_merge LSE", rel_d(gl_rows, lse, H * nq), 1e-6);
+    EXPECT(gl[0] == -INFINITY && gl[H * n - 1] == -INFINITY, "rows outside [q0, q0+nq) untouched");
+    free(a); free(b); free(la); free(lb); free(o); free(ob); free(lse); free(got); free(gl); free(gl_rows);
+    cudaFree(a_d); cudaFree(b_d); cudaFree(la_d); cudaFree(lb_d); cudaFree(o_d); cudaFree(lse_d);
+
+    const int64_t m = 100004;
+    bf16_t *x_d, *acc16_d;
+    float *acc32_d;
+    float *x = rand_bf16(&x_d, m, 1.0), *acc = o_f32 ? rand_f32(&acc32_d, m, 1.0) : rand_bf16(&acc16_d, m, 1.0);
+    add_bf16_into(o_f32 ? (void *)acc32_d : (void *)acc16_d, o_f32, x_d, m, st);
+    add_bf16_into(o_f32 ? (void *)acc32_d : (void *)acc16_d, o_f32, x_d, m, st);
+    double *ref = xmalloc((size_t)m * 8);
+    for (int64_t i = 0; i < m; i++) ref[i] = (double)acc[i] + 2.0 * x[i];
+    got = o_f32 ? down_f32(acc32_d, m) : down_bf16(acc16_d, m);
+    REPORT(o_f32 ? "add_bf16_into, fp32 accumulator" : "add_bf16_into, bf16 accumulator", rel_d(got, ref, m), o_f32 ? 1e-6 : TOL_BF16);
+    free(x); free(acc); free(ref); free(got);
+    cudaFree(x_d); cudaFree(o_f32 ? (void *)acc32_d : (void *)acc16_d);
 }
 
 static void test_cross_entropy(int64_t rows, int64_t V) {
@@ -503,6 +554,8 @@ int main(int argc, char **argv) {
     test_cross_entropy(37, 1000);
     test_cross_entropy(3, 151936);
     test_adamw();
+    test_ring_merge(1);
+    test_ring_merge(0);
     printf("[gemm]\n");
     void *ws;
     CUDA_CHECK(cudaMalloc(&ws, GEMM_WORKSPACE_BYTES));
