@@ -2,13 +2,6 @@
  * accumulating block gradients (cuDNN overwrites its outputs). */
 #include "common.cuh"
 
-template <typename T> __device__ __forceinline__ float ld(const T *p, int64_t i);
-template <> __device__ __forceinline__ float ld<float>(const float *p, int64_t i) { return p[i]; }
-template <> __device__ __forceinline__ float ld<bf16_t>(const bf16_t *p, int64_t i) { return bf(p, i); }
-template <typename T> __device__ __forceinline__ void st(T *p, int64_t i, float v);
-template <> __device__ __forceinline__ void st<float>(float *p, int64_t i, float v) { p[i] = v; }
-template <> __device__ __forceinline__ void st<bf16_t>(bf16_t *p, int64_t i, float v) { st_bf(p, i, v); }
-
 /* Four consecutive elements at a time (8- or 16-byte accesses): these kernels only stream memory,
  * and scalar 2-byte accesses left the bf16 accumulators far slower than the fp32 ones. */
 struct F4 {
