@@ -762,7 +762,7 @@ static void train(Model *M, const MemPlan *mp) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
         const double loss = loss_sum / (double)M->S, sec = ms / 1e3, tflops = flops / sec / 1e12;
         const double used = (double)gpu_used_bytes() / (1 << 30);
-        const double planned = (double)(memplan_total(mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30);
+        const double planned = (double)memplan_peak(mp) / (1 << 30);
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
                "mem %.2f GiB (plan %.2f)\n",
@@ -805,9 +805,9 @@ int main(int argc, char **argv) {
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     memplan_print(&mp, stdout, title, (int64_t)free_b);
-    if (memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE > (int64_t)free_b)
+    if (memplan_peak(&mp) > (int64_t)free_b)
         DIE("the plan needs %.2f GiB, %s has %.2f GiB free: shorten --seq, drop --keep-attn or use a later stage",
-            (double)(memplan_total(&mp) + MEMPLAN_RUNTIME_RESERVE) / (1 << 30), M.gpu.name, (double)free_b / (1 << 30));
+            (double)memplan_peak(&mp) / (1 << 30), M.gpu.name, (double)free_b / (1 << 30));
     train(&M, &mp);
     return 0;
 }

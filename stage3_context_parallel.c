@@ -1122,7 +1122,7 @@ static void train(Model *M, const MemPlan *mp) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
         const double loss = loss_sum / (double)tokens, sec = ms / 1e3, tflops = flops * share / sec / 1e12;
         const double used = (double)gpu_used_bytes() / (1 << 30);
-        const double planned = (double)(memplan_total(mp) + MEMPLAN_RUNTIME_RESERVE) * share / (1 << 30);
+        const double planned = (double)memplan_peak(mp) * share / (1 << 30);
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
                "mem %.2f GiB (plan %.2f)\n",
@@ -1152,7 +1152,7 @@ static void train(Model *M, const MemPlan *mp) {
 static void check_fits(const MemPlan *mp, int share, const char *gpu) {
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const int64_t need = (memplan_total(mp) + MEMPLAN_RUNTIME_RESERVE) * share;
+    const int64_t need = memplan_peak(mp) * share;
     if (need > (int64_t)free_b)
         DIE("%d rank(s) on %s need %.2f GiB, %.2f GiB are free: shorten --seq, drop --keep-attn, use more GPUs or a "
             "later stage", share, gpu, (double)need / (1 << 30), (double)free_b / (1 << 30));

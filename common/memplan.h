@@ -17,6 +17,8 @@ typedef struct {
 
 void memplan_add(MemPlan *m, const char *name, int64_t bytes);
 int64_t memplan_total(const MemPlan *m);
+/* the GPU's peak for one rank: the table plus MEMPLAN_RUNTIME_RESERVE */
+int64_t memplan_peak(const MemPlan *m);
 /* capacity <= 0: unknown (no GPU) */
 void memplan_print(const MemPlan *m, FILE *f, const char *title, int64_t capacity);
 
