@@ -29,30 +29,42 @@ typedef struct {
     int64_t ws_bytes;
 } Bufs;
 
-/* median ms of fwd and of bwd for one block shape */
-static void time_block(Sdpa *sd, const Bufs *b, SdpaShape sh, cudaStream_t st, float *fwd, float *bwd) {
+/* what one timed call runs */
+typedef struct {
+    Sdpa *sd;
+    const Bufs *b;
+    SdpaShape sh;
+    int what;        /* 0 cuDNN fwd, 1 cuDNN bwd, 2 the ring's extras */
+    int P, f32;      /* extras: ranks, accumulator precision */
+    cudaStream_t st;
+} Job;
+static void run_job(const Job *j);
+
+/* median ms of 7 runs after 2 warm-up runs, CUDA events around each */
+static float median_ms(const Job *j) {
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
-    float tf[7], tb[7];
+    float t[7];
     for (int rep = -2; rep < 7; rep++) {
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        sdpa_fwd(sd, &sh, b->o, b->lse, b->q, b->k, b->v, b->ws, b->ws_bytes);
-        CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaEventRecord(e0, j->st));
+        run_job(j);
+        CUDA_CHECK(cudaEventRecord(e1, j->st));
         CUDA_CHECK(cudaEventSynchronize(e1));
-        if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&tf[rep], e0, e1));
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        sdpa_bwd(sd, &sh, b->dq, b->dk, b->dv, b->q, b->k, b->v, b->o, b->dout, b->lse, b->ssum, b->acc, b->ws, b->ws_bytes);
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&tb[rep], e0, e1));
+        if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&t[rep], e0, e1));
     }
-    qsort(tf, 7, sizeof(float), cmp);
-    qsort(tb, 7, sizeof(float), cmp);
-    *fwd = tf[3];
-    *bwd = tb[3];
+    qsort(t, 7, sizeof(float), cmp);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    return t[3];
+}
+
+/* median ms of fwd and of bwd for one block shape */
+static void time_block(Sdpa *sd, const Bufs *b, SdpaShape sh, cudaStream_t st, float *fwd, float *bwd) {
+    Job j = {sd, b, sh, 0, 0, 0, st};
+    *fwd = median_ms(&j);
+    j.what = 1; /* backward reads the O and LSE the forward left */
+    *bwd = median_ms(&j);
 }
 
 /* Everything the ring does besides cuDNN, summed over the P ranks of one layer (rank-local
@@ -81,22 +93,20 @@ static void ring_extras(const Bufs *b, int P, int64_t c, int64_t H, int64_t Hkv,
     }
 }
 
+static void run_job(const Job *j) {
+    const Bufs *b = j->b;
+    const SdpaShape *sh = &j->sh;
+    if (j->what == 0) sdpa_fwd(j->sd, sh, b->o, b->lse, b->q, b->k, b->v, b->ws, b->ws_bytes);
+    else if (j->what == 1)
+        sdpa_bwd(j->sd, sh, b->dq, b->dk, b->dv, b->q, b->k, b->v, b->o, b->dout, b->lse, b->ssum, b->acc, b->ws,
+                 b->ws_bytes);
+    else ring_extras(b, j->P, sh->Sq / 2, sh->Hq, sh->Hkv, sh->D, j->f32, j->st);
+}
+
+/* median ms of the ring's extras at P ranks (c = S / 2P tokens a chunk) */
 static float time_extras(const Bufs *b, int P, int64_t c, int64_t H, int64_t Hkv, int64_t D, int f32, cudaStream_t st) {
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    float t[7];
-    for (int rep = -2; rep < 7; rep++) {
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        ring_extras(b, P, c, H, Hkv, D, f32, st);
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        if (rep >= 0) CUDA_CHECK(cudaEventElapsedTime(&t[rep], e0, e1));
-    }
-    qsort(t, 7, sizeof(float), cmp);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return t[3];
+    const Job j = {NULL, b, (SdpaShape){H, Hkv, 2 * c, 2 * c, D, 1, 0}, 2, P, f32, st};
+    return median_ms(&j);
 }
 
 int main(int argc, char **argv) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# GPU tests (make test-gpu), on an H100/H200: kernels, GEMMs and attention (build/test_gpu), then
-# stage 1 against the CPU reference on the golden configs, --keep-attn against plain
-# checkpointing, save + resume against an uninterrupted run, and the saved directory loaded by
-# transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention case.
+# GPU tests (make test-gpu), on an H100/H200: kernels, GEMMs and attention (build/test_gpu), the
+# communicator (build/test_comm), stage 1 against the CPU reference on the golden configs,
+# --keep-attn against plain checkpointing, save + resume against an uninterrupted run, stage 2 on
+# local ranks and NCCL, stage 3 on local ranks against the reference and stage 1, and the saved
+# directory loaded by transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention
+# case; CASE_TIMEOUT (s, default 300) bounds each multi-rank run.
 set -u
 cd "$(dirname "$0")/.."
 # a hung rank must fail its case, not the whole run
