@@ -21,8 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 #include <cublasLt.h>
@@ -35,18 +34,17 @@
 #include "common/gpu.h"
 #include "common/memplan.h"
 #include "common/model.h"
-#include "common/safetensors.h"
 #include "common/sdpa.h"
+#include "common/state.h"
 #include "common/tensor.h"
 #include "common/tokens.h"
+#include "common/train.h"
 #include "kernels/kernels.h"
 
 static const char *SUMMARY =
     "Train a Qwen3 model on one GPU: bf16 compute, fp32 master weights and AdamW state, per-layer\n"
     "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
     "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
-
-#define PEAK_FLOPS 989e12 /* H100/H200 dense bf16 */
 
 /* ============================================================ options */
 typedef struct {
@@ -71,13 +69,14 @@ typedef struct {
     int profile;             /* time kernel classes with CUDA events */
     double yarn_factor;
     int64_t yarn_original;
-    double gpu_gib;          /* --dry-run: device memory to plan against */
+    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
+    const char *trace;       /* tests: shapes of every GEMM and attention call, one per line */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
     Opts o = {.model = "0.6B", .data = "data/books.tok", .seq = 16384, .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .gpu_gib = 139.8};
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
@@ -100,10 +99,11 @@ static Opts parse_opts(int argc, char **argv) {
         {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)"},
         {"--resume", OPT_STRING, &o.resume, "continue from a directory written by --save"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
-        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "--dry-run: GPU memory to plan against"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
+        {"--trace", OPT_STRING, &o.trace, "write the shape of every GEMM and attention call to this file (tests)"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)"},
     };
@@ -122,6 +122,9 @@ static Opts parse_opts(int argc, char **argv) {
 /* ============================================================ model state */
 typedef struct {
     ParamTable table;   /* names, shapes, offsets into the flat buffers below */
+    Piece *pieces;      /* the tensors this rank holds (here: all, whole): AdamW and checkpoints go per piece */
+    int64_t npieces;
+    int64_t total;      /* elements of each flat buffer (the table's, with alignment padding) */
     bf16_t *w;          /* [total] bf16 weights used by the GEMMs and kernels */
     float *master;      /* [total] fp32 master weights */
     float *grad;        /* [total] fp32 gradients (GEMM dW accumulates with beta = 1) */
@@ -180,6 +183,13 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     void *gemm_ws;
 } Work;
 
+/* memory categories: one arena each, planned and allocated by carve() */
+enum { A_WEIGHTS, A_GRADS, A_OPTIM, A_CKPT, A_KEPT, A_WORK, A_CUDNN, A_N };
+static const ArenaSpec ARENAS[A_N] = {
+    {"weights (bf16)", ON_GPU}, {"gradients (fp32)", ON_GPU}, {"optimizer (fp32 master, m, v)", ON_GPU},
+    {"checkpoints (layer inputs)", ON_GPU}, {"kept attention (O, LSE)", ON_GPU}, {"working set", ON_GPU},
+    {"cuDNN workspace", ON_GPU}};
+
 typedef struct {
     Qwen3Config c;
     Opts o;
@@ -192,12 +202,8 @@ typedef struct {
     Gemm gemm;
     Sdpa sdpa;
     float attn_factor;  /* YaRN cos/sin scale */
-    Arena arena[7];     /* one per memory category, ARENA_NAMES order */
+    Arena arena[A_N];   /* one per memory category */
 } Model;
-
-static const char *ARENA_NAMES[7] = {"weights (bf16)", "gradients (fp32)", "optimizer (fp32 master, m, v)",
-                                     "checkpoints (layer inputs)", "kept attention (O, LSE)", "working set",
-                                     "cuDNN workspace"};
 
 /* ============================================================ build */
 #define BF(n) ((int64_t)(n) * 2)
@@ -208,25 +214,25 @@ static const char *ARENA_NAMES[7] = {"weights (bf16)", "gradients (fp32)", "opti
 static void carve(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
-                  I = c->intermediate, V = c->vocab, T = M->p.table.total,
+                  I = c->intermediate, V = c->vocab, T = M->p.total,
                   C = M->o.loss_chunk < S ? M->o.loss_chunk : S;
     Arena *A = M->arena;
     Params *p = &M->p;
     Work *w = &M->w;
-    p->w = arena_take(&A[0], BF(T), "weights");
-    p->grad = arena_take(&A[1], F32(T), "grads");
-    p->master = arena_take(&A[2], F32(T), "master");
-    p->m = arena_take(&A[2], F32(T), "adam m");
-    p->v = arena_take(&A[2], F32(T), "adam v");
-    M->sv.x = arena_take(&A[3], BF((L + 1) * S * D), "checkpoints");
+    p->w = arena_take(&A[A_WEIGHTS], BF(T), "weights");
+    p->grad = arena_take(&A[A_GRADS], F32(T), "grads");
+    p->master = arena_take(&A[A_OPTIM], F32(T), "master");
+    p->m = arena_take(&A[A_OPTIM], F32(T), "adam m");
+    p->v = arena_take(&A[A_OPTIM], F32(T), "adam v");
+    M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
     if (M->o.keep_attn) {
-        M->sv.o = arena_take(&A[4], BF(L * S * Q), "kept O");
-        M->sv.lse = arena_take(&A[4], F32(L * c->heads * S), "kept LSE");
+        M->sv.o = arena_take(&A[A_KEPT], BF(L * S * Q), "kept O");
+        M->sv.lse = arena_take(&A[A_KEPT], F32(L * c->heads * S), "kept LSE");
     }
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
-    w->sdpa_ws = arena_take(&A[6], w->sdpa_ws_bytes, "cuDNN workspace");
+    w->sdpa_ws = arena_take(&A[A_CUDNN], w->sdpa_ws_bytes, "cuDNN workspace");
 
-    Arena *W = &A[5];
+    Arena *W = &A[A_WORK];
     w->gemm_ws = arena_take(W, GEMM_WORKSPACE_BYTES, "cuBLASLt workspace");
     w->dx = arena_take(W, BF(S * D), "dx");
     w->ids = arena_take(W, 4 * (S + 1), "ids");
@@ -237,6 +243,10 @@ static void carve(Model *M) {
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
     const int64_t persistent = arena_mark(W);
+    /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
+     * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
+     * a phase's tensors are dead before the next phase's first kernel, queued behind them on that
+     * stream, writes there; nothing else writes into the working set. */
     /* A */
     w->xn = arena_take(W, BF(S * D), "xn");
     w->rstd1 = arena_take(W, F32(S), "rstd1");
@@ -280,32 +290,21 @@ static void carve(Model *M) {
 }
 
 static MemPlan plan_memory(Model *M) {
-    for (int i = 0; i < 7; i++) arena_init(&M->arena[i], ARENA_NAMES[i], NULL, 0);
+    arenas_plan(M->arena, ARENAS, A_N);
     carve(M);
-    MemPlan mp = {0};
-    for (int i = 0; i < 7; i++)
-        if (M->arena[i].high) memplan_add(&mp, ARENA_NAMES[i], M->arena[i].high);
-    return mp;
+    return memplan_of(M->arena, A_N);
 }
 
 static void allocate(Model *M) {
-    int64_t high[7];
-    for (int i = 0; i < 7; i++) high[i] = M->arena[i].high;
-    for (int i = 0; i < 7; i++) arena_init(&M->arena[i], ARENA_NAMES[i], high[i] ? gpu_malloc(high[i], ARENA_NAMES[i]) : NULL, high[i]);
+    arenas_allocate(M->arena, A_N);
     carve(M);
 }
 
 static void load_config(Model *M) {
     char err[512];
-    const char *src = M->o.resume ? M->o.resume : M->o.model;
-    if (config_load(src, &M->c, err, sizeof err)) DIE("%s", err);
-    if (M->o.layers > 0) {
-        if (M->o.layers > M->c.layers) DIE("--layers %lld: the model has %lld", (long long)M->o.layers, (long long)M->c.layers);
-        M->c.layers = M->o.layers;
-    }
-    if (M->o.yarn_factor > 0) config_set_yarn(&M->c, M->o.yarn_factor, M->o.yarn_original);
-    if (M->c.head_dim % 64) DIE("head_dim %lld: the RoPE kernel needs a multiple of 64", (long long)M->c.head_dim);
-    if (M->c.hidden % 8) DIE("hidden_size %lld must be a multiple of 8", (long long)M->c.hidden);
+    const Opts *o = &M->o;
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+        DIE("%s", err);
     M->S = M->o.seq;
     M->attn = (SdpaShape){M->c.heads, M->c.kv_heads, M->S, M->S, M->c.head_dim, 1, 0};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
@@ -313,54 +312,23 @@ static void load_config(Model *M) {
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }
     params_build(&M->c, &M->p.table);
+    M->p.npieces = params_pieces(&M->p.table, &M->p.pieces);
+    M->p.total = M->p.table.total;
 }
 
-/* Host <-> device copies of the training state: fp32 master weights and AdamW moments (m, v NULL:
- * zero). Uploading also makes the bf16 weights. Full-size host arrays in the flat layout. */
-static void state_upload(Model *M, const float *master, const float *m, const float *v) {
-    const int64_t T = M->p.table.total;
-    cudaStream_t st = M->gpu.stream;
-    gpu_upload(M->p.master, master, F32(T), st);
-    cast_f32_to_bf16(M->p.w, M->p.master, T, st);
-    if (m) gpu_upload(M->p.m, m, F32(T), st);
-    else CUDA_CHECK(cudaMemsetAsync(M->p.m, 0, (size_t)F32(T), st));
-    if (v) gpu_upload(M->p.v, v, F32(T), st);
-    else CUDA_CHECK(cudaMemsetAsync(M->p.v, 0, (size_t)F32(T), st));
+/* the training state this rank holds, for checkpoint I/O (common/state.h) */
+static StateIO state_io(Model *M) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return (StateIO){&M->c, &M->p.table, M->p.pieces, M->p.npieces, M->p.total, M->p.master, M->p.m, M->p.v,
+                     M->p.grad, 0, cores > 0 ? (int)cores : 1, NULL, M->gpu.stream};
 }
-static void state_download(Model *M, float *master, float *m, float *v) {
-    const int64_t T = M->p.table.total;
-    gpu_download(master, M->p.master, F32(T), M->gpu.stream);
-    gpu_download(m, M->p.m, F32(T), M->gpu.stream);
-    gpu_download(v, M->p.v, F32(T), M->gpu.stream);
-}
-static void grads_download(Model *M, float *g) { gpu_download(g, M->p.grad, F32(M->p.table.total), M->gpu.stream); }
 
-static int64_t read_checkpoint(const Model *M, const char *dir, float *master, float *m, float *v);
-
-/* returns the step training continues after (0 unless --resume) */
+/* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
+ * returns the step training continues after (0 unless --resume) */
 static int64_t init_weights(Model *M) {
-    const int64_t T = M->p.table.total;
-    float *master = xmalloc((size_t)F32(T));
-    char err[512];
-    int64_t step = 0;
-    struct stat sb;
-    if (M->o.resume) {
-        float *m = xmalloc((size_t)F32(T)), *v = xmalloc((size_t)F32(T));
-        step = read_checkpoint(M, M->o.resume, master, m, v);
-        state_upload(M, master, m, v);
-        free(m);
-        free(v);
-    } else {
-        if (!stat(M->o.model, &sb) && S_ISDIR(sb.st_mode)) {
-            printf("loading weights from %s\n", M->o.model);
-            if (params_load(&M->p.table, M->o.model, master, err, sizeof err)) DIE("%s", err);
-        } else {
-            printf("random init (normal 0, %g; norms 1), seed %lld\n", M->c.init_std, (long long)M->o.seed);
-            params_init(&M->p.table, M->c.init_std, (uint64_t)M->o.seed, master);
-        }
-        state_upload(M, master, NULL, NULL);
-    }
-    free(master);
+    StateIO io = state_io(M);
+    const int64_t step = state_load(&io, M->o.model, M->o.resume, M->c.init_std, (uint64_t)M->o.seed);
+    cast_f32_to_bf16(M->p.w, M->p.master, M->p.total, M->gpu.stream);
     return step;
 }
 
@@ -375,42 +343,6 @@ static void setup_rope(Model *M) {
     for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)t;
     gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
     free(pos);
-}
-
-/* ============================================================ profile */
-/* --profile: an event at every change of kernel class; the time between two events is charged
- * to the class of the first. Off, mark() is one branch. */
-enum { K_GEMM, K_ATTN, K_ELEM, K_LOSS, K_OPTIM, K_END, K_N };
-static const char *K_NAMES[K_N] = {"GEMM", "attention", "norms/RoPE/SwiGLU/embedding", "loss (lm_head + CE)",
-                                   "optimizer", "-"};
-#define MAX_MARKS 8192
-static struct {
-    int on, n, cls[MAX_MARKS];
-    cudaEvent_t ev[MAX_MARKS];
-    double ms[K_N];
-} prof;
-
-static void mark(cudaStream_t st, int cls) {
-    if (!prof.on || prof.n == MAX_MARKS) return;
-    if (!prof.ev[prof.n]) CUDA_CHECK(cudaEventCreate(&prof.ev[prof.n]));
-    CUDA_CHECK(cudaEventRecord(prof.ev[prof.n], st));
-    prof.cls[prof.n++] = cls;
-}
-
-static void prof_report(cudaStream_t st) {
-    if (!prof.on) return;
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    double total = 0;
-    for (int i = 0; i < K_N; i++) prof.ms[i] = 0;
-    for (int i = 0; i + 1 < prof.n; i++) {
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, prof.ev[i], prof.ev[i + 1]));
-        prof.ms[prof.cls[i]] += ms;
-        total += ms;
-    }
-    printf("  profile:");
-    for (int i = 0; i < K_END; i++) printf(" %s %.1f ms (%.1f%%)%s", K_NAMES[i], prof.ms[i], 100 * prof.ms[i] / total, i + 1 < K_END ? " |" : "\n");
-    prof.n = 0;
 }
 
 /* ============================================================ forward */
@@ -553,26 +485,19 @@ static void backward(Model *M) {
 }
 
 /* ============================================================ update */
-static double lr_at(const Opts *o, int64_t step) { /* step is 1-based */
-    if (step <= o->warmup) return o->lr * (double)step / (double)(o->warmup > 0 ? o->warmup : 1);
-    if (!strcmp(o->schedule, "constant")) return o->lr;
-    const double t = (double)(step - o->warmup) / (double)(o->steps - o->warmup > 0 ? o->steps - o->warmup : 1);
-    const double floor = o->lr * o->min_lr_frac;
-    return floor + (o->lr - floor) * 0.5 * (1.0 + cos(M_PI * (t > 1 ? 1 : t)));
-}
-
 static void update(Model *M, int64_t step, double lr) {
     const Opts *o = &M->o;
     Params *p = &M->p;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_OPTIM);
-    sumsq_f32(M->w.gnorm_sq, p->grad, p->table.total, M->w.red, st);
+    sumsq_f32(M->w.gnorm_sq, p->grad, p->total, M->w.red, st);
     const float bc1 = (float)(1.0 - pow(o->beta1, (double)step)), bc2 = (float)(1.0 - pow(o->beta2, (double)step));
-    for (int64_t i = 0; i < p->table.n; i++) {
-        const ParamInfo *t = &p->table.p[i];
-        adamw(p->master + t->offset, p->w + t->offset, p->m + t->offset, p->v + t->offset, p->grad + t->offset,
-              t->numel, M->w.gnorm_sq, (float)o->clip, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-              params_decays(t) ? (float)o->wd : 0.f, bc1, bc2, st);
+    for (int64_t i = 0; i < p->npieces; i++) { /* decay differs per tensor */
+        const Piece *t = &p->pieces[i];
+        const int64_t at = t->at;
+        adamw(p->master + at, p->w + at, p->m + at, p->v + at, p->grad + at, t->numel, M->w.gnorm_sq,
+              (float)o->clip, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+              params_decays(t->param) ? (float)o->wd : 0.f, bc1, bc2, st);
     }
 }
 
@@ -605,112 +530,10 @@ static void data_load(Data *d, Model *M, int64_t step) {
     CUDA_CHECK(cudaMemcpyAsync(M->w.ids, d->host, (size_t)(4 * (M->S + 1)), cudaMemcpyHostToDevice, M->gpu.stream));
 }
 
-/* ============================================================ main: checkpoints */
-static void ensure_dir(const char *dir) {
-    if (mkdir(dir, 0755) && errno != EEXIST) DIE("cannot create %s: %s", dir, strerror(errno));
-}
-
-/* HF directory (config.json + bf16 model.safetensors) + trainer_state.safetensors (fp32 master, m, v),
- * from full-size host arrays */
-static void write_checkpoint(const Model *M, const char *dir, int64_t step, const float *master, const float *m,
-                             const float *v) {
-    const ParamTable *t = &M->p.table;
-    const int64_t T = t->total;
-    char path[4096], err[512], meta[512];
-    ensure_dir(dir);
-    uint16_t *bf = xmalloc((size_t)BF(T));
-    for (int64_t i = 0; i < T; i++) bf[i] = f32_to_bf16(master[i]);
-    StWrite *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
-    char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
-    for (int64_t i = 0; i < t->n; i++) {
-        const ParamInfo *p = &t->p[i];
-        sw[i] = (StWrite){p->name, ST_BF16, p->ndim, {p->shape[0], p->shape[1]}, bf + p->offset};
-    }
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (config_write_json(&M->c, path, "bfloat16")) DIE("cannot write %s", path);
-    if (st_write_dir(dir, sw, t->n, 4ll << 30, err, sizeof err)) DIE("%s", err);
-    const float *src[3] = {master, m, v};
-    const char *pre[3] = {"master", "adam_m", "adam_v"};
-    for (int k = 0; k < 3; k++)
-        for (int64_t i = 0; i < t->n; i++) {
-            const ParamInfo *p = &t->p[i];
-            snprintf(names[k * t->n + i], 112, "%s.%s", pre[k], p->name);
-            sw[k * t->n + i] = (StWrite){names[k * t->n + i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, src[k] + p->offset};
-        }
-    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step,
-             (long long)M->S, M->o.data);
-    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.partial", path);
-    if (st_write(tmp, sw, 3 * t->n, meta, err, sizeof err)) DIE("%s", err);
-    if (rename(tmp, path)) DIE("cannot rename %s: %s", tmp, strerror(errno));
-    printf("saved step %lld to %s (HF model + trainer state)\n", (long long)step, dir);
-    free(bf); free(sw); free(names);
-}
-
-static void save_checkpoint(Model *M, const char *dir, int64_t step) {
-    const int64_t T = M->p.table.total;
-    float *master = xmalloc((size_t)F32(T)), *m = xmalloc((size_t)F32(T)), *v = xmalloc((size_t)F32(T));
-    state_download(M, master, m, v);
-    write_checkpoint(M, dir, step, master, m, v);
-    free(master); free(m); free(v);
-}
-
-/* fills full-size host arrays; returns the step the state was saved after */
-static int64_t read_checkpoint(const Model *M, const char *dir, float *master, float *m, float *v) {
-    const ParamTable *t = &M->p.table;
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
-    SafeTensors st;
-    if (st_open(path, &st, err, sizeof err)) DIE("--resume: %s", err);
-    float *buf[3] = {master, m, v};
-    const char *pre[3] = {"master", "adam_m", "adam_v"};
-    for (int k = 0; k < 3; k++) {
-        memset(buf[k], 0, (size_t)F32(t->total));
-        for (int64_t i = 0; i < t->n; i++) {
-            char name[128];
-            snprintf(name, sizeof name, "%s.%s", pre[k], t->p[i].name);
-            if (st_read_f32(&st, name, t->p[i].ndim, t->p[i].shape, buf[k] + t->p[i].offset, err, sizeof err))
-                DIE("--resume %s: %s", path, err);
-        }
-    }
-    st_close(&st);
-    /* the step lives in the header metadata: read it from the raw header */
-    FILE *f = fopen(path, "rb");
-    char head[4096] = {0};
-    size_t got = f ? fread(head, 1, sizeof head - 1, f) : 0;
-    if (f) fclose(f);
-    const char *s = got > 8 ? strstr(head + 8, "\"step\":\"") : NULL;
-    if (!s) DIE("--resume %s: no step in the metadata", path);
-    const int64_t step = strtoll(s + 8, NULL, 10);
-    printf("resumed from %s after step %lld\n", dir, (long long)step);
-    return step;
-}
-
-static void dump_grads(Model *M, double loss) {
-    const ParamTable *t = &M->p.table;
-    float *g = xmalloc((size_t)F32(t->total));
-    grads_download(M, g);
-    StWrite *sw = xcalloc((size_t)(t->n + 1), sizeof(StWrite));
-    char (*names)[112] = xcalloc((size_t)t->n, 112);
-    float l = (float)loss;
-    sw[0] = (StWrite){"loss", ST_F32, 1, {1, 0}, &l};
-    for (int64_t i = 0; i < t->n; i++) {
-        const ParamInfo *p = &t->p[i];
-        snprintf(names[i], 112, "grad.%s", p->name);
-        sw[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, g + p->offset};
-    }
-    char err[512];
-    if (st_write(M->o.dump_grads, sw, t->n + 1, NULL, err, sizeof err)) DIE("%s", err);
-    printf("wrote loss and gradients of this step to %s\n", M->o.dump_grads);
-    free(g); free(sw); free(names);
-}
-
 /* ============================================================ main */
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+static void save_checkpoint(Model *M, const char *dir, int64_t step) {
+    StateIO io = state_io(M);
+    state_save(&io, dir, step, M->S, M->o.data);
 }
 
 /* one GPU's training run: allocate as planned, initialise, loop */
@@ -739,18 +562,19 @@ static void train(Model *M, const MemPlan *mp) {
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
         cudaStream_t st = M->gpu.stream;
-        const double lr = lr_at(&M->o, step);
+        const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
         data_load(&data, M, step - 1);
         CUDA_CHECK(cudaEventRecord(ev0, st));
         mark(st, K_OPTIM);
-        CUDA_CHECK(cudaMemsetAsync(M->p.grad, 0, (size_t)F32(M->p.table.total), st));
+        CUDA_CHECK(cudaMemsetAsync(M->p.grad, 0, (size_t)F32(M->p.total), st));
         forward(M);
         loss_and_head_backward(M);
         backward(M);
         if (M->o.dump_grads && step == 1) {
             double ls;
             gpu_download(&ls, M->w.loss_sum, 8, st);
-            dump_grads(M, ls / (double)M->S);
+            StateIO io = state_io(M);
+            state_dump(&io, M->o.dump_grads, ls / (double)M->S);
         }
         update(M, step, lr);
         mark(st, K_END);
@@ -760,25 +584,16 @@ static void train(Model *M, const MemPlan *mp) {
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
         float ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)M->S, sec = ms / 1e3, tflops = flops / sec / 1e12;
-        const double used = (double)gpu_used_bytes() / (1 << 30);
-        const double planned = (double)memplan_peak(mp) / (1 << 30);
+        const double loss = loss_sum / (double)M->S, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
-        printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
-               "mem %.2f GiB (plan %.2f)\n",
-               (long long)step, loss, lr, sqrt(gsq), sec, M->S / sec, tflops, 100 * tflops * 1e12 / PEAK_FLOPS, used,
-               planned);
+        step_report(&(StepLog){.stage = 1, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn, .step = step,
+                               .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq), .sec = sec,
+                               .tokens = (double)M->S, .tflops = flops / sec / 1e12,
+                               .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
+                               .mem_plan_gib = (double)memplan_peak(mp) / (1 << 30)},
+                    log);
         prof_report(st);
         fflush(stdout);
-        if (log) {
-            fprintf(log,
-                    "{\"stage\":1,\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
-                    "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
-                    "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,\"epoch\":%lld}\n",
-                    M->c.name, (long long)M->S, M->o.keep_attn, (long long)step, loss, loss, lr, sqrt(gsq), sec, M->S / sec,
-                    tflops, tflops * 1e12 / PEAK_FLOPS, used, planned, (long long)data.epoch);
-            fflush(log);
-        }
         if (M->o.save && M->o.save_every > 0 && step % M->o.save_every == 0 && step < M->o.steps)
             save_checkpoint(M, M->o.save, step);
     }
@@ -790,7 +605,8 @@ static void train(Model *M, const MemPlan *mp) {
 int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised */
     M.o = parse_opts(argc, argv);
-    prof.on = M.o.profile;
+    prof_enable(M.o.profile);
+    trace_open(M.o.trace, 0);
     load_config(&M);
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
@@ -798,16 +614,13 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "stage 1, %s, seq %lld%s", M.c.name, (long long)M.S,
              M.o.keep_attn ? ", --keep-attn" : "");
     if (M.o.dry_run) {
-        memplan_print(&mp, stdout, title, (int64_t)(M.o.gpu_gib * (1 << 30)));
+        memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
         return 0;
     }
     gpu_init(&M.gpu, 0);
-    size_t free_b, total_b;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    memplan_print(&mp, stdout, title, (int64_t)free_b);
-    if (memplan_peak(&mp) > (int64_t)free_b)
-        DIE("the plan needs %.2f GiB, %s has %.2f GiB free: shorten --seq, drop --keep-attn or use a later stage",
-            (double)memplan_peak(&mp) / (1 << 30), M.gpu.name, (double)free_b / (1 << 30));
+    memplan_print(&mp, stdout, title, gpu_free_bytes(M.o.gpu_gib));
+    char why[512];
+    if (plan_fits(&mp, 1, 1, M.o.gpu_gib, M.gpu.name, why, sizeof why)) DIE("%s", why);
     train(&M, &mp);
     return 0;
 }

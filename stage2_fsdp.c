@@ -25,13 +25,11 @@
 
 /* ============================================================ includes and usage */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 #include <cublasLt.h>
@@ -45,17 +43,18 @@
 #include "common/gpu.h"
 #include "common/memplan.h"
 #include "common/model.h"
-#include "common/safetensors.h"
+#include "common/ranks.h"
 #include "common/sdpa.h"
 #include "common/shard.h"
+#include "common/state.h"
 #include "common/tensor.h"
 #include "common/tokens.h"
+#include "common/train.h"
 #include "kernels/kernels.h"
 
 /* ---- stage 2: FSDP ---- */
-/* Every rank runs the same code; only global rank 0 prints (errors print from any rank). */
-#define printf(...) (longctx_rank > 0 ? 0 : printf(__VA_ARGS__))
-struct Shared;
+/* Every rank runs the same code; only one prints (rank 0; errors print from any rank). */
+#define printf(...) (rank_prints() ? printf(__VA_ARGS__) : 0)
 /* ---- end stage 2 ---- */
 
 static const char *SUMMARY =
@@ -63,8 +62,6 @@ static const char *SUMMARY =
     "optimizer state, layers are all-gathered per use. bf16 compute, fp32 master weights, per-layer\n"
     "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
     "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
-
-#define PEAK_FLOPS 989e12 /* H100/H200 dense bf16 */
 
 /* ============================================================ options */
 typedef struct {
@@ -89,19 +86,16 @@ typedef struct {
     int profile;             /* time kernel classes with CUDA events */
     double yarn_factor;
     int64_t yarn_original;
-    double gpu_gib;          /* --dry-run: device memory to plan against */
-    /* ---- stage 2: FSDP ---- */
-    int64_t gpus;            /* ranks per node, one per GPU (0: every visible GPU) */
-    int64_t local_ranks;     /* > 0: that many ranks as threads on GPU 0 (the local backend, for tests) */
-    int64_t nnodes, node_rank;
-    const char *rendezvous;  /* a file all nodes can read: node 0 writes the ncclUniqueId there */
-    /* ---- end stage 2 ---- */
+    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
+    const char *trace;       /* tests: shapes of every GEMM and attention call, one per line */
+    RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
     Opts o = {.model = "0.6B", .data = "data/books.tok", .seq = 16384, .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .gpu_gib = 139.8, .nnodes = 1};
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234,
+              .ranks = {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}}};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
@@ -124,18 +118,24 @@ static Opts parse_opts(int argc, char **argv) {
         {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)"},
         {"--resume", OPT_STRING, &o.resume, "continue from a directory written by --save"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
-        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "--dry-run: GPU memory to plan against"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
+        {"--trace", OPT_STRING, &o.trace, "write the shape of every GEMM and attention call to this file (tests)"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)"},
         /* ---- stage 2: FSDP ---- */
-        {"--gpus", OPT_INT, &o.gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)"},
-        {"--local-ranks", OPT_INT, &o.local_ranks, "run this many ranks as threads on GPU 0 (tests)"},
-        {"--nnodes", OPT_INT, &o.nnodes, "nodes (the same command on each)"},
-        {"--node-rank", OPT_INT, &o.node_rank, "this node's index, 0..nnodes-1"},
-        {"--rendezvous", OPT_STRING, &o.rendezvous, "shared file for the NCCL id when --nnodes > 1"},
+        {"--gpus", OPT_INT, &o.ranks.gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)"},
+        {"--local-ranks", OPT_INT, &o.ranks.local_ranks, "run this many ranks as threads on GPU 0 (tests)"},
+        {"--nnodes", OPT_INT, &o.ranks.nnodes, "nodes (the same command on each)"},
+        {"--node-rank", OPT_INT, &o.ranks.node_rank, "this node's index, 0..nnodes-1"},
+        {"--rendezvous", OPT_STRING, &o.ranks.rendezvous, "shared file for the NCCL id when --nnodes > 1"},
+        {"--run-id", OPT_STRING, &o.ranks.comm.run_id, "a name all nodes of this run share (e.g. the job id): binds the rendezvous file to it"},
+        {"--comm-timeout", OPT_DOUBLE, &o.ranks.comm.timeout_s, "seconds a collective may wait once it can start; then abort, naming the rank (0: forever)"},
+        {"--rehearse", OPT_INT, &o.ranks.rehearse, "run rank R of the --gpus x --nnodes job alone on this GPU: its memory and time, not its values"},
+        {"--link-gbps", OPT_DOUBLE, &o.ranks.comm.link_gbps, "rehearsal: GB/s per GPU and direction inside a node, for the modelled link time"},
+        {"--net-gbps", OPT_DOUBLE, &o.ranks.comm.net_gbps, "rehearsal: GB/s per GPU and direction between nodes"},
         /* ---- end stage 2 ---- */
     };
     const int n = (int)(sizeof table / sizeof table[0]);
@@ -147,11 +147,7 @@ static Opts parse_opts(int argc, char **argv) {
     if (o.steps < 0 || (o.steps == 0 && !o.save)) DIE("--steps must be at least 1 (0 only with --save: write the initial weights)");
     if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
-    /* ---- stage 2: FSDP ---- */
-    if (o.local_ranks && (o.gpus || o.nnodes > 1)) DIE("--local-ranks runs on one GPU: no --gpus or --nnodes with it");
-    if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) DIE("--node-rank must be in 0..--nnodes-1");
-    if (o.nnodes > 1 && (o.save || o.dump_grads)) DIE("--save and --dump-grads need one node (each node holds only its shards)");
-    /* ---- end stage 2 ---- */
+    ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
     return o;
 }
 
@@ -160,12 +156,15 @@ typedef struct {
     ParamTable table;   /* names, shapes, offsets in the flat layout */
     /* ---- stage 2: FSDP ---- */
     ShardLayout shards; /* units (embedding, layers, tail) split over the ranks */
-    ShardPiece *pieces; /* the tensor pieces this rank owns: AdamW runs per piece */
+    /* ---- end stage 2 ---- */
+    Piece *pieces;      /* the pieces of tensors this rank owns: AdamW and checkpoints go per piece */
     int64_t npieces;
-    bf16_t *w;          /* [shard_total] this rank's bf16 weights: the all-gather input */
-    float *master;      /* [shard_total] fp32 master weights */
-    float *grad;        /* [shard_total] fp32 gradients, averaged over the ranks by reduce-scatter */
-    float *m, *v;       /* [shard_total] fp32 AdamW moments */
+    int64_t total;      /* elements of each shard buffer (every unit's shard, padded) */
+    bf16_t *w;          /* [total] this rank's bf16 weights: the all-gather input */
+    float *master;      /* [total] fp32 master weights */
+    float *grad;        /* [total] fp32 gradients, averaged over the ranks by reduce-scatter */
+    float *m, *v;       /* [total] fp32 AdamW moments */
+    /* ---- stage 2: FSDP ---- */
     bf16_t *layer_w[2]; /* [max_layer] two gathered decoder layers: in use and prefetched */
     bf16_t *embed_w;    /* [P * embedding shard] the gathered embedding (and tied lm_head) */
     bf16_t *tail_w;     /* [P * tail shard] the gathered final norm (+ untied lm_head) */
@@ -227,6 +226,13 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     void *gemm_ws;
 } Work;
 
+/* memory categories: one arena each, planned and allocated by carve() */
+enum { A_WEIGHTS, A_GRADS, A_OPTIM, A_CKPT, A_KEPT, A_WORK, A_CUDNN, A_N };
+static const ArenaSpec ARENAS[A_N] = {
+    {"weights (bf16)", ON_GPU}, {"gradients (fp32)", ON_GPU}, {"optimizer (fp32 master, m, v)", ON_GPU},
+    {"checkpoints (layer inputs)", ON_GPU}, {"kept attention (O, LSE)", ON_GPU}, {"working set", ON_GPU},
+    {"cuDNN workspace", ON_GPU}};
+
 typedef struct {
     Qwen3Config c;
     Opts o;
@@ -239,21 +245,15 @@ typedef struct {
     Gemm gemm;
     Sdpa sdpa;
     float attn_factor;  /* YaRN cos/sin scale */
-    Arena arena[7];     /* one per memory category, ARENA_NAMES order */
+    Arena arena[A_N];   /* one per memory category */
     /* ---- stage 2: FSDP ---- */
     int rank, local, P; /* global rank, rank within this process, number of ranks */
-    int device;
     Comm *comm;
     cudaStream_t comm_st;           /* gathers and reduce-scatters run here, beside the compute */
     cudaEvent_t ready[4], freed[4]; /* per gathered buffer: slots 0-1 layers, 2 embedding, 3 tail */
     cudaEvent_t grads_done[4], reduced[4], comm_done;
-    struct Shared *sh;  /* host memory all ranks of the process share (checkpoints, init) */
     /* ---- end stage 2 ---- */
 } Model;
-
-static const char *ARENA_NAMES[7] = {"weights (bf16)", "gradients (fp32)", "optimizer (fp32 master, m, v)",
-                                     "checkpoints (layer inputs)", "kept attention (O, LSE)", "working set",
-                                     "cuDNN workspace"};
 
 /* ============================================================ build */
 #define BF(n) ((int64_t)(n) * 2)
@@ -265,35 +265,35 @@ static const char *ARENA_NAMES[7] = {"weights (bf16)", "gradients (fp32)", "opti
 static void carve(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
-                  I = c->intermediate, V = c->vocab, T = M->p.shards.shard_total,
+                  I = c->intermediate, V = c->vocab, T = M->p.total,
                   C = M->o.loss_chunk < S ? M->o.loss_chunk : S;
     Arena *A = M->arena;
     Params *p = &M->p;
     Work *w = &M->w;
-    p->w = arena_take(&A[0], BF(T), "weights");
-    p->grad = arena_take(&A[1], F32(T), "grads");
-    p->master = arena_take(&A[2], F32(T), "master");
-    p->m = arena_take(&A[2], F32(T), "adam m");
-    p->v = arena_take(&A[2], F32(T), "adam v");
+    p->w = arena_take(&A[A_WEIGHTS], BF(T), "weights");
+    p->grad = arena_take(&A[A_GRADS], F32(T), "grads");
+    p->master = arena_take(&A[A_OPTIM], F32(T), "master");
+    p->m = arena_take(&A[A_OPTIM], F32(T), "adam m");
+    p->v = arena_take(&A[A_OPTIM], F32(T), "adam v");
     /* ---- stage 2: FSDP ---- */
     const ShardLayout *sl = &p->shards;
     const int64_t E0 = P_UNITS(sl, 0), ET = P_UNITS(sl, sl->nunits - 1);
-    for (int i = 0; i < 2; i++) p->layer_w[i] = arena_take(&A[0], BF(sl->max_layer), "gathered layer");
-    p->embed_w = arena_take(&A[0], BF(E0), "gathered embedding");
-    p->tail_w = arena_take(&A[0], BF(ET), "gathered tail");
-    for (int i = 0; i < 2; i++) p->layer_g[i] = arena_take(&A[1], F32(sl->max_layer), "layer grads");
-    p->embed_g = arena_take(&A[1], F32(E0), "embedding grads");
-    p->tail_g = arena_take(&A[1], F32(ET), "tail grads");
+    for (int i = 0; i < 2; i++) p->layer_w[i] = arena_take(&A[A_WEIGHTS], BF(sl->max_layer), "gathered layer");
+    p->embed_w = arena_take(&A[A_WEIGHTS], BF(E0), "gathered embedding");
+    p->tail_w = arena_take(&A[A_WEIGHTS], BF(ET), "gathered tail");
+    for (int i = 0; i < 2; i++) p->layer_g[i] = arena_take(&A[A_GRADS], F32(sl->max_layer), "layer grads");
+    p->embed_g = arena_take(&A[A_GRADS], F32(E0), "embedding grads");
+    p->tail_g = arena_take(&A[A_GRADS], F32(ET), "tail grads");
     /* ---- end stage 2 ---- */
-    M->sv.x = arena_take(&A[3], BF((L + 1) * S * D), "checkpoints");
+    M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
     if (M->o.keep_attn) {
-        M->sv.o = arena_take(&A[4], BF(L * S * Q), "kept O");
-        M->sv.lse = arena_take(&A[4], F32(L * c->heads * S), "kept LSE");
+        M->sv.o = arena_take(&A[A_KEPT], BF(L * S * Q), "kept O");
+        M->sv.lse = arena_take(&A[A_KEPT], F32(L * c->heads * S), "kept LSE");
     }
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
-    w->sdpa_ws = arena_take(&A[6], w->sdpa_ws_bytes, "cuDNN workspace");
+    w->sdpa_ws = arena_take(&A[A_CUDNN], w->sdpa_ws_bytes, "cuDNN workspace");
 
-    Arena *W = &A[5];
+    Arena *W = &A[A_WORK];
     w->gemm_ws = arena_take(W, GEMM_WORKSPACE_BYTES, "cuBLASLt workspace");
     w->dx = arena_take(W, BF(S * D), "dx");
     w->ids = arena_take(W, 4 * (S + 1), "ids");
@@ -304,6 +304,10 @@ static void carve(Model *M) {
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
     const int64_t persistent = arena_mark(W);
+    /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
+     * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
+     * a phase's tensors are dead before the next phase's first kernel, queued behind them on that
+     * stream, writes there; nothing else writes into the working set. */
     /* A */
     w->xn = arena_take(W, BF(S * D), "xn");
     w->rstd1 = arena_take(W, F32(S), "rstd1");
@@ -347,32 +351,25 @@ static void carve(Model *M) {
 }
 
 static MemPlan plan_memory(Model *M) {
-    for (int i = 0; i < 7; i++) arena_init(&M->arena[i], ARENA_NAMES[i], NULL, 0);
+    arenas_plan(M->arena, ARENAS, A_N);
     carve(M);
-    MemPlan mp = {0};
-    for (int i = 0; i < 7; i++)
-        if (M->arena[i].high) memplan_add(&mp, ARENA_NAMES[i], M->arena[i].high);
+    MemPlan mp = memplan_of(M->arena, A_N);
+    /* ---- stage 2: FSDP ---- */
+    if (M->P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, nccl_buffers_estimate(M->P, M->o.ranks.nnodes));
+    /* ---- end stage 2 ---- */
     return mp;
 }
 
 static void allocate(Model *M) {
-    int64_t high[7];
-    for (int i = 0; i < 7; i++) high[i] = M->arena[i].high;
-    for (int i = 0; i < 7; i++) arena_init(&M->arena[i], ARENA_NAMES[i], high[i] ? gpu_malloc(high[i], ARENA_NAMES[i]) : NULL, high[i]);
+    arenas_allocate(M->arena, A_N);
     carve(M);
 }
 
 static void load_config(Model *M) {
     char err[512];
-    const char *src = M->o.resume ? M->o.resume : M->o.model;
-    if (config_load(src, &M->c, err, sizeof err)) DIE("%s", err);
-    if (M->o.layers > 0) {
-        if (M->o.layers > M->c.layers) DIE("--layers %lld: the model has %lld", (long long)M->o.layers, (long long)M->c.layers);
-        M->c.layers = M->o.layers;
-    }
-    if (M->o.yarn_factor > 0) config_set_yarn(&M->c, M->o.yarn_factor, M->o.yarn_original);
-    if (M->c.head_dim % 64) DIE("head_dim %lld: the RoPE kernel needs a multiple of 64", (long long)M->c.head_dim);
-    if (M->c.hidden % 8) DIE("hidden_size %lld must be a multiple of 8", (long long)M->c.hidden);
+    const Opts *o = &M->o;
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+        DIE("%s", err);
     M->S = M->o.seq;
     M->attn = (SdpaShape){M->c.heads, M->c.kv_heads, M->S, M->S, M->c.head_dim, 1, 0};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
@@ -381,106 +378,27 @@ static void load_config(Model *M) {
     }
     params_build(&M->c, &M->p.table);
     /* ---- stage 2: FSDP ---- */
-    shard_build(&M->p.table, M->P, &M->p.shards);
+    shard_build(&M->p.table, M->P, &M->p.shards); /* each rank takes its pieces when it starts */
+    M->p.total = M->p.shards.shard_total;
     /* ---- end stage 2 ---- */
 }
 
-/* Host <-> device copies of the training state: fp32 master weights and AdamW moments (m, v NULL:
- * zero). Uploading also makes the bf16 weights. Full-size host arrays in the flat layout. */
-/* ---- stage 2: FSDP ---- */
-/* A rank owns one contiguous range of each unit: flat [*flat, *flat + n); returns n (may be 0). */
-static int64_t owned(const Model *M, int64_t u, int64_t *flat) {
-    const ShardUnit *su = &M->p.shards.u[u];
-    *flat = su->begin + (int64_t)M->rank * su->shard;
-    const int64_t n = su->end - *flat;
-    return n < 0 ? 0 : n > su->shard ? su->shard : n;
+/* the training state this rank holds, for checkpoint I/O (common/state.h) */
+static StateIO state_io(Model *M) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int here = ranks_here(&M->o.ranks); /* stage 2: the ranks of this process share the cores */
+    return (StateIO){&M->c, &M->p.table, M->p.pieces, M->p.npieces, M->p.total, M->p.master, M->p.m, M->p.v,
+                     M->p.grad, M->rank, cores > here ? (int)(cores / here) : 1, M->comm, M->gpu.stream};
 }
-/* full host array <-> this rank's shard buffer (padding zero) */
-static void shard_copy(Model *M, float *shard, float *host, int up) {
-    const ShardLayout *sl = &M->p.shards;
-    if (up) CUDA_CHECK(cudaMemsetAsync(shard, 0, (size_t)F32(sl->shard_total), M->gpu.stream));
-    for (int64_t u = 0; u < sl->nunits; u++) {
-        int64_t flat;
-        const int64_t n = owned(M, u, &flat);
-        if (!n) continue;
-        if (up) gpu_upload(shard + sl->u[u].shard_offset, host + flat, F32(n), M->gpu.stream);
-        else gpu_download(host + flat, shard + sl->u[u].shard_offset, F32(n), M->gpu.stream);
-    }
-}
-static void state_upload(Model *M, const float *master, const float *m, const float *v) {
-    float *dst[3] = {M->p.master, M->p.m, M->p.v};
-    const float *src[3] = {master, m, v};
-    for (int k = 0; k < 3; k++) {
-        if (src[k]) shard_copy(M, dst[k], (float *)src[k], 1);
-        else CUDA_CHECK(cudaMemsetAsync(dst[k], 0, (size_t)F32(M->p.shards.shard_total), M->gpu.stream));
-    }
-    cast_f32_to_bf16(M->p.w, M->p.master, M->p.shards.shard_total, M->gpu.stream);
-}
-static void state_download(Model *M, float *master, float *m, float *v) {
-    shard_copy(M, M->p.master, master, 0);
-    shard_copy(M, M->p.m, m, 0);
-    shard_copy(M, M->p.v, v, 0);
-}
-static void grads_download(Model *M, float *g) { shard_copy(M, M->p.grad, g, 0); }
 
-/* host memory the ranks of this process share: full-size arrays for init, checkpoints, gradients */
-struct Shared {
-    pthread_barrier_t bar;
-    float *a, *b, *c;
-    int64_t step;
-};
-static void host_barrier(Model *M) { pthread_barrier_wait(&M->sh->bar); }
-/* the process's first rank allocates (n floats each, c optional); everyone waits for it */
-static void shared_alloc(Model *M, int three) {
-    host_barrier(M);
-    if (M->local == 0) {
-        const size_t n = (size_t)F32(M->p.table.total);
-        M->sh->a = xcalloc(1, n);
-        M->sh->b = three ? xcalloc(1, n) : NULL;
-        M->sh->c = three ? xcalloc(1, n) : NULL;
-    }
-    host_barrier(M);
-}
-static void shared_free(Model *M) {
-    host_barrier(M);
-    if (M->local == 0) {
-        free(M->sh->a); free(M->sh->b); free(M->sh->c);
-        M->sh->a = M->sh->b = M->sh->c = NULL;
-    }
-    host_barrier(M);
-}
-/* ---- end stage 2 ---- */
-
-static int64_t read_checkpoint(const Model *M, const char *dir, float *master, float *m, float *v);
-
-/* returns the step training continues after (0 unless --resume) */
-/* ---- stage 2: FSDP ---- */
-/* The process's first rank reads or makes the full model in shared host memory; every rank then
- * uploads its own shard of it. */
+/* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
+ * returns the step training continues after (0 unless --resume) */
 static int64_t init_weights(Model *M) {
-    char err[512];
-    struct stat sb;
-    struct Shared *sh = M->sh;
-    shared_alloc(M, M->o.resume != NULL);
-    if (M->local == 0) {
-        sh->step = 0;
-        if (M->o.resume) sh->step = read_checkpoint(M, M->o.resume, sh->a, sh->b, sh->c);
-        else if (!stat(M->o.model, &sb) && S_ISDIR(sb.st_mode)) {
-            printf("loading weights from %s\n", M->o.model);
-            if (params_load(&M->p.table, M->o.model, sh->a, err, sizeof err)) DIE("%s", err);
-        } else {
-            printf("random init (normal 0, %g; norms 1), seed %lld\n", M->c.init_std, (long long)M->o.seed);
-            params_init(&M->p.table, M->c.init_std, (uint64_t)M->o.seed, sh->a);
-        }
-    }
-    host_barrier(M);
-    state_upload(M, sh->a, sh->b, sh->c);
-    CUDA_CHECK(cudaStreamSynchronize(M->gpu.stream));
-    const int64_t step = sh->step;
-    shared_free(M);
+    StateIO io = state_io(M);
+    const int64_t step = state_load(&io, M->o.model, M->o.resume, M->c.init_std, (uint64_t)M->o.seed);
+    cast_f32_to_bf16(M->p.w, M->p.master, M->p.total, M->gpu.stream);
     return step;
 }
-/* ---- end stage 2 ---- */
 
 static void setup_rope(Model *M) {
     double inv[512], af;
@@ -493,42 +411,6 @@ static void setup_rope(Model *M) {
     for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)t;
     gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
     free(pos);
-}
-
-/* ============================================================ profile */
-/* --profile: an event at every change of kernel class; the time between two events is charged
- * to the class of the first. Off, mark() is one branch. */
-enum { K_GEMM, K_ATTN, K_ELEM, K_LOSS, K_OPTIM, K_END, K_N };
-static const char *K_NAMES[K_N] = {"GEMM", "attention", "norms/RoPE/SwiGLU/embedding", "loss (lm_head + CE)",
-                                   "optimizer", "-"};
-#define MAX_MARKS 8192
-static struct {
-    int on, n, cls[MAX_MARKS];
-    cudaEvent_t ev[MAX_MARKS];
-    double ms[K_N];
-} prof;
-
-static void mark(cudaStream_t st, int cls) {
-    if (!prof.on || prof.n == MAX_MARKS || longctx_rank > 0) return; /* stage 2: rank 0 profiles */
-    if (!prof.ev[prof.n]) CUDA_CHECK(cudaEventCreate(&prof.ev[prof.n]));
-    CUDA_CHECK(cudaEventRecord(prof.ev[prof.n], st));
-    prof.cls[prof.n++] = cls;
-}
-
-static void prof_report(cudaStream_t st) {
-    if (!prof.on || longctx_rank > 0) return;
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    double total = 0;
-    for (int i = 0; i < K_N; i++) prof.ms[i] = 0;
-    for (int i = 0; i + 1 < prof.n; i++) {
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, prof.ev[i], prof.ev[i + 1]));
-        prof.ms[prof.cls[i]] += ms;
-        total += ms;
-    }
-    printf("  profile:");
-    for (int i = 0; i < K_END; i++) printf(" %s %.1f ms (%.1f%%)%s", K_NAMES[i], prof.ms[i], 100 * prof.ms[i] / total, i + 1 < K_END ? " |" : "\n");
-    prof.n = 0;
 }
 
 /* ============================================================ forward */
@@ -754,25 +636,17 @@ static void backward(Model *M) {
 }
 
 /* ============================================================ update */
-static double lr_at(const Opts *o, int64_t step) { /* step is 1-based */
-    if (step <= o->warmup) return o->lr * (double)step / (double)(o->warmup > 0 ? o->warmup : 1);
-    if (!strcmp(o->schedule, "constant")) return o->lr;
-    const double t = (double)(step - o->warmup) / (double)(o->steps - o->warmup > 0 ? o->steps - o->warmup : 1);
-    const double floor = o->lr * o->min_lr_frac;
-    return floor + (o->lr - floor) * 0.5 * (1.0 + cos(M_PI * (t > 1 ? 1 : t)));
-}
-
 static void update(Model *M, int64_t step, double lr) {
     const Opts *o = &M->o;
     Params *p = &M->p;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_OPTIM);
-    sumsq_f32(M->w.gnorm_sq, p->grad, p->shards.shard_total, M->w.red, st);
+    sumsq_f32(M->w.gnorm_sq, p->grad, p->total, M->w.red, st);
     comm_all_reduce_f64(M->comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
     const float bc1 = (float)(1.0 - pow(o->beta1, (double)step)), bc2 = (float)(1.0 - pow(o->beta2, (double)step));
-    for (int64_t i = 0; i < p->npieces; i++) { /* stage 2: the pieces of tensors this rank owns */
-        const ShardPiece *t = &p->pieces[i];
-        const int64_t at = t->shard_offset;
+    for (int64_t i = 0; i < p->npieces; i++) { /* decay differs per tensor; stage 2: the pieces this rank owns */
+        const Piece *t = &p->pieces[i];
+        const int64_t at = t->at;
         adamw(p->master + at, p->w + at, p->m + at, p->v + at, p->grad + at, t->numel, M->w.gnorm_sq,
               (float)o->clip, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
               params_decays(t->param) ? (float)o->wd : 0.f, bc1, bc2, st);
@@ -791,7 +665,7 @@ static void data_open(Data *d, const Model *M) {
     char err[512];
     if (tokens_open(M->o.data, M->c.vocab, &d->tf, err, sizeof err))
         DIE("%s%s", err, strcmp(M->o.data, "data/books.tok") ? "" : " (run from the repository root, or pass --data)");
-    if (loader_init(&d->ld, &d->tf, M->S, M->P, M->rank, err, sizeof err)) DIE("%s", err);
+    if (loader_init(&d->ld, &d->tf, M->S, M->P, M->rank, err, sizeof err)) DIE("%s", err); /* stage 2: disjoint windows */
     d->host = xmalloc((size_t)(4 * (M->S + 1)));
     d->epoch = -1;
     printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", M->o.data, (long long)d->tf.count,
@@ -808,120 +682,10 @@ static void data_load(Data *d, Model *M, int64_t step) {
     CUDA_CHECK(cudaMemcpyAsync(M->w.ids, d->host, (size_t)(4 * (M->S + 1)), cudaMemcpyHostToDevice, M->gpu.stream));
 }
 
-/* ============================================================ main: checkpoints */
-static void ensure_dir(const char *dir) {
-    if (mkdir(dir, 0755) && errno != EEXIST) DIE("cannot create %s: %s", dir, strerror(errno));
-}
-
-/* HF directory (config.json + bf16 model.safetensors) + trainer_state.safetensors (fp32 master, m, v),
- * from full-size host arrays */
-static void write_checkpoint(const Model *M, const char *dir, int64_t step, const float *master, const float *m,
-                             const float *v) {
-    const ParamTable *t = &M->p.table;
-    const int64_t T = t->total;
-    char path[4096], err[512], meta[512];
-    ensure_dir(dir);
-    uint16_t *bf = xmalloc((size_t)BF(T));
-    for (int64_t i = 0; i < T; i++) bf[i] = f32_to_bf16(master[i]);
-    StWrite *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
-    char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
-    for (int64_t i = 0; i < t->n; i++) {
-        const ParamInfo *p = &t->p[i];
-        sw[i] = (StWrite){p->name, ST_BF16, p->ndim, {p->shape[0], p->shape[1]}, bf + p->offset};
-    }
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (config_write_json(&M->c, path, "bfloat16")) DIE("cannot write %s", path);
-    if (st_write_dir(dir, sw, t->n, 4ll << 30, err, sizeof err)) DIE("%s", err);
-    const float *src[3] = {master, m, v};
-    const char *pre[3] = {"master", "adam_m", "adam_v"};
-    for (int k = 0; k < 3; k++)
-        for (int64_t i = 0; i < t->n; i++) {
-            const ParamInfo *p = &t->p[i];
-            snprintf(names[k * t->n + i], 112, "%s.%s", pre[k], p->name);
-            sw[k * t->n + i] = (StWrite){names[k * t->n + i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, src[k] + p->offset};
-        }
-    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step,
-             (long long)M->S, M->o.data);
-    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.partial", path);
-    if (st_write(tmp, sw, 3 * t->n, meta, err, sizeof err)) DIE("%s", err);
-    if (rename(tmp, path)) DIE("cannot rename %s: %s", tmp, strerror(errno));
-    printf("saved step %lld to %s (HF model + trainer state)\n", (long long)step, dir);
-    free(bf); free(sw); free(names);
-}
-
-static void save_checkpoint(Model *M, const char *dir, int64_t step) {
-    /* ---- stage 2: FSDP ---- */
-    shared_alloc(M, 1);
-    state_download(M, M->sh->a, M->sh->b, M->sh->c); /* each rank fills its own ranges */
-    host_barrier(M);
-    if (M->rank == 0) write_checkpoint(M, dir, step, M->sh->a, M->sh->b, M->sh->c);
-    shared_free(M);
-    /* ---- end stage 2 ---- */
-}
-
-/* fills full-size host arrays; returns the step the state was saved after */
-static int64_t read_checkpoint(const Model *M, const char *dir, float *master, float *m, float *v) {
-    const ParamTable *t = &M->p.table;
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
-    SafeTensors st;
-    if (st_open(path, &st, err, sizeof err)) DIE("--resume: %s", err);
-    float *buf[3] = {master, m, v};
-    const char *pre[3] = {"master", "adam_m", "adam_v"};
-    for (int k = 0; k < 3; k++) {
-        memset(buf[k], 0, (size_t)F32(t->total));
-        for (int64_t i = 0; i < t->n; i++) {
-            char name[128];
-            snprintf(name, sizeof name, "%s.%s", pre[k], t->p[i].name);
-            if (st_read_f32(&st, name, t->p[i].ndim, t->p[i].shape, buf[k] + t->p[i].offset, err, sizeof err))
-                DIE("--resume %s: %s", path, err);
-        }
-    }
-    st_close(&st);
-    /* the step lives in the header metadata: read it from the raw header */
-    FILE *f = fopen(path, "rb");
-    char head[4096] = {0};
-    size_t got = f ? fread(head, 1, sizeof head - 1, f) : 0;
-    if (f) fclose(f);
-    const char *s = got > 8 ? strstr(head + 8, "\"step\":\"") : NULL;
-    if (!s) DIE("--resume %s: no step in the metadata", path);
-    const int64_t step = strtoll(s + 8, NULL, 10);
-    printf("resumed from %s after step %lld\n", dir, (long long)step);
-    return step;
-}
-
-static void dump_grads(Model *M, double loss) {
-    const ParamTable *t = &M->p.table;
-    /* ---- stage 2: FSDP ---- */
-    shared_alloc(M, 0);
-    float *g = M->sh->a;
-    grads_download(M, g);
-    host_barrier(M);
-    if (M->rank != 0) { shared_free(M); return; }
-    /* ---- end stage 2 ---- */
-    StWrite *sw = xcalloc((size_t)(t->n + 1), sizeof(StWrite));
-    char (*names)[112] = xcalloc((size_t)t->n, 112);
-    float l = (float)loss;
-    sw[0] = (StWrite){"loss", ST_F32, 1, {1, 0}, &l};
-    for (int64_t i = 0; i < t->n; i++) {
-        const ParamInfo *p = &t->p[i];
-        snprintf(names[i], 112, "grad.%s", p->name);
-        sw[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, g + p->offset};
-    }
-    char err[512];
-    if (st_write(M->o.dump_grads, sw, t->n + 1, NULL, err, sizeof err)) DIE("%s", err);
-    printf("wrote loss and gradients of this step to %s\n", M->o.dump_grads);
-    free(sw); free(names);
-    shared_free(M); /* stage 2 */
-}
-
 /* ============================================================ main */
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+static void save_checkpoint(Model *M, const char *dir, int64_t step) {
+    StateIO io = state_io(M);
+    state_save(&io, dir, step, M->S, M->o.data);
 }
 
 /* one GPU's training run: allocate as planned, initialise, loop */
@@ -939,10 +703,10 @@ static void train(Model *M, const MemPlan *mp) {
 
     Data data;
     data_open(&data, M);
-    FILE *log = M->o.log && M->rank == 0 ? fopen(M->o.log, "a") : NULL; /* stage 2: rank 0 logs */
-    if (M->o.log && M->rank == 0 && !log) DIE("cannot open --log %s", M->o.log);
+    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* stage 2: one rank logs */
+    if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
     const double flops = config_step_flops(&M->c, M->S);
-    const int share = M->o.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
+    const int share = M->o.ranks.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
     cudaEvent_t ev0, ev1;
     CUDA_CHECK(cudaEventCreate(&ev0));
     CUDA_CHECK(cudaEventCreate(&ev1));
@@ -951,7 +715,7 @@ static void train(Model *M, const MemPlan *mp) {
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
         cudaStream_t st = M->gpu.stream;
-        const double lr = lr_at(&M->o, step);
+        const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
         data_load(&data, M, step - 1);
         CUDA_CHECK(cudaEventRecord(ev0, st));
         mark(st, K_OPTIM);
@@ -965,7 +729,8 @@ static void train(Model *M, const MemPlan *mp) {
         if (M->o.dump_grads && step == 1) {
             double ls;
             gpu_download(&ls, M->w.loss_sum, 8, st);
-            dump_grads(M, ls / (double)tokens);
+            StateIO io = state_io(M);
+            state_dump(&io, M->o.dump_grads, ls / (double)tokens);
         }
         update(M, step, lr);
         mark(st, K_END);
@@ -975,25 +740,17 @@ static void train(Model *M, const MemPlan *mp) {
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
         float ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)tokens, sec = ms / 1e3, tflops = flops * share / sec / 1e12;
-        const double used = (double)gpu_used_bytes() / (1 << 30);
-        const double planned = (double)memplan_peak(mp) * share / (1 << 30);
+        const double loss = loss_sum / (double)tokens, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
-        printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
-               "mem %.2f GiB (plan %.2f)\n",
-               (long long)step, loss, lr, sqrt(gsq), sec, tokens / sec, tflops, 100 * tflops * 1e12 / PEAK_FLOPS, used,
-               planned);
+        step_report(&(StepLog){.stage = 2, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn,
+                               .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
+                               .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
+                               .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
+                               .mem_plan_gib = (double)memplan_peak(mp) * share / (1 << 30)},
+                    log);
+        comm_step_report(M->comm, sec); /* stage 2: rehearsal only: bytes moved and their modelled time */
         prof_report(st);
         fflush(stdout);
-        if (log) {
-            fprintf(log,
-                    "{\"stage\":2,\"ranks\":%d,\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
-                    "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
-                    "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,\"epoch\":%lld}\n",
-                    M->P, M->c.name, (long long)M->S, M->o.keep_attn, (long long)step, loss, loss, lr, sqrt(gsq), sec, tokens / sec,
-                    tflops, tflops * 1e12 / PEAK_FLOPS, used, planned, (long long)data.epoch);
-            fflush(log);
-        }
         if (M->o.save && M->o.save_every > 0 && step % M->o.save_every == 0 && step < M->o.steps)
             save_checkpoint(M, M->o.save, step);
     }
@@ -1003,99 +760,51 @@ static void train(Model *M, const MemPlan *mp) {
 }
 
 /* ---- stage 2: FSDP ---- */
-/* device memory check for one rank's plan on its GPU (share: ranks on that GPU) */
-static void check_fits(const MemPlan *mp, int share, const char *gpu) {
-    size_t free_b, total_b;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const int64_t need = memplan_peak(mp) * share;
-    if (need > (int64_t)free_b)
-        DIE("%d rank(s) on %s need %.2f GiB, %.2f GiB are free: shorten --seq, drop --keep-attn, use more GPUs or a "
-            "later stage", share, gpu, (double)need / (1 << 30), (double)free_b / (1 << 30));
-}
-
 typedef struct {
-    const Model *tmpl;
+    const Model *tmpl;  /* options, config, tables: read-only, every rank starts from a copy */
     const MemPlan *mp;
-    CommWorld *world;
-    struct Shared *sh;
-    int local;
 } RankArgs;
 
-/* one rank: its own copy of the model state, GPU, streams and communicator handle */
-static void *rank_main(void *arg) {
+/* one rank: its own model state, GPU stream, communication stream and events */
+static void rank_main(const Rank *r, void *arg) {
     const RankArgs *a = arg;
     Model *M = xcalloc(1, sizeof *M);
-    *M = *a->tmpl; /* options, config, tables (read-only, shared) */
-    M->local = a->local;
-    M->sh = a->sh;
-    M->device = M->o.local_ranks ? 0 : a->local;
-    gpu_init(&M->gpu, M->device);
-    M->comm = comm_rank(a->world, a->local);
-    M->rank = comm_rank_id(M->comm);
+    *M = *a->tmpl;
+    M->local = r->local;
+    M->comm = r->comm;
+    M->rank = comm_rank_id(r->comm);
+    gpu_init(&M->gpu, r->device);
     CUDA_CHECK(cudaStreamCreateWithFlags(&M->comm_st, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {M->ready, M->freed, M->reduced, M->grads_done};
     for (int k = 0; k < 4; k++)
         for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&evs[k][s], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&M->comm_done, cudaEventDisableTiming));
     M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->rank, &M->p.pieces);
-    if (!M->o.local_ranks) check_fits(a->mp, 1, M->gpu.name);
-    host_barrier(M); /* every rank checked before any allocates */
     train(M, a->mp);
     comm_barrier(M->comm, M->gpu.stream);
-    comm_rank_free(M->comm);
-    return NULL;
-}
-
-static int count_ranks(const Opts *o) {
-    if (o->local_ranks > 0) return (int)o->local_ranks;
-    int gpus = (int)o->gpus;
-    if (gpus <= 0 && o->dry_run) gpus = 1;
-    if (gpus <= 0) CUDA_CHECK(cudaGetDeviceCount(&gpus));
-    return gpus * (int)o->nnodes;
-}
-
-static int run_ranks(Model *M, const MemPlan *mp) {
-    const int here = M->o.local_ranks ? M->P : M->P / (int)M->o.nnodes; /* rank threads in this process */
-    CommWorld *world;
-    if (M->o.local_ranks) {
-        CUDA_CHECK(cudaSetDevice(0));
-        check_fits(mp, here, "GPU 0");
-        world = comm_world_local(here);
-    } else
-        world = comm_world_nccl(here, (int)M->o.nnodes, (int)M->o.node_rank, M->o.rendezvous);
-    struct Shared sh;
-    memset(&sh, 0, sizeof sh);
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)here);
-    pthread_t *th = xcalloc((size_t)here, sizeof *th);
-    RankArgs *args = xcalloc((size_t)here, sizeof *args);
-    for (int r = 0; r < here; r++) {
-        args[r] = (RankArgs){M, mp, world, &sh, r};
-        if (pthread_create(&th[r], NULL, rank_main, &args[r])) DIE("cannot start rank thread %d", r);
-    }
-    for (int r = 0; r < here; r++) pthread_join(th[r], NULL);
-    comm_world_free(world);
-    pthread_barrier_destroy(&sh.bar);
-    free(th);
-    free(args);
-    return 0;
 }
 /* ---- end stage 2 ---- */
 
 int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised; every rank starts from a copy */
     M.o = parse_opts(argc, argv);
-    prof.on = M.o.profile;
-    M.P = count_ranks(&M.o); /* stage 2 */
+    prof_enable(M.o.profile);
+    trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
+    M.P = ranks_in_job(&M.o.ranks, M.o.dry_run); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage 2, %s, seq %lld per rank, %d ranks%s", M.c.name, (long long)M.S, M.P,
-             M.o.keep_attn ? ", --keep-attn" : "");
+    snprintf(title, sizeof title, "stage 2, %s, seq %lld per rank, %d ranks%s%s", M.c.name, (long long)M.S, M.P,
+             M.o.keep_attn ? ", --keep-attn" : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     if (M.o.dry_run) {
-        memplan_print(&mp, stdout, title, (int64_t)(M.o.gpu_gib * (1 << 30)));
+        memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
         return 0;
     }
     memplan_print(&mp, stdout, title, 0);
-    return run_ranks(&M, &mp); /* stage 2: the GPU, the fit check and train() are per rank */
+    /* ---- stage 2: FSDP ---- */
+    RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
+    ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);
+    /* ---- end stage 2 ---- */
+    return 0;
 }

@@ -12,6 +12,9 @@
 /* The rank of the calling thread (-1 outside multi-GPU stages); set by comm_rank(), so a fatal
  * error names the rank that failed. Defined in tensor.c. */
 extern _Thread_local int longctx_rank;
+/* The rank that prints progress and reports (0; a rehearsal's one rank otherwise). */
+extern int longctx_print_rank;
+static inline int rank_prints(void) { return longctx_rank < 0 || longctx_rank == longctx_print_rank; }
 
 /* die: print "file:line: message" and exit(1). The single exit path for fatal errors: exit ends
  * every rank's thread of the process, so a failing rank never leaves the others hanging. */

@@ -1,6 +1,7 @@
-/* comm.c -- the communicator: NCCL and the one-GPU "local" backend. */
+/* comm.c -- the communicator: NCCL, the one-GPU "local" backend, and the rehearsal (comm.h). */
 #include "comm.h"
 
+#include <errno.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,36 +11,207 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rendezvous.h"
+#include "train.h"
 
 #define MAX_LOCAL 16
 #define LOCAL_SCRATCH 64 /* doubles per rank for all-reduce */
+#define PENDING 1024     /* NCCL collectives in flight that a rank's watchdog follows */
+
+const char *COLL_NAMES[C_KINDS] = {"all-gather", "reduce-scatter", "all-reduce", "send/recv"};
+
+/* The local ranks meet here for every collective: a barrier with a timeout that also checks that
+ * they are all at the same collective (same sequence number and kind). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n, arrived;
+    int64_t generation;
+    int64_t seq[MAX_LOCAL];
+    const char *what[MAX_LOCAL];
+    int here[MAX_LOCAL];
+} Sync;
 
 struct CommWorld {
     CommKind kind;
-    int P;                 /* ranks in this process */
-    int nnodes, node_rank; /* NCCL */
+    int P;                 /* rank threads in this process */
+    int size;              /* ranks in the job */
+    int gpus, nnodes, node_rank;
+    int rehearse_rank;
+    CommOpts opt;
+    char rdv_path[4096];   /* several nodes: node 0 removes it once everyone joined */
     ncclUniqueId id;
-    pthread_barrier_t bar;
+    Sync sync;
+    int joined;            /* NCCL ranks of this process whose communicator is up */
     /* local backend: what each rank posted for the collective in flight */
     const void *in[MAX_LOCAL];
     cudaEvent_t ready[MAX_LOCAL], done[MAX_LOCAL];
     double *scratch;       /* device [MAX_LOCAL][LOCAL_SCRATCH] */
+    void *nccl_stand_in;   /* rehearsal: GPU memory the size of NCCL's estimated buffers, never touched */
 };
+
+typedef struct {           /* one NCCL collective the watchdog follows */
+    int64_t seq;
+    const char *what;
+    cudaEvent_t start, end; /* recorded on its stream just before and after it */
+    double began;           /* when the watchdog first saw `start` complete (0: not yet) */
+} Pending;
 
 struct Comm {
     CommWorld *w;
-    int local, rank, size;
+    int local, rank, size, device;
+    int64_t seq;           /* collectives issued by this rank */
     ncclComm_t nccl;
-    pthread_t watchdog;  /* NCCL: polls for asynchronous errors while the rank waits on the GPU */
+    pthread_t watchdog;
     int stop;
+    pthread_mutex_t mu;    /* guards pend, head, tail */
+    Pending pend[PENDING];
+    int64_t head, tail;    /* pend[head % PENDING] is the oldest unfinished one */
+    CommStats stats;
 };
 
-/* A peer that dies leaves this rank's collectives waiting forever; NCCL reports it through
- * ncclCommGetAsyncError (thread-safe). Poll it five times a second; on an error abort the
- * communicator and exit, naming the rank (exit ends every rank thread of the process). */
+/* ---------------------------------------------------------------- accounting */
+static int64_t wire_bytes(const Comm *c, CollKind k, int64_t bytes) { /* what this rank sends over its links */
+    const int64_t P = c->size;
+    switch (k) {
+    case C_ALL_GATHER:
+    case C_REDUCE_SCATTER: return (P - 1) * bytes; /* bytes: one shard */
+    case C_ALL_REDUCE: return 2 * (P - 1) * bytes / P;
+    default: return bytes;
+    }
+}
+static double link_Bps(const Comm *c, int crosses_nodes) {
+    const double g = crosses_nodes ? c->w->opt.net_gbps : c->w->opt.link_gbps;
+    return (g > 0 ? g : 1) * 1e9;
+}
+double comm_ring_hop_s(const Comm *c, int64_t bytes) { return (double)bytes / link_Bps(c, c->w->nnodes > 1); }
+
+static void account(Comm *c, CollKind k, int64_t bytes) {
+    const int64_t wire = wire_bytes(c, k, bytes);
+    c->stats.calls[k]++;
+    c->stats.bytes[k] += wire;
+    /* collectives over several nodes run at the network's rate (NCCL's rings cross the nodes) */
+    const double s = k == C_SENDRECV ? comm_ring_hop_s(c, wire) : (double)wire / link_Bps(c, c->w->nnodes > 1);
+    c->stats.model_s[k] += s;
+    if (k == C_SENDRECV) { c->stats.hop_s = s; c->stats.hop_bytes = (double)wire; }
+}
+
+void comm_stats(Comm *c, CommStats *out, int reset) {
+    *out = c->stats;
+    if (reset) memset(&c->stats, 0, sizeof c->stats);
+}
+
+void comm_step_report(Comm *c, double step_s) {
+    CommStats s;
+    comm_stats(c, &s, 1);
+    if (c->w->kind != COMM_REHEARSE || !rank_prints()) return;
+    double total = 0;
+    printf("  rehearsal, rank %d of %d (its loss and gradient norm are not the job's); collectives per step, modelled at "
+           "%.0f GB/s%s:\n   ", c->rank, c->size, c->w->opt.link_gbps, c->w->nnodes > 1 ? " in a node" : "");
+    if (c->w->nnodes > 1) printf(" (%.0f GB/s between nodes)", c->w->opt.net_gbps);
+    for (int k = 0; k < C_KINDS; k++) {
+        if (!s.calls[k]) continue;
+        printf(" %s %lld x, %.2f GiB, %.3f s |", COLL_NAMES[k], (long long)s.calls[k], (double)s.bytes[k] / (1 << 30),
+               s.model_s[k]);
+        total += s.model_s[k];
+    }
+    printf(" total %.3f s = %.1f%% of the step's %.3f s if none of it overlapped compute\n", total, 100 * total / step_s,
+           step_s);
+}
+
+int64_t nccl_buffers_estimate(int P, int64_t nnodes) {
+    if (P <= 1) return 0;
+    /* NCCL 2.22+ on H100/H200 (README, "NCCL buffers", has the sources): one NVLink connection is a
+     * 10 MiB receive buffer (Simple 4 MiB + LL128 4.69 MiB + LL 0.5 MiB, in 2 MiB units) on the
+     * receiver and a 2 MiB header on the sender; a ring channel connects each rank to two peers */
+    const int64_t MiB = 1 << 20, conn = 12 * MiB;
+    const int64_t ring = (nnodes > 1 ? 16 : 24) * conn;   /* collective channels (8x H100 logs: 24; multi-node: 16) */
+    const int64_t p2p = 32 * conn;                        /* send/recv to the ring's neighbours: 32 p2p channels */
+    const int64_t nvls = 32 * MiB * (P < 8 ? P : 8);      /* NVLink SHARP buffers (NCCL_NVLS_ENABLE=0: none) */
+    return ring + p2p + nvls + 64 * MiB;                  /* + an allowance for NCCL's own bookkeeping */
+}
+
+/* ---------------------------------------------------------------- local ranks meet */
+static double wall(void) { return now_s(); }
+
+static void sync_init(Sync *s, int n) {
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->n = n;
+}
+
+/* Wait for every local rank at collective (seq, what). timeout_s <= 0: forever. */
+static void sync_wait(Comm *c, const char *what, double timeout_s) {
+    Sync *s = &c->w->sync;
+    pthread_mutex_lock(&s->mu);
+    const int64_t gen = s->generation;
+    s->seq[c->local] = c->seq;
+    s->what[c->local] = what;
+    s->here[c->local] = 1;
+    if (++s->arrived == s->n) {
+        for (int q = 0; q < s->n; q++)
+            if (s->seq[q] != s->seq[0] || strcmp(s->what[q], s->what[0]))
+                DIE("the ranks disagree on the collectives: rank %d is at collective #%lld (%s), rank %d at #%lld (%s)",
+                    c->w->node_rank * c->w->P + q, (long long)s->seq[q], s->what[q], c->w->node_rank * c->w->P,
+                    (long long)s->seq[0], s->what[0]);
+        s->arrived = 0;
+        memset(s->here, 0, sizeof s->here);
+        s->generation++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    const double t0 = wall();
+    while (gen == s->generation) {
+        if (timeout_s <= 0) { pthread_cond_wait(&s->cv, &s->mu); continue; }
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 1; /* wake once a second to check the clock */
+        pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+        if (gen == s->generation && wall() - t0 > timeout_s) {
+            char missing[256] = "";
+            for (int q = 0; q < s->n; q++)
+                if (!s->here[q]) snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %d", q);
+            DIE("collective #%lld (%s) waited %.0f s for rank(s)%s, which never arrived: a rank stopped, or the ranks "
+                "disagree on the collectives (--comm-timeout)", (long long)c->seq, what, timeout_s, missing);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------------------------------------------------------- NCCL */
+/* A nonblocking communicator may answer ncclInProgress: wait until NCCL is done with the call,
+ * for at most the timeout, then check the result. */
+static void nccl_wait(Comm *c, ncclResult_t r, const char *call, const char *file, int line) {
+    const double t0 = wall(), limit = c->w->opt.timeout_s;
+    while (r == ncclInProgress) {
+        if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
+        if (limit > 0 && wall() - t0 > limit) {
+            ncclCommAbort(c->nccl);
+            DIE("%s:%d: %s still in progress after %.0f s (--comm-timeout): communicator aborted", file, line, call, limit);
+        }
+        usleep(1000);
+    }
+    if (r != ncclSuccess) {
+        const char *last = ncclGetLastError(c->nccl);
+        ncclCommAbort(c->nccl);
+        DIE("%s:%d: %s: %s | %s -- hint: NCCL_DEBUG=WARN shows NCCL's view", file, line, call, ncclGetErrorString(r),
+            last ? last : "");
+    }
+}
+#define NCCL_DO(c, call) nccl_wait((c), (call), #call, __FILE__, __LINE__)
+
+/* The watchdog: NCCL reports a failed peer through ncclCommGetAsyncError, but a peer that simply
+ * stops (or ranks that disagree on the collectives) leaves a collective waiting forever. Every
+ * NCCL collective is bracketed by two events; once its start event has completed (everything
+ * before it on its stream is done), it has timeout_s to complete, else the watchdog aborts the
+ * communicator and exits, naming the rank and the collective. */
 static void *watchdog_main(void *arg) {
     Comm *c = arg;
     longctx_rank = c->rank;
+    CUDA_CHECK(cudaSetDevice(c->device));
+    const double limit = c->w->opt.timeout_s;
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         ncclResult_t async = ncclSuccess;
         if (ncclCommGetAsyncError(c->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
@@ -47,19 +219,63 @@ static void *watchdog_main(void *arg) {
             DIE("NCCL asynchronous error on rank %d: %s (a peer failed or the network broke)", c->rank,
                 ncclGetErrorString(async));
         }
-        usleep(200000);
+        pthread_mutex_lock(&c->mu);
+        while (c->head < c->tail && cudaEventQuery(c->pend[c->head % PENDING].end) == cudaSuccess) c->head++;
+        for (int64_t i = c->head; limit > 0 && i < c->tail; i++) {
+            Pending *p = &c->pend[i % PENDING];
+            if (cudaEventQuery(p->end) == cudaSuccess || cudaEventQuery(p->start) != cudaSuccess) continue;
+            if (p->began == 0) p->began = wall();
+            else if (wall() - p->began > limit) {
+                ncclCommAbort(c->nccl);
+                DIE("collective #%lld (%s) has not completed %.0f s after it could start: a peer stopped, or the ranks "
+                    "disagree on the collectives (--comm-timeout); communicator aborted", (long long)p->seq, p->what, limit);
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+        usleep(100000);
     }
     return NULL;
 }
 
+static int64_t nccl_begin(Comm *c, const char *what, cudaStream_t st) {
+    for (;;) { /* the ring is full only if the host ran PENDING collectives ahead of the GPU */
+        pthread_mutex_lock(&c->mu);
+        if (c->tail - c->head < PENDING) break;
+        pthread_mutex_unlock(&c->mu);
+        usleep(1000);
+    }
+    const int64_t slot = c->tail;
+    Pending *p = &c->pend[slot % PENDING];
+    p->seq = c->seq;
+    p->what = what;
+    p->began = 0;
+    pthread_mutex_unlock(&c->mu);
+    CUDA_CHECK(cudaEventRecord(p->start, st));
+    return slot;
+}
+static void nccl_end(Comm *c, int64_t slot, cudaStream_t st) {
+    CUDA_CHECK(cudaEventRecord(c->pend[slot % PENDING].end, st));
+    pthread_mutex_lock(&c->mu);
+    c->tail = slot + 1;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* ---------------------------------------------------------------- worlds */
-CommWorld *comm_world_local(int P) {
-    if (P < 1 || P > MAX_LOCAL) DIE("local ranks must be 1..%d (got %d)", MAX_LOCAL, P);
+static CommWorld *world_new(CommKind kind, int P, int size, const CommOpts *o) {
     CommWorld *w = xcalloc(1, sizeof *w);
-    w->kind = COMM_LOCAL;
+    w->kind = kind;
     w->P = P;
+    w->size = size;
+    w->gpus = P;
     w->nnodes = 1;
-    pthread_barrier_init(&w->bar, NULL, (unsigned)P);
+    w->opt = *o;
+    sync_init(&w->sync, P);
+    return w;
+}
+
+CommWorld *comm_world_local(int P, const CommOpts *o) {
+    if (P < 1 || P > MAX_LOCAL) DIE("local ranks must be 1..%d (got %d)", MAX_LOCAL, P);
+    CommWorld *w = world_new(COMM_LOCAL, P, P, o);
     for (int r = 0; r < P; r++) {
         CUDA_CHECK(cudaEventCreateWithFlags(&w->ready[r], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&w->done[r], cudaEventDisableTiming));
@@ -68,55 +284,80 @@ CommWorld *comm_world_local(int P) {
     return w;
 }
 
-/* node 0 writes the id to a temporary name and renames it, so readers never see half a file */
-static void rendezvous(CommWorld *w, const char *path) {
-    if (w->node_rank == 0) {
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.partial", path);
-        FILE *f = fopen(tmp, "wb");
-        if (!f || fwrite(&w->id, sizeof w->id, 1, f) != 1 || fclose(f)) DIE("cannot write rendezvous file %s", tmp);
-        if (rename(tmp, path)) DIE("cannot rename %s", tmp);
-        return;
-    }
-    for (int waited = 0;; waited++) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            const size_t got = fread(&w->id, sizeof w->id, 1, f);
-            fclose(f);
-            if (got == 1) return;
-        }
-        if (waited == 600) DIE("node %d: no rendezvous file %s from node 0 after 300 s", w->node_rank, path);
-        usleep(500000);
-    }
+CommWorld *comm_world_rehearse(int gpus, int nnodes, int rank, const CommOpts *o) {
+    if (gpus < 1 || nnodes < 1 || rank < 0 || rank >= gpus * nnodes)
+        DIE("--rehearse %d: the job has %d x %d ranks", rank, nnodes, gpus);
+    CommWorld *w = world_new(COMM_REHEARSE, 1, gpus * nnodes, o);
+    w->gpus = gpus;
+    w->nnodes = nnodes;
+    w->node_rank = rank / gpus;
+    w->rehearse_rank = rank;
+    CUDA_CHECK(cudaMalloc((void **)&w->scratch, sizeof(double) * LOCAL_SCRATCH));
+    /* the job's rank would hold NCCL's buffers too: hold as much, so the measured peak is the job's */
+    const int64_t nccl = nccl_buffers_estimate(w->size, nnodes);
+    if (nccl) CUDA_CHECK(cudaMalloc(&w->nccl_stand_in, (size_t)nccl));
+    return w;
 }
 
-CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rendezvous_path) {
+CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rendezvous, const CommOpts *o) {
     int have = 0;
     CUDA_CHECK(cudaGetDeviceCount(&have));
     if (gpus < 1 || gpus > have) DIE("--gpus %d: %d visible", gpus, have);
-    if (nnodes > 1 && !rendezvous_path) DIE("several nodes need --rendezvous FILE (a path all nodes share)");
-    CommWorld *w = xcalloc(1, sizeof *w);
-    w->kind = COMM_NCCL;
-    w->P = gpus;
+    if (nnodes > 1 && !rendezvous) DIE("several nodes need --rendezvous FILE (a path all nodes share)");
+    CommWorld *w = world_new(COMM_NCCL, gpus, gpus * nnodes, o);
     w->nnodes = nnodes;
     w->node_rank = node_rank;
+    char err[512];
+    const double started = rdv_wall_s();
     if (node_rank == 0) NCCL_CHECK(ncclGetUniqueId(&w->id));
-    if (nnodes > 1) rendezvous(w, rendezvous_path);
-    pthread_barrier_init(&w->bar, NULL, (unsigned)gpus);
+    if (nnodes > 1 && node_rank == 0) {
+        if (rdv_publish(rendezvous, o->run_id, nnodes, gpus, &w->id, err, sizeof err)) DIE("%s", err);
+        snprintf(w->rdv_path, sizeof w->rdv_path, "%s", rendezvous);
+    } else if (nnodes > 1 &&
+               rdv_await(rendezvous, o->run_id, nnodes, gpus, started, o->timeout_s > 0 ? o->timeout_s : 1e9, &w->id, err,
+                         sizeof err))
+        DIE("node %d: %s", node_rank, err);
     return w;
+}
+
+/* ---------------------------------------------------------------- ranks */
+/* the NCCL communicator, nonblocking so a join that cannot complete times out */
+static void nccl_join(Comm *c) {
+    CommWorld *w = c->w;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&c->nccl, c->size, w->id, c->rank, &cfg);
+    const double t0 = wall(), limit = w->opt.timeout_s;
+    while (r == ncclInProgress) {
+        if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
+        if (limit > 0 && wall() - t0 > limit) {
+            ncclCommAbort(c->nccl);
+            DIE("could not join the job of %d ranks within %.0f s: a node is missing, or joined from another run's "
+                "rendezvous file (--comm-timeout, --run-id)", c->size, limit);
+        }
+        usleep(10000);
+    }
+    if (r != ncclSuccess) DIE("joining the job of %d ranks failed: %s | %s", c->size, ncclGetErrorString(r), ncclGetLastError(c->nccl));
+    for (int i = 0; i < PENDING; i++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&c->pend[i].start, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&c->pend[i].end, cudaEventDisableTiming));
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    if (pthread_create(&c->watchdog, NULL, watchdog_main, c)) DIE("cannot start the NCCL watchdog thread");
+    /* once every rank of this process is in, every node is (init is collective): the rendezvous
+     * file has done its work and must not outlive it */
+    if (__atomic_add_fetch(&w->joined, 1, __ATOMIC_ACQ_REL) == w->P && w->rdv_path[0]) rdv_remove(w->rdv_path);
 }
 
 Comm *comm_rank(CommWorld *w, int local_rank) {
     Comm *c = xcalloc(1, sizeof *c);
     c->w = w;
     c->local = local_rank;
-    c->size = w->P * w->nnodes;
-    c->rank = w->node_rank * w->P + local_rank;
+    c->size = w->size;
+    c->rank = w->kind == COMM_REHEARSE ? w->rehearse_rank : w->node_rank * w->P + local_rank;
+    CUDA_CHECK(cudaGetDevice(&c->device));
     longctx_rank = c->rank;
-    if (w->kind == COMM_NCCL) {
-        NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, w->id, c->rank));
-        if (pthread_create(&c->watchdog, NULL, watchdog_main, c)) DIE("cannot start the NCCL watchdog thread");
-    }
+    if (w->kind == COMM_NCCL) nccl_join(c);
     return c;
 }
 
@@ -125,16 +366,16 @@ void comm_rank_free(Comm *c) {
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
         pthread_join(c->watchdog, NULL);
         ncclCommDestroy(c->nccl);
+        for (int i = 0; i < PENDING; i++) { cudaEventDestroy(c->pend[i].start); cudaEventDestroy(c->pend[i].end); }
     }
     free(c);
 }
 
 void comm_world_free(CommWorld *w) {
-    if (w->kind == COMM_LOCAL) {
+    if (w->kind == COMM_LOCAL)
         for (int r = 0; r < w->P; r++) { cudaEventDestroy(w->ready[r]); cudaEventDestroy(w->done[r]); }
-        cudaFree(w->scratch);
-    }
-    pthread_barrier_destroy(&w->bar);
+    if (w->scratch) cudaFree(w->scratch);
+    if (w->nccl_stand_in) cudaFree(w->nccl_stand_in);
     free(w);
 }
 
@@ -144,20 +385,20 @@ CommKind comm_kind(const Comm *c) { return c->w->kind; }
 
 /* ---------------------------------------------------------------- local backend */
 /* Post this rank's input, wait until every rank has, and make this stream wait for their data. */
-static void local_enter(Comm *c, const void *in, cudaStream_t st) {
+static void local_enter(Comm *c, const char *what, const void *in, cudaStream_t st) {
     CommWorld *w = c->w;
     w->in[c->local] = in;
     CUDA_CHECK(cudaEventRecord(w->ready[c->local], st));
-    pthread_barrier_wait(&w->bar);
+    sync_wait(c, what, w->opt.timeout_s);
     for (int q = 0; q < w->P; q++) CUDA_CHECK(cudaStreamWaitEvent(st, w->ready[q], 0));
 }
 /* Nobody may overwrite an input (or re-post) until every rank's reads of it are done. */
-static void local_leave(Comm *c, cudaStream_t st) {
+static void local_leave(Comm *c, const char *what, cudaStream_t st) {
     CommWorld *w = c->w;
     CUDA_CHECK(cudaEventRecord(w->done[c->local], st));
-    pthread_barrier_wait(&w->bar);
+    sync_wait(c, what, w->opt.timeout_s);
     for (int q = 0; q < w->P; q++) CUDA_CHECK(cudaStreamWaitEvent(st, w->done[q], 0));
-    pthread_barrier_wait(&w->bar); /* the slots of this collective are read; the next may post */
+    sync_wait(c, what, w->opt.timeout_s); /* the slots of this collective are read; the next may post */
 }
 
 static SlicePtrs slices(const CommWorld *w) {
@@ -167,78 +408,116 @@ static SlicePtrs slices(const CommWorld *w) {
     for (int q = 0; q < w->P; q++) s.p[q] = w->in[q];
     return s;
 }
+static SlicePtrs one_slice(const void *p) {
+    SlicePtrs s;
+    memset(&s, 0, sizeof s);
+    s.n = 1;
+    s.p[0] = p;
+    return s;
+}
 
 /* ---------------------------------------------------------------- collectives */
 void comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cudaStream_t st) {
-    if (c->w->kind == COMM_NCCL) {
-        NCCL_CHECK(ncclAllGather(in, out, (size_t)n, ncclBfloat16, c->nccl, st));
-        return;
+    const char *what = "all-gather";
+    trace("all_gather bf16 n=%lld", (long long)n);
+    account(c, C_ALL_GATHER, 2 * n);
+    CommWorld *w = c->w;
+    if (w->kind == COMM_NCCL) {
+        const int64_t slot = nccl_begin(c, what, st);
+        NCCL_DO(c, ncclAllGather(in, out, (size_t)n, ncclBfloat16, c->nccl, st));
+        nccl_end(c, slot, st);
+    } else if (w->kind == COMM_REHEARSE) { /* this rank's shard in every slot */
+        for (int q = 0; q < c->size; q++)
+            CUDA_CHECK(cudaMemcpyAsync(out + (int64_t)q * n, in, (size_t)n * 2, cudaMemcpyDeviceToDevice, st));
+    } else {
+        local_enter(c, what, in, st);
+        for (int q = 0; q < w->P; q++)
+            CUDA_CHECK(cudaMemcpyAsync(out + (int64_t)q * n, w->in[q], (size_t)n * 2, cudaMemcpyDeviceToDevice, st));
+        local_leave(c, what, st);
     }
-    local_enter(c, in, st);
-    for (int q = 0; q < c->w->P; q++)
-        CUDA_CHECK(cudaMemcpyAsync(out + (int64_t)q * n, c->w->in[q], (size_t)n * 2, cudaMemcpyDeviceToDevice, st));
-    local_leave(c, st);
+    c->seq++;
 }
 
 void comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, float scale, cudaStream_t st) {
-    if (c->w->kind == COMM_NCCL) {
-        NCCL_CHECK(ncclReduceScatter(in, out, (size_t)n, ncclFloat32, ncclSum, c->nccl, st));
+    const char *what = "reduce-scatter";
+    trace("reduce_scatter f32 n=%lld", (long long)n);
+    account(c, C_REDUCE_SCATTER, 4 * n);
+    CommWorld *w = c->w;
+    if (w->kind == COMM_NCCL) {
+        const int64_t slot = nccl_begin(c, what, st);
+        NCCL_DO(c, ncclReduceScatter(in, out, (size_t)n, ncclFloat32, ncclSum, c->nccl, st));
+        nccl_end(c, slot, st);
         if (scale != 1.f) scale_f32(out, n, scale, st);
-        return;
+    } else if (w->kind == COMM_REHEARSE) { /* P copies of this rank's own slice, summed */
+        sum_slices_f32(out, one_slice(in), (int64_t)c->rank * n, n, scale * (float)c->size, st);
+    } else {
+        local_enter(c, what, in, st);
+        sum_slices_f32(out, slices(w), (int64_t)c->local * n, n, scale, st);
+        local_leave(c, what, st);
     }
-    local_enter(c, in, st);
-    sum_slices_f32(out, slices(c->w), (int64_t)c->local * n, n, scale, st);
-    local_leave(c, st);
+    c->seq++;
 }
 
 void comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st) {
-    if (c->w->kind == COMM_NCCL) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat64, ncclSum, c->nccl, st));
+    const char *what = "all-reduce";
+    trace("all_reduce f64 n=%lld", (long long)n);
+    account(c, C_ALL_REDUCE, 8 * n);
+    CommWorld *w = c->w;
+    if (w->kind == COMM_NCCL) {
+        const int64_t slot = nccl_begin(c, what, st);
+        NCCL_DO(c, ncclAllReduce(buf, buf, (size_t)n, ncclFloat64, ncclSum, c->nccl, st));
+        nccl_end(c, slot, st);
+        c->seq++;
         return;
     }
     if (n > LOCAL_SCRATCH) DIE("local all-reduce of %lld doubles: at most %d", (long long)n, LOCAL_SCRATCH);
+    if (w->kind == COMM_REHEARSE) { /* P ranks holding this rank's values */
+        scale_f64(buf, n, (double)c->size, st);
+        c->seq++;
+        return;
+    }
     /* in place: copy to this rank's scratch first, so nobody reads a buffer its owner overwrites */
-    double *mine = c->w->scratch + (int64_t)c->local * LOCAL_SCRATCH;
+    double *mine = w->scratch + (int64_t)c->local * LOCAL_SCRATCH;
     CUDA_CHECK(cudaMemcpyAsync(mine, buf, (size_t)n * 8, cudaMemcpyDeviceToDevice, st));
-    local_enter(c, mine, st);
-    sum_slices_f64(buf, slices(c->w), n, st);
-    local_leave(c, st);
+    local_enter(c, what, mine, st);
+    sum_slices_f64(buf, slices(w), n, st);
+    local_leave(c, what, st);
+    c->seq++;
 }
 
 void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st) {
-    if (c->w->kind == COMM_NCCL) {
-        NCCL_CHECK(ncclGroupStart());
-        NCCL_CHECK(ncclSend(send, (size_t)bytes, ncclInt8, to, c->nccl, st));
-        NCCL_CHECK(ncclRecv(recv, (size_t)bytes, ncclInt8, from, c->nccl, st));
-        NCCL_CHECK(ncclGroupEnd());
-        return;
+    const char *what = "send/recv";
+    trace("sendrecv bytes=%lld to=+%d from=-%d", (long long)bytes, (to - c->rank + c->size) % c->size,
+          (c->rank - from + c->size) % c->size);
+    account(c, C_SENDRECV, bytes);
+    CommWorld *w = c->w;
+    if (w->kind == COMM_NCCL) {
+        const int64_t slot = nccl_begin(c, what, st);
+        NCCL_DO(c, ncclGroupStart());
+        NCCL_DO(c, ncclSend(send, (size_t)bytes, ncclInt8, to, c->nccl, st));
+        NCCL_DO(c, ncclRecv(recv, (size_t)bytes, ncclInt8, from, c->nccl, st));
+        NCCL_DO(c, ncclGroupEnd());
+        nccl_end(c, slot, st);
+    } else if (w->kind == COMM_REHEARSE) { /* this rank's own message arrives */
+        CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)bytes, cudaMemcpyDeviceToDevice, st));
+    } else { /* every rank posts what it sends; each copies from the rank it receives from */
+        local_enter(c, what, send, st);
+        CUDA_CHECK(cudaMemcpyAsync(recv, w->in[from], (size_t)bytes, cudaMemcpyDeviceToDevice, st));
+        local_leave(c, what, st);
     }
-    (void)to; /* local: every rank posts what it sends; each copies from the rank it receives from */
-    local_enter(c, send, st);
-    CUDA_CHECK(cudaMemcpyAsync(recv, c->w->in[from], (size_t)bytes, cudaMemcpyDeviceToDevice, st));
-    local_leave(c, st);
+    c->seq++;
 }
 
 void comm_barrier(Comm *c, cudaStream_t st) {
     CUDA_CHECK(cudaStreamSynchronize(st));
-    if (c->w->kind == COMM_NCCL) {
+    CommWorld *w = c->w;
+    if (w->kind == COMM_NCCL) { /* untracked by the watchdog: ranks may arrive minutes apart around I/O */
         double *d;
         CUDA_CHECK(cudaMalloc((void **)&d, 8));
         CUDA_CHECK(cudaMemsetAsync(d, 0, 8, st));
-        NCCL_CHECK(ncclAllReduce(d, d, 1, ncclFloat64, ncclSum, c->nccl, st));
+        NCCL_DO(c, ncclAllReduce(d, d, 1, ncclFloat64, ncclSum, c->nccl, st));
         CUDA_CHECK(cudaStreamSynchronize(st));
         cudaFree(d);
     }
-    pthread_barrier_wait(&c->w->bar);
-}
-
-void comm_check(Comm *c) {
-    if (c->w->kind != COMM_NCCL) return;
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async));
-    if (async != ncclSuccess) {
-        ncclCommAbort(c->nccl);
-        DIE("NCCL asynchronous error on rank %d: %s (a peer failed or the network broke)", c->rank,
-            ncclGetErrorString(async));
-    }
+    if (w->kind != COMM_REHEARSE) sync_wait(c, "barrier", 0);
 }

@@ -209,6 +209,28 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
     return 0;
 }
 
+int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
+                   int64_t yarn_original, char *err, size_t errlen) {
+    if (config_load(resume ? resume : model, c, err, errlen)) return -1;
+    if (layers > 0) {
+        if (layers > c->layers) {
+            snprintf(err, errlen, "--layers %lld: the model has %lld", (long long)layers, (long long)c->layers);
+            return -1;
+        }
+        c->layers = layers;
+    }
+    if (yarn_factor > 0) config_set_yarn(c, yarn_factor, yarn_original);
+    if (c->head_dim % 64) {
+        snprintf(err, errlen, "head_dim %lld: the RoPE kernel needs a multiple of 64", (long long)c->head_dim);
+        return -1;
+    }
+    if (c->hidden % 8) {
+        snprintf(err, errlen, "hidden_size %lld must be a multiple of 8", (long long)c->hidden);
+        return -1;
+    }
+    return 0;
+}
+
 void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max) {
     if (factor <= 1.0) { c->yarn = 0; return; }
     c->yarn = 1;

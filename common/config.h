@@ -38,6 +38,11 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
 int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen);
 /* A size name or a directory holding config.json. */
 int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen);
+/* A trainer's config: from --resume's directory if given, else the model; --layers (> 0) keeps the
+ * first layers, --yarn-factor (> 0) sets YaRN; refuses what the kernels cannot run (head_dim not a
+ * multiple of 64, hidden not a multiple of 8). */
+int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
+                   int64_t yarn_original, char *err, size_t errlen);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */
 int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype);
 /* Apply YaRN from the command line (factor, original max positions); factor <= 1 disables. */

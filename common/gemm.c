@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "train.h"
 
 void gemm_init(Gemm *g, void *workspace, int64_t ws_bytes) {
     memset(g, 0, sizeof *g);
@@ -64,19 +65,23 @@ static void gemm_cm(Gemm *g, int ta, int tb, int64_t m, int64_t n, int64_t k, co
 /* y[S,O] = x[S,I] W[O,I]^T  ==  col-major y'[O,S] = (W'[I,O])^T x'[I,S] */
 void linear_fwd(Gemm *g, void *y, int y_f32, const bf16_t *x, const bf16_t *W, int64_t S, int64_t I, int64_t O,
                 float beta, cudaStream_t st) {
+    trace("gemm fwd S=%lld I=%lld O=%lld out=%s beta=%g", (long long)S, (long long)I, (long long)O, y_f32 ? "f32" : "bf16", beta);
     gemm_cm(g, 1, 0, O, S, I, W, I, x, I, NULL, y, y_f32, O, beta, st);
 }
 /* y[S,O] = resid[S,O] + x[S,I] W[O,I]^T: the residual add fused into the GEMM epilogue */
 void linear_fwd_add(Gemm *g, bf16_t *y, const bf16_t *resid, const bf16_t *x, const bf16_t *W, int64_t S, int64_t I,
                     int64_t O, cudaStream_t st) {
+    trace("gemm fwd+residual S=%lld I=%lld O=%lld", (long long)S, (long long)I, (long long)O);
     gemm_cm(g, 1, 0, O, S, I, W, I, x, I, resid, y, 0, O, 1.f, st);
 }
 /* dx[S,I] = dy[S,O] W[O,I]  ==  col-major dx'[I,S] = W'[I,O] dy'[O,S] */
 void linear_dx(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, int64_t S, int64_t I, int64_t O, float beta,
                cudaStream_t st) {
+    trace("gemm dx S=%lld I=%lld O=%lld beta=%g", (long long)S, (long long)I, (long long)O, beta);
     gemm_cm(g, 0, 0, I, S, O, W, I, dy, O, NULL, dx, 0, I, beta, st);
 }
 /* dW[O,I] += dy^T[O,S] x[S,I]  ==  col-major dW'[I,O] += x'[I,S] (dy'[O,S])^T */
 void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S, int64_t I, int64_t O, cudaStream_t st) {
+    trace("gemm dw S=%lld I=%lld O=%lld", (long long)S, (long long)I, (long long)O);
     gemm_cm(g, 0, 1, I, O, S, x, I, dy, O, NULL, dW, 1, I, 1.f, st);
 }

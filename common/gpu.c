@@ -21,6 +21,13 @@ void gpu_init(Gpu *g, int device) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
 }
 
+int64_t gpu_free_bytes(double cap_gib) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const int64_t cap = (int64_t)(cap_gib * (1 << 30));
+    return cap > 0 && cap < (int64_t)free_b ? cap : (int64_t)free_b;
+}
+
 int64_t gpu_used_bytes(void) {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -43,4 +50,44 @@ void gpu_upload(void *dst, const void *src, int64_t bytes, cudaStream_t st) {
 void gpu_download(void *dst, const void *src, int64_t bytes, cudaStream_t st) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+void arenas_allocate(Arena *a, int n) {
+    for (int i = 0; i < n; i++) {
+        const int64_t bytes = a[i].high;
+        void *p = NULL;
+        if (bytes && a[i].place == ON_GPU) p = gpu_malloc(bytes, a[i].name);
+        else if (bytes) {
+            cudaError_t e = cudaHostAlloc(&p, (size_t)bytes, cudaHostAllocPortable);
+            if (e != cudaSuccess)
+                DIE("pinning %.3f GiB of host memory for %s failed: %s -- the memory plan (--dry-run) says what the "
+                    "host needs", (double)bytes / (1 << 30), a[i].name, cudaGetErrorString(e));
+        }
+        a[i] = (Arena){a[i].name, a[i].place, p, bytes, 0, 0};
+    }
+}
+
+int plan_fits(const MemPlan *mp, int share, int host_share, double cap_gib, const char *gpu, char *why, size_t n) {
+    const double G = 1 << 30;
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const int64_t need = memplan_peak(mp) * share;
+    if (cap_gib > 0 && need > (int64_t)(cap_gib * G)) {
+        snprintf(why, n, "%d rank(s) on %s plan %.2f GiB, above --gpu-gib %.1f: shorten --seq, drop --keep-attn, use "
+                 "more GPUs or a later stage", share, gpu, need / G, cap_gib);
+        return -1;
+    }
+    if (need > (int64_t)free_b) {
+        snprintf(why, n, "%d rank(s) on %s need %.2f GiB, %.2f GiB are free: shorten --seq, drop --keep-attn, use "
+                 "more GPUs or a later stage", share, gpu, need / G, free_b / G);
+        return -1;
+    }
+    const int64_t host = memplan_host(mp) * host_share, avail = host_available_bytes();
+    if (host > 0 && avail >= 0 && host > avail) {
+        snprintf(why, n, "%d rank(s) in this process pin %.2f GiB of host memory, the machine has %.2f GiB available "
+                 "(short by %.2f GiB): fewer layers kept on the host, fewer tokens, or more nodes", host_share,
+                 host / G, avail / G, (host - avail) / G);
+        return -1;
+    }
+    return 0;
 }

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "memplan.h"
+#include "tensor.h"
 
 typedef struct {
     int device;
@@ -16,9 +18,18 @@ typedef struct {
 } Gpu;
 
 void gpu_init(Gpu *g, int device);
+/* free bytes on the device now, no more than cap_gib when that is > 0 */
+int64_t gpu_free_bytes(double cap_gib);
 /* bytes in use on the device right now (cudaMemGetInfo), CUDA context included */
 int64_t gpu_used_bytes(void);
 void *gpu_malloc(int64_t bytes, const char *what);
+/* Allocate every arena's planned bytes (its high-water mark) in its place -- GPU memory, or pinned
+ * host memory (cudaHostAlloc: the copy engines reach it at full speed) -- and rewind it for carving. */
+void arenas_allocate(Arena *a, int n);
+/* Does a plan fit this GPU (share ranks on it, each with the plan) and, if it has host rows, the
+ * host (host_share ranks in this process)? cap_gib > 0 caps the GPU (--gpu-gib: rehearse an 80 GB
+ * GPU on a larger one). 0, or -1 with the reason in why. */
+int plan_fits(const MemPlan *mp, int share, int host_share, double cap_gib, const char *gpu, char *why, size_t n);
 /* copy a host array up / down (synchronous on the compute stream) */
 void gpu_upload(void *dst, const void *src, int64_t bytes, cudaStream_t st);
 void gpu_download(void *dst, const void *src, int64_t bytes, cudaStream_t st);

@@ -1,24 +1,51 @@
 /* memplan.c -- memory plan table. */
 #include "memplan.h"
 
-void memplan_add(MemPlan *m, const char *name, int64_t bytes) {
-    for (int i = 0; i < m->n; i++)
-        if (m->name[i] == name) { m->bytes[i] += bytes; return; }
-    if (m->n < 16) { m->name[m->n] = name; m->bytes[m->n++] = bytes; }
+#include <stdlib.h>
+#include <string.h>
+
+MemPlan memplan_of(const Arena *a, int n) {
+    MemPlan m = {0};
+    for (int i = 0; i < n; i++)
+        if (a[i].high) memplan_add(&m, a[i].name, a[i].place, a[i].high);
+    return m;
 }
-int64_t memplan_total(const MemPlan *m) {
+void memplan_add(MemPlan *m, const char *name, Place place, int64_t bytes) {
+    for (int i = 0; i < m->n; i++)
+        if (m->name[i] == name && m->place[i] == place) { m->bytes[i] += bytes; return; }
+    if (m->n < MEMPLAN_ROWS) { m->name[m->n] = name; m->place[m->n] = place; m->bytes[m->n++] = bytes; }
+}
+static int64_t total_on(const MemPlan *m, Place p) {
     int64_t t = 0;
-    for (int i = 0; i < m->n; i++) t += m->bytes[i];
+    for (int i = 0; i < m->n; i++)
+        if (m->place[i] == p) t += m->bytes[i];
     return t;
 }
-int64_t memplan_peak(const MemPlan *m) { return memplan_total(m) + MEMPLAN_RUNTIME_RESERVE; }
+int64_t memplan_peak(const MemPlan *m) { return total_on(m, ON_GPU) + MEMPLAN_RUNTIME_RESERVE; }
+int64_t memplan_host(const MemPlan *m) { return total_on(m, ON_HOST); }
 void memplan_print(const MemPlan *m, FILE *f, const char *title, int64_t capacity) {
     const double G = 1 << 30;
     fprintf(f, "memory plan per GPU (%s)\n", title);
-    for (int i = 0; i < m->n; i++) fprintf(f, "  %-28s %9.3f GiB\n", m->name[i], m->bytes[i] / G);
+    for (int i = 0; i < m->n; i++)
+        if (m->place[i] == ON_GPU) fprintf(f, "  %-28s %9.3f GiB\n", m->name[i], m->bytes[i] / G);
     fprintf(f, "  %-28s %9.3f GiB\n", "CUDA/cuBLAS/cuDNN runtime", MEMPLAN_RUNTIME_RESERVE / G);
     const int64_t total = memplan_peak(m);
     fprintf(f, "  %-28s %9.3f GiB", "total (peak)", total / G);
     if (capacity > 0) fprintf(f, "  of %.1f GiB on the device: %s", capacity / G, total <= capacity ? "fits" : "DOES NOT FIT");
     fprintf(f, "\n");
+    if (!memplan_host(m)) return;
+    fprintf(f, "pinned host memory per rank\n");
+    for (int i = 0; i < m->n; i++)
+        if (m->place[i] == ON_HOST) fprintf(f, "  %-28s %9.3f GiB\n", m->name[i], m->bytes[i] / G);
+    fprintf(f, "  %-28s %9.3f GiB\n", "total", memplan_host(m) / G);
+}
+int64_t host_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "MemAvailable:", 13)) { kb = atoll(line + 13); break; }
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
 }

@@ -92,11 +92,21 @@ static uint64_t mix(uint64_t z) {
 }
 static double unit(uint64_t h) { return ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0); } /* (0, 1) */
 
+/* element e of tensor p (index k in the table): pairs (2q, 2q+1) share one Box-Muller draw */
+static float init_value(const ParamInfo *p, int64_t k, double std, uint64_t seed, int64_t e) {
+    if (p->ndim == 1) return 1.0f; /* norm weights start at 1 */
+    const uint64_t key = mix(seed ^ mix((uint64_t)k + 1)), q = (uint64_t)(e / 2);
+    const double r = sqrt(-2.0 * log(unit(mix(key + 2 * q)))), a = 2.0 * M_PI * unit(mix(key + 2 * q + 1));
+    return (float)(std * r * (e % 2 ? sin(a) : cos(a)));
+}
+
 typedef struct {
     const ParamTable *t;
+    const ParamInfo *p;   /* one tensor's range, or NULL: every tensor, in place in the flat buffer */
     double std;
     uint64_t seed;
-    float *flat;
+    int64_t elem0, n;
+    float *out;
     int part, parts;
 } InitJob;
 
@@ -104,35 +114,45 @@ static void *init_part(void *arg) {
     const InitJob *j = arg;
     for (int64_t k = 0; k < j->t->n; k++) {
         const ParamInfo *p = &j->t->p[k];
-        float *w = j->flat + p->offset;
-        const int64_t pairs = (p->numel + 1) / 2, lo = pairs * j->part / j->parts, hi = pairs * (j->part + 1) / j->parts;
-        const uint64_t key = mix(j->seed ^ mix((uint64_t)k + 1));
-        for (int64_t q = lo; q < hi; q++) {
-            if (p->ndim == 1) { /* norm weights start at 1 */
-                w[2 * q] = 1.0f;
-                if (2 * q + 1 < p->numel) w[2 * q + 1] = 1.0f;
-                continue;
-            }
-            const double r = sqrt(-2.0 * log(unit(mix(key + 2 * (uint64_t)q)))), a = 2.0 * M_PI * unit(mix(key + 2 * (uint64_t)q + 1));
-            w[2 * q] = (float)(j->std * r * cos(a));
-            if (2 * q + 1 < p->numel) w[2 * q + 1] = (float)(j->std * r * sin(a));
-        }
+        if (j->p && p != j->p) continue;
+        const int64_t e0 = j->p ? j->elem0 : 0, n = j->p ? j->n : p->numel;
+        float *w = j->p ? j->out : j->out + p->offset;
+        const int64_t lo = n * j->part / j->parts, hi = n * (j->part + 1) / j->parts;
+        for (int64_t i = lo; i < hi; i++) w[i] = init_value(p, k, j->std, j->seed, e0 + i);
     }
     return NULL;
 }
 
-void params_init_threads(const ParamTable *t, double std, uint64_t seed, float *flat, int threads) {
-    memset(flat, 0, (size_t)t->total * sizeof(float));
+static void run_init(InitJob job, int threads) {
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     pthread_t th[64];
     InitJob jobs[64];
     for (int i = 0; i < threads; i++) {
-        jobs[i] = (InitJob){t, std, seed, flat, i, threads};
+        jobs[i] = job;
+        jobs[i].part = i;
+        jobs[i].parts = threads;
         if (i > 0 && pthread_create(&th[i], NULL, init_part, &jobs[i])) DIE("cannot start an init thread");
     }
     init_part(&jobs[0]);
     for (int i = 1; i < threads; i++) pthread_join(th[i], NULL);
+}
+
+void params_init_threads(const ParamTable *t, double std, uint64_t seed, float *flat, int threads) {
+    memset(flat, 0, (size_t)t->total * sizeof(float));
+    run_init((InitJob){t, NULL, std, seed, 0, 0, flat, 0, 1}, threads);
+}
+
+void params_init_piece(const ParamTable *t, const ParamInfo *p, double std, uint64_t seed, int64_t elem0, int64_t n,
+                       float *out, int threads) {
+    run_init((InitJob){t, p, std, seed, elem0, n, out, 0, 1}, n < (1 << 16) ? 1 : threads);
+}
+
+int64_t params_pieces(const ParamTable *t, Piece **out) {
+    Piece *pc = xcalloc((size_t)t->n, sizeof *pc);
+    for (int64_t i = 0; i < t->n; i++) pc[i] = (Piece){&t->p[i], 0, t->p[i].numel, t->p[i].offset};
+    *out = pc;
+    return t->n;
 }
 
 void params_init(const ParamTable *t, double std, uint64_t seed, float *flat) {

@@ -55,6 +55,22 @@ int params_load(const ParamTable *t, const char *path, float *flat, char *err, s
  * same for any thread count (counter-based); params_init uses every core. */
 void params_init(const ParamTable *t, double std, uint64_t seed, float *flat);
 void params_init_threads(const ParamTable *t, double std, uint64_t seed, float *flat, int threads);
+/* The same values for elements [elem0, elem0 + n) of tensor p only, into out[n], on `threads` threads:
+ * how a rank initialises the pieces it holds without the whole model in memory. */
+void params_init_piece(const ParamTable *t, const ParamInfo *p, double std, uint64_t seed, int64_t elem0, int64_t n,
+                       float *out, int threads);
+
+/* A run of one tensor's elements held by one rank: elements [elem0, elem0 + numel) of param, stored
+ * from element `at` of the rank's flat state buffers (master weights, moments, gradients). Stage 1
+ * holds every tensor whole at its table offset (params_pieces); FSDP ranks hold slices (shard.h). */
+typedef struct {
+    const ParamInfo *param;
+    int64_t elem0, numel;
+    int64_t at;
+} Piece;
+/* every tensor whole, at its offset in the flat layout; returns the count, *out malloc'd */
+int64_t params_pieces(const ParamTable *t, Piece **out);
+
 /* 1 for tensors that get weight decay (matrices), 0 for norm weights. */
 int params_decays(const ParamInfo *p);
 

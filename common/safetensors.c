@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "json.h"
@@ -84,7 +86,16 @@ static int open_file(SafeTensors *st, const char *path, char *err, size_t errlen
     for (int64_t i = 0; i < root.n; i++) {
         const char *name = root.keys[i];
         const JsonValue *v = &root.items[i];
-        if (!strcmp(name, "__metadata__")) continue;
+        if (!strcmp(name, "__metadata__")) {
+            for (int64_t k = 0; v->type == JSON_OBJECT && k < v->n; k++) {
+                if (v->items[k].type != JSON_STRING) continue;
+                st->meta = realloc(st->meta, (size_t)(2 * st->nmeta + 2) * sizeof(char *));
+                st->meta[2 * st->nmeta] = strdup(v->keys[k]);
+                st->meta[2 * st->nmeta + 1] = strdup(v->items[k].string);
+                st->nmeta++;
+            }
+            continue;
+        }
         if (v->type != JSON_OBJECT) FAIL("%s: tensor \"%s\" entry is not an object", path, name);
         const JsonValue *dt = json_get(v, "dtype"), *sh = json_get(v, "shape"), *off = json_get(v, "data_offsets");
         if (!dt || dt->type != JSON_STRING || !sh || sh->type != JSON_ARRAY || !off || off->type != JSON_ARRAY ||
@@ -208,9 +219,17 @@ int st_open(const char *path, SafeTensors *st, char *err, size_t errlen) {
 void st_close(SafeTensors *st) {
     for (int64_t i = 0; i < st->n; i++) free(st->t[i].name);
     for (int i = 0; i < st->nfiles; i++) free(st->paths[i]);
+    for (int64_t i = 0; i < 2 * st->nmeta; i++) free(st->meta[i]);
+    free(st->meta);
     free(st->t);
     free(st->paths);
     memset(st, 0, sizeof *st);
+}
+
+int st_metadata(const SafeTensors *st, const char *key, char *out, size_t outlen) {
+    for (int64_t i = 0; i < st->nmeta; i++)
+        if (!strcmp(st->meta[2 * i], key)) { snprintf(out, outlen, "%s", st->meta[2 * i + 1]); return 0; }
+    return -1;
 }
 
 const StTensor *st_find(const SafeTensors *st, const char *name) {
@@ -219,11 +238,12 @@ const StTensor *st_find(const SafeTensors *st, const char *name) {
     return NULL;
 }
 
-static void *read_bytes(const SafeTensors *st, const StTensor *t, char *err, size_t errlen) {
+/* bytes [b0, b0 + nb) of tensor t's data */
+static void *read_bytes(const SafeTensors *st, const StTensor *t, int64_t b0, int64_t nb, char *err, size_t errlen) {
     FILE *f = fopen(st->paths[t->file], "rb");
     if (!f) { snprintf(err, errlen, "%s: cannot open", st->paths[t->file]); return NULL; }
-    void *buf = xmalloc((size_t)t->nbytes);
-    if (fseeko(f, t->offset, SEEK_SET) || fread(buf, 1, (size_t)t->nbytes, f) != (size_t)t->nbytes) {
+    void *buf = xmalloc((size_t)nb);
+    if (fseeko(f, t->offset + b0, SEEK_SET) || fread(buf, 1, (size_t)nb, f) != (size_t)nb) {
         snprintf(err, errlen, "%s: short read of \"%s\"", st->paths[t->file], t->name);
         free(buf);
         buf = NULL;
@@ -232,8 +252,8 @@ static void *read_bytes(const SafeTensors *st, const StTensor *t, char *err, siz
     return buf;
 }
 
-int st_read_f32(const SafeTensors *st, const char *name, int ndim, const int64_t *shape, float *out, char *err,
-                size_t errlen) {
+int st_read_range_f32(const SafeTensors *st, const char *name, int ndim, const int64_t *shape, int64_t elem0,
+                      int64_t n, float *out, char *err, size_t errlen) {
     const StTensor *t = st_find(st, name);
     if (!t) { snprintf(err, errlen, "tensor \"%s\" is missing", name); return -1; }
     int same = t->ndim == ndim;
@@ -249,13 +269,26 @@ int st_read_f32(const SafeTensors *st, const char *name, int ndim, const int64_t
         snprintf(err, errlen, "tensor \"%s\" has dtype %s, expected a float type", name, st_dtype_name(t->dtype));
         return -1;
     }
-    void *buf = read_bytes(st, t, err, errlen);
+    if (elem0 < 0 || n < 0 || elem0 + n > t->numel) {
+        snprintf(err, errlen, "tensor \"%s\": elements [%lld, %lld) outside its %lld", name, (long long)elem0,
+                 (long long)(elem0 + n), (long long)t->numel);
+        return -1;
+    }
+    const int64_t es = (int64_t)st_dtype_size(t->dtype);
+    void *buf = read_bytes(st, t, elem0 * es, n * es, err, errlen);
     if (!buf) return -1;
-    if (t->dtype == ST_F32) memcpy(out, buf, (size_t)t->nbytes);
-    else if (t->dtype == ST_BF16) for (int64_t i = 0; i < t->numel; i++) out[i] = bf16_to_f32(((uint16_t *)buf)[i]);
-    else for (int64_t i = 0; i < t->numel; i++) out[i] = f16_to_f32(((uint16_t *)buf)[i]);
+    if (t->dtype == ST_F32) memcpy(out, buf, (size_t)(n * es));
+    else if (t->dtype == ST_BF16) for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(((uint16_t *)buf)[i]);
+    else for (int64_t i = 0; i < n; i++) out[i] = f16_to_f32(((uint16_t *)buf)[i]);
     free(buf);
     return 0;
+}
+
+int st_read_f32(const SafeTensors *st, const char *name, int ndim, const int64_t *shape, float *out, char *err,
+                size_t errlen) {
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    return st_read_range_f32(st, name, ndim, shape, 0, numel, out, err, errlen);
 }
 
 int st_read_i32(const SafeTensors *st, const char *name, int64_t numel, int32_t *out, char *err, size_t errlen) {
@@ -266,7 +299,7 @@ int st_read_i32(const SafeTensors *st, const char *name, int64_t numel, int32_t 
                  (long long)t->numel, st_dtype_name(t->dtype));
         return -1;
     }
-    void *buf = read_bytes(st, t, err, errlen);
+    void *buf = read_bytes(st, t, 0, t->nbytes, err, errlen);
     if (!buf) return -1;
     for (int64_t i = 0; i < numel; i++)
         out[i] = t->dtype == ST_I32 ? ((int32_t *)buf)[i] : (int32_t)((int64_t *)buf)[i];
@@ -280,73 +313,154 @@ static int64_t numel_of(const StWrite *t) {
     for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
     return n;
 }
+static int64_t bytes_of(const StWrite *t) { return numel_of(t) * (int64_t)st_dtype_size(t->dtype); }
 
-int st_write(const char *path, const StWrite *t, int64_t n, const char *metadata, char *err, size_t errlen) {
-    /* header: JSON, padded with spaces to a multiple of 8 so the data is aligned */
+/* one file's header for tensors t[0..n): JSON padded with spaces to a multiple of 8 (aligned data);
+ * returns its length; the data offsets of the tensors (relative to the file) go to at[] */
+static char *file_header(const StWrite *t, int64_t n, const char *metadata, size_t *len_out, int64_t *at) {
     size_t cap = 256 + (size_t)n * 400 + (metadata ? strlen(metadata) : 0), len = 0;
     char *h = xmalloc(cap);
     len += (size_t)snprintf(h + len, cap - len, "{");
     if (metadata) len += (size_t)snprintf(h + len, cap - len, "\"__metadata__\":%s", metadata);
     int64_t off = 0;
     for (int64_t i = 0; i < n; i++) {
-        int64_t bytes = numel_of(&t[i]) * (int64_t)st_dtype_size(t[i].dtype);
+        const int64_t bytes = bytes_of(&t[i]);
         len += (size_t)snprintf(h + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", (i || metadata) ? "," : "",
                                 t[i].name, st_dtype_name(t[i].dtype));
         for (int d = 0; d < t[i].ndim; d++) len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
         len += (size_t)snprintf(h + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)off, (long long)(off + bytes));
+        at[i] = off;
         off += bytes;
     }
     len += (size_t)snprintf(h + len, cap - len, "}");
     while (len % 8) h[len++] = ' ';
-    FILE *f = fopen(path, "wb");
-    if (!f) { snprintf(err, errlen, "%s: cannot create", path); free(h); return -1; }
-    uint8_t lb[8];
-    for (int i = 0; i < 8; i++) lb[i] = (uint8_t)((uint64_t)len >> (8 * i));
-    int ok = fwrite(lb, 1, 8, f) == 8 && fwrite(h, 1, len, f) == len;
-    for (int64_t i = 0; ok && i < n; i++) {
-        size_t bytes = (size_t)(numel_of(&t[i]) * (int64_t)st_dtype_size(t[i].dtype));
-        ok = fwrite(t[i].data, 1, bytes, f) == bytes;
+    *len_out = len;
+    return h;
+}
+
+/* Lay the tensors out: greedy shards in tensor order when dir_mode and the total exceeds max_shard.
+ * Headers are built here (every writer computes the same layout) and written by st_plan_create. */
+static void plan(StPlan *p, const char *path, int dir_mode, const StWrite *t, int64_t n, int64_t max_shard,
+                 const char *metadata) {
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    p->file = xcalloc((size_t)n, sizeof(int));
+    p->offset = xcalloc((size_t)n, sizeof(int64_t));
+    p->index = NULL;
+    int64_t total = 0, cur = 0, nfiles = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t b = bytes_of(&t[i]);
+        if (dir_mode && cur > 0 && cur + b > max_shard) { nfiles++; cur = 0; }
+        p->file[i] = (int)nfiles;
+        cur += b;
+        total += b;
     }
-    ok = (fclose(f) == 0) && ok;
-    free(h);
-    if (!ok) { snprintf(err, errlen, "%s: write failed (disk full?)", path); return -1; }
+    p->nfiles = (int)nfiles + 1;
+    p->paths = xcalloc((size_t)p->nfiles, sizeof(char *));
+    p->headers = xcalloc((size_t)p->nfiles, sizeof(char *));
+    p->header_len = xcalloc((size_t)p->nfiles, sizeof(int64_t));
+    p->size = xcalloc((size_t)p->nfiles, sizeof(int64_t));
+    char buf[4200];
+    for (int f = 0, i0 = 0; f < p->nfiles; f++) {
+        int64_t i1 = i0;
+        while (i1 < n && p->file[i1] == f) i1++;
+        if (!dir_mode) snprintf(buf, sizeof buf, "%s", path);
+        else if (p->nfiles == 1) snprintf(buf, sizeof buf, "%s/model.safetensors", path);
+        else snprintf(buf, sizeof buf, "%s/model-%05d-of-%05d.safetensors", path, f + 1, p->nfiles);
+        p->paths[f] = strdup(buf);
+        size_t len;
+        p->headers[f] = file_header(t + i0, i1 - i0, dir_mode ? "{\"format\":\"pt\"}" : metadata, &len, p->offset + i0);
+        p->header_len[f] = (int64_t)len;
+        int64_t end = 8 + (int64_t)len;
+        for (int64_t i = i0; i < i1; i++) {
+            p->offset[i] += 8 + (int64_t)len;
+            end = p->offset[i] + bytes_of(&t[i]);
+        }
+        p->size[f] = end;
+        i0 = (int)i1;
+    }
+    if (dir_mode && p->nfiles > 1) { /* model.safetensors.index.json */
+        size_t cap = 256 + (size_t)n * 200, len = 0;
+        p->index = xmalloc(cap);
+        len += (size_t)snprintf(p->index + len, cap - len, "{\n  \"metadata\": {\"total_size\": %lld},\n  \"weight_map\": {\n",
+                                (long long)total);
+        for (int64_t i = 0; i < n; i++)
+            len += (size_t)snprintf(p->index + len, cap - len, "    \"%s\": \"%s\"%s\n", t[i].name,
+                                    strrchr(p->paths[p->file[i]], '/') + 1, i + 1 < n ? "," : "");
+        snprintf(p->index + len, cap - len, "  }\n}\n");
+        snprintf(buf, sizeof buf, "%s/model.safetensors.index.json", path);
+        p->index_path = strdup(buf);
+    }
+}
+
+void st_plan_file(StPlan *p, const char *path, const StWrite *t, int64_t n, const char *metadata) {
+    plan(p, path, 0, t, n, 0, metadata);
+}
+void st_plan_dir(StPlan *p, const char *dir, const StWrite *t, int64_t n, int64_t max_shard_bytes) {
+    plan(p, dir, 1, t, n, max_shard_bytes, NULL);
+}
+
+int st_plan_create(const StPlan *p, char *err, size_t errlen) {
+    for (int f = 0; f < p->nfiles; f++) {
+        FILE *fp = fopen(p->paths[f], "wb");
+        if (!fp) { snprintf(err, errlen, "%s: cannot create: %s", p->paths[f], strerror(errno)); return -1; }
+        uint8_t lb[8];
+        for (int i = 0; i < 8; i++) lb[i] = (uint8_t)((uint64_t)p->header_len[f] >> (8 * i));
+        int ok = fwrite(lb, 1, 8, fp) == 8 && fwrite(p->headers[f], 1, (size_t)p->header_len[f], fp) == (size_t)p->header_len[f];
+        ok = ok && ftruncate(fileno(fp), (off_t)p->size[f]) == 0; /* the data is filled in place by pwrite */
+        ok = (fclose(fp) == 0) && ok;
+        if (!ok) { snprintf(err, errlen, "%s: write failed: %s", p->paths[f], strerror(errno)); return -1; }
+    }
+    if (p->index) {
+        FILE *fp = fopen(p->index_path, "w");
+        if (!fp || fputs(p->index, fp) < 0 || fclose(fp)) {
+            snprintf(err, errlen, "%s: cannot write", p->index_path);
+            return -1;
+        }
+    }
     return 0;
 }
 
-int st_write_dir(const char *dir, const StWrite *t, int64_t n, int64_t max_shard_bytes, char *err, size_t errlen) {
-    char path[4096];
-    int64_t total = 0;
-    for (int64_t i = 0; i < n; i++) total += numel_of(&t[i]) * (int64_t)st_dtype_size(t[i].dtype);
-    if (total <= max_shard_bytes) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        return st_write(path, t, n, "{\"format\":\"pt\"}", err, errlen);
+int st_plan_fill(const StPlan *p, int64_t i, int64_t byte0, const void *src, int64_t bytes, char *err, size_t errlen) {
+    const char *path = p->paths[p->file[i]];
+    const int fd = open(path, O_WRONLY);
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno)); return -1; }
+    const char *s = src;
+    int64_t done = 0;
+    while (done < bytes) {
+        const ssize_t w = pwrite(fd, s + done, (size_t)(bytes - done), (off_t)(p->offset[i] + byte0 + done));
+        if (w <= 0) {
+            snprintf(err, errlen, "%s: write failed (disk full?): %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        done += w;
     }
-    /* greedy shards in tensor order */
-    int64_t *shard_of = xmalloc((size_t)n * sizeof(int64_t)), nshards = 0, cur = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t b = numel_of(&t[i]) * (int64_t)st_dtype_size(t[i].dtype);
-        if (cur > 0 && cur + b > max_shard_bytes) { nshards++; cur = 0; }
-        shard_of[i] = nshards;
-        cur += b;
-    }
-    nshards++;
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    FILE *idx = fopen(path, "w");
-    if (!idx) { snprintf(err, errlen, "%s: cannot create", path); free(shard_of); return -1; }
-    fprintf(idx, "{\n  \"metadata\": {\"total_size\": %lld},\n  \"weight_map\": {\n", (long long)total);
-    int rc = 0;
-    for (int64_t s = 0, i0 = 0; s < nshards && !rc; s++) {
-        int64_t i1 = i0;
-        while (i1 < n && shard_of[i1] == s) i1++;
-        char name[64];
-        snprintf(name, sizeof name, "model-%05lld-of-%05lld.safetensors", (long long)s + 1, (long long)nshards);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        rc = st_write(path, t + i0, i1 - i0, "{\"format\":\"pt\"}", err, errlen);
-        for (int64_t i = i0; i < i1; i++) fprintf(idx, "    \"%s\": \"%s\"%s\n", t[i].name, name, i + 1 < n ? "," : "");
-        i0 = i1;
-    }
-    fprintf(idx, "  }\n}\n");
-    if (fclose(idx) && !rc) { snprintf(err, errlen, "index write failed"); rc = -1; }
-    free(shard_of);
+    if (close(fd)) { snprintf(err, errlen, "%s: close failed: %s", path, strerror(errno)); return -1; }
+    return 0;
+}
+
+void st_plan_free(StPlan *p) {
+    for (int f = 0; f < p->nfiles; f++) { free(p->paths[f]); free(p->headers[f]); }
+    free(p->paths); free(p->headers); free(p->header_len); free(p->size);
+    free(p->file); free(p->offset); free(p->index); free(p->index_path);
+    memset(p, 0, sizeof *p);
+}
+
+/* the one-writer forms: plan, create, fill every tensor */
+static int write_all(StPlan *p, const StWrite *t, int64_t n, char *err, size_t errlen) {
+    int rc = st_plan_create(p, err, errlen);
+    for (int64_t i = 0; i < n && !rc; i++) rc = st_plan_fill(p, i, 0, t[i].data, bytes_of(&t[i]), err, errlen);
+    st_plan_free(p);
     return rc;
+}
+int st_write(const char *path, const StWrite *t, int64_t n, const char *metadata, char *err, size_t errlen) {
+    StPlan p;
+    st_plan_file(&p, path, t, n, metadata);
+    return write_all(&p, t, n, err, errlen);
+}
+int st_write_dir(const char *dir, const StWrite *t, int64_t n, int64_t max_shard_bytes, char *err, size_t errlen) {
+    StPlan p;
+    st_plan_dir(&p, dir, t, n, max_shard_bytes);
+    return write_all(&p, t, n, err, errlen);
 }

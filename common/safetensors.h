@@ -26,6 +26,8 @@ typedef struct {
     char **paths;        /* [nfiles] */
     int64_t n;
     StTensor *t;         /* [n] */
+    int64_t nmeta;
+    char **meta;         /* [2 * nmeta] key, value: the string entries of every file's "__metadata__" */
 } SafeTensors;
 
 /* path: a .safetensors file, or a directory holding model.safetensors or
@@ -39,6 +41,11 @@ const char *st_dtype_name(StDtype d);
  * that its shape has exactly the dims given (ndim, shape). Missing tensor or mismatch: -1. */
 int st_read_f32(const SafeTensors *st, const char *name, int ndim, const int64_t *shape, float *out, char *err,
                 size_t errlen);
+/* Elements [elem0, elem0 + n) of a float tensor (of the shape given), converted to fp32. */
+int st_read_range_f32(const SafeTensors *st, const char *name, int ndim, const int64_t *shape, int64_t elem0,
+                      int64_t n, float *out, char *err, size_t errlen);
+/* A string value of the files' "__metadata__": 0 and the value in out, or -1 if absent. */
+int st_metadata(const SafeTensors *st, const char *key, char *out, size_t outlen);
 int st_read_i32(const SafeTensors *st, const char *name, int64_t numel, int32_t *out, char *err, size_t errlen);
 
 typedef struct {
@@ -48,6 +55,28 @@ typedef struct {
     int64_t shape[8];
     const void *data;    /* host memory, numel x dtype size bytes */
 } StWrite;
+
+/* Writing by several writers (the ranks of a trainer, each holding pieces of every tensor): st_plan_*
+ * lays out the files (every writer computes the same layout; data pointers are ignored), one
+ * writer creates them (headers, index, files sized), then each writer fills the byte ranges it
+ * holds, in any order (pwrite). */
+typedef struct {
+    int nfiles;
+    char **paths;          /* [nfiles] */
+    char **headers;        /* [nfiles] header JSON */
+    int64_t *header_len;   /* [nfiles] */
+    int64_t *size;         /* [nfiles] file sizes */
+    int64_t n;
+    int *file;             /* [n] the file of each tensor */
+    int64_t *offset;       /* [n] absolute byte offset of its data in that file */
+    char *index, *index_path; /* model.safetensors.index.json when sharded */
+} StPlan;
+void st_plan_file(StPlan *p, const char *path, const StWrite *t, int64_t n, const char *metadata);
+void st_plan_dir(StPlan *p, const char *dir, const StWrite *t, int64_t n, int64_t max_shard_bytes);
+int st_plan_create(const StPlan *p, char *err, size_t errlen);
+/* bytes [byte0, byte0 + bytes) of tensor i's data */
+int st_plan_fill(const StPlan *p, int64_t i, int64_t byte0, const void *src, int64_t bytes, char *err, size_t errlen);
+void st_plan_free(StPlan *p);
 
 /* Write one file. metadata: NULL or a flat JSON object text for "__metadata__" (string values). */
 int st_write(const char *path, const StWrite *t, int64_t n, const char *metadata, char *err, size_t errlen);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "train.h"
 
 typedef cudnnBackendDescriptor_t Desc;
 typedef enum { G_FWD, G_BWD } GraphKind;
@@ -344,12 +345,6 @@ static SdpaPlan *build(Sdpa *s, GraphKind kind, const SdpaShape *p, cudnnDataTyp
     return pl;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static SdpaPlan *get_plan(Sdpa *s, GraphKind kind, const SdpaShape *p) {
     for (int i = 0; i < s->nplans; i++)
         if (s->plans[i]->kind == kind && !memcmp(&s->plans[i]->shape, p, sizeof *p)) return s->plans[i];
@@ -437,6 +432,8 @@ static Scalars scalars(const SdpaShape *p) {
 
 void sdpa_fwd(Sdpa *s, const SdpaShape *p, bf16_t *o, float *lse, const bf16_t *q, const bf16_t *k, const bf16_t *v,
               void *ws, int64_t ws_bytes) {
+    trace("sdpa fwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d", (long long)p->Hq,
+          (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right);
     SdpaPlan *pl = get_plan(s, G_FWD, p);
     Scalars c = scalars(p);
     int64_t uids[9] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_SKV, U_SQ};
@@ -448,6 +445,8 @@ void sdpa_fwd(Sdpa *s, const SdpaShape *p, bf16_t *o, float *lse, const bf16_t *
 void sdpa_bwd(Sdpa *s, const SdpaShape *p, bf16_t *dq, bf16_t *dk, bf16_t *dv, const bf16_t *q, const bf16_t *k,
               const bf16_t *v, const bf16_t *o, const bf16_t *dout, const float *lse, float *softmax_sum,
               float *dq_accum, void *ws, int64_t ws_bytes) {
+    trace("sdpa bwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d", (long long)p->Hq,
+          (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right);
     SdpaPlan *pl = get_plan(s, G_BWD, p);
     Scalars c = scalars(p);
     int64_t uids[16] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SOFTMAX_SUM,

@@ -39,8 +39,8 @@ int64_t shard_unit_of(const ShardLayout *s, const ParamInfo *p) {
     DIE("parameter %s outside every unit", p->name);
 }
 
-int64_t shard_pieces(const ShardLayout *s, const ParamTable *t, int r, ShardPiece **out) {
-    ShardPiece *pc = xcalloc((size_t)t->n, sizeof *pc);
+int64_t shard_pieces(const ShardLayout *s, const ParamTable *t, int r, Piece **out) {
+    Piece *pc = xcalloc((size_t)t->n, sizeof *pc);
     int64_t n = 0;
     for (int64_t i = 0; i < t->n; i++) {
         const ParamInfo *p = &t->p[i];
@@ -48,7 +48,7 @@ int64_t shard_pieces(const ShardLayout *s, const ParamTable *t, int r, ShardPiec
         /* the tensor's range and rank r's range, both relative to the unit */
         const int64_t a0 = p->offset - u->begin, a1 = a0 + p->numel, b0 = (int64_t)r * u->shard, b1 = b0 + u->shard;
         const int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
-        if (hi > lo) pc[n++] = (ShardPiece){u->shard_offset + (lo - b0), hi - lo, p};
+        if (hi > lo) pc[n++] = (Piece){p, lo - a0, hi - lo, u->shard_offset + (lo - b0)};
     }
     *out = pc;
     return n;

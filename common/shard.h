@@ -26,17 +26,11 @@ typedef struct {
     int64_t max_layer;    /* largest padded decoder-layer unit */
 } ShardLayout;
 
-/* A piece of one tensor inside one rank's shard: AdamW runs per piece (decay differs per tensor). */
-typedef struct {
-    int64_t shard_offset; /* in the rank's shard buffers */
-    int64_t numel;
-    const ParamInfo *param;
-} ShardPiece;
-
 void shard_build(const ParamTable *t, int P, ShardLayout *s);
 void shard_free(ShardLayout *s);
 int64_t shard_unit_of(const ShardLayout *s, const ParamInfo *p); /* unit index holding p */
-/* The pieces of every tensor that rank r owns; returns the count, *out malloc'd. */
-int64_t shard_pieces(const ShardLayout *s, const ParamTable *t, int r, ShardPiece **out);
+/* The pieces of every tensor that rank r owns (model.h: Piece.at is the offset in the rank's shard
+ * buffers); AdamW and checkpoint I/O run per piece. Returns the count, *out malloc'd. */
+int64_t shard_pieces(const ShardLayout *s, const ParamTable *t, int r, Piece **out);
 
 #endif

@@ -4,6 +4,11 @@
 #include "check.h"
 
 _Thread_local int longctx_rank = -1;
+int longctx_print_rank = 0;
+
+void arenas_plan(Arena *a, const ArenaSpec *spec, int n) {
+    for (int i = 0; i < n; i++) a[i] = (Arena){spec[i].name, spec[i].place, NULL, 0, 0, 0};
+}
 
 void *arena_take(Arena *a, int64_t bytes, const char *what) {
     const int64_t n = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;

@@ -76,6 +76,7 @@ void sum_slices_f32(float *out, SlicePtrs s, int64_t offset, int64_t n, float sc
 void sum_slices_f64(double *out, SlicePtrs s, int64_t n, cudaStream_t st);
 /* x[i] *= scale */
 void scale_f32(float *x, int64_t n, float scale, cudaStream_t st);
+void scale_f64(double *x, int64_t n, double scale, cudaStream_t st);
 
 /* ---- ring attention (stage 3) */
 /* Merge a block's attention result into the running one for rows [q0, q0+nq) of n:

@@ -448,17 +448,18 @@ static void test_shards(const char *root) {
             }
             ok_units &= s.u[0].begin == 0 && s.u[s.nunits - 1].end == t.total;
             /* all pieces of all ranks, by flat position: they must tile every tensor exactly */
-            int64_t npieces = 0, cap = 0;
+            int64_t npieces = 0, cap = 0, bad_elem0 = 0;
             FlatPiece *all = NULL;
             for (int r = 0; r < P; r++) {
-                ShardPiece *pc;
+                Piece *pc;
                 int64_t np = shard_pieces(&s, &t, r, &pc);
                 if (npieces + np > cap) { cap = 2 * (npieces + np); all = realloc(all, (size_t)cap * sizeof *all); }
                 for (int64_t k = 0; k < np; k++) {
                     const ShardUnit *u = &s.u[shard_unit_of(&s, pc[k].param)];
                     /* flat position: unit begin + r*shard + (position within the rank's piece of the unit) */
-                    all[npieces++] = (FlatPiece){u->begin + (int64_t)r * u->shard + (pc[k].shard_offset - u->shard_offset),
+                    all[npieces++] = (FlatPiece){u->begin + (int64_t)r * u->shard + (pc[k].at - u->shard_offset),
                                                  pc[k].numel, pc[k].param};
+                    bad_elem0 += pc[k].param->offset + pc[k].elem0 != all[npieces - 1].flat; /* elem0 names the same place */
                     covered += pc[k].numel;
                 }
                 free(pc);
@@ -480,7 +481,7 @@ static void test_shards(const char *root) {
                 const int64_t last = (s.u[i].end - s.u[i].begin) - (int64_t)(P - 1) * s.u[i].shard;
                 if (s.u[i].shard - last > worst_imbalance) worst_imbalance = s.u[i].shard - last;
             }
-            EXPECT(ok_units && ok_align && covered == params && !bad && k == npieces,
+            EXPECT(ok_units && ok_align && covered == params && !bad && !bad_elem0 && k == npieces,
                    "%s P=%d: units contiguous, shards aligned, the ranks' pieces tile every tensor once (%lld/%lld, %lld gaps)",
                    models[mi], P, (long long)covered, (long long)params, (long long)bad);
             if (P == 8)

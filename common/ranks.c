@@ -1,0 +1,105 @@
+/* ranks.c -- one thread per rank, the fit check before any communicator, the communicator. */
+#include "ranks.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gpu.h"
+
+void ranks_check_opts(const RankOpts *o, int saves) {
+    if (o->local_ranks && (o->gpus || o->nnodes > 1 || o->rehearse >= 0))
+        DIE("--local-ranks runs on one GPU: no --gpus, --nnodes or --rehearse with it");
+    if (o->nnodes < 1 || o->node_rank < 0 || o->node_rank >= o->nnodes) DIE("--node-rank must be in 0..--nnodes-1");
+    if (o->rehearse >= 0 && o->gpus < 1) DIE("--rehearse R needs the job it rehearses: --gpus N (and --nnodes M)");
+    if (o->rehearse >= 0 && o->rehearse >= o->gpus * o->nnodes)
+        DIE("--rehearse %lld: the job has %lld ranks", (long long)o->rehearse, (long long)(o->gpus * o->nnodes));
+    if (o->rehearse >= 0 && saves)
+        DIE("--rehearse computes one rank of the job with values that are not the job's: no --save, --resume or "
+            "--dump-grads");
+    if (o->comm.timeout_s < 0) DIE("--comm-timeout must be >= 0 (0: wait forever)");
+}
+
+int ranks_in_job(const RankOpts *o, int dry_run) {
+    if (o->local_ranks > 0) return (int)o->local_ranks;
+    int gpus = (int)o->gpus;
+    if (gpus <= 0 && dry_run) gpus = 1;
+    if (gpus <= 0) CUDA_CHECK(cudaGetDeviceCount(&gpus));
+    return gpus * (int)o->nnodes;
+}
+
+int ranks_here(const RankOpts *o) {
+    if (o->local_ranks > 0) return (int)o->local_ranks;
+    if (o->rehearse >= 0) return 1;
+    return ranks_in_job(o, 0) / (int)o->nnodes;
+}
+
+typedef struct {
+    const RankOpts *o;
+    const MemPlan *mp;
+    double gpu_gib;
+    CommWorld *world;
+    pthread_barrier_t *bar;
+    char (*why)[512];          /* [here] the fit check's reason, empty when it fits */
+    int here;
+    void (*fn)(const Rank *, void *);
+    void *arg;
+    int local;
+} Thread;
+
+static void *rank_thread(void *p) {
+    const Thread *t = p;
+    const RankOpts *o = t->o;
+    const int shared = o->local_ranks > 0 || o->rehearse >= 0; /* everything on GPU 0 */
+    Rank r = {t->local, shared ? 0 : t->local, t->here, NULL};
+    longctx_rank = o->rehearse >= 0 ? (int)o->rehearse : (int)o->node_rank * t->here + t->local;
+    CUDA_CHECK(cudaSetDevice(r.device));
+    /* before any communicator: NCCL's own buffers must not be what pushes a rank over */
+    char name[64];
+    snprintf(name, sizeof name, "GPU %d", r.device);
+    if (!shared || t->local == 0) /* one check per GPU, of every rank it holds; the host holds this process's */
+        plan_fits(t->mp, o->local_ranks > 0 ? t->here : 1, t->here, t->gpu_gib, name, t->why[t->local], sizeof t->why[0]);
+    pthread_barrier_wait(t->bar);
+    for (int q = 0; q < t->here; q++)
+        if (t->why[q][0]) {
+            if (t->local == 0) {
+                longctx_rank = o->rehearse >= 0 ? (int)o->rehearse : (int)o->node_rank * t->here + q;
+                DIE("%s -- no rank started", t->why[q]);
+            }
+            pause(); /* rank 0's exit ends the process */
+        }
+    r.comm = comm_rank(t->world, t->local);
+    t->fn(&r, t->arg);
+    comm_rank_free(r.comm);
+    return NULL;
+}
+
+void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
+    const int here = ranks_here(o);
+    CommWorld *world;
+    if (o->local_ranks > 0) {
+        CUDA_CHECK(cudaSetDevice(0));
+        world = comm_world_local(here, &o->comm);
+    } else if (o->rehearse >= 0) {
+        CUDA_CHECK(cudaSetDevice(0));
+        world = comm_world_rehearse((int)o->gpus, (int)o->nnodes, (int)o->rehearse, &o->comm);
+        longctx_print_rank = (int)o->rehearse; /* the one rank there is reports */
+    } else
+        world = comm_world_nccl(here, (int)o->nnodes, (int)o->node_rank, o->rendezvous, &o->comm);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)here);
+    char (*why)[512] = xcalloc((size_t)here, sizeof *why);
+    pthread_t *th = xcalloc((size_t)here, sizeof *th);
+    Thread *args = xcalloc((size_t)here, sizeof *args);
+    for (int r = 0; r < here; r++) {
+        args[r] = (Thread){o, mp, gpu_gib, world, &bar, why, here, fn, arg, r};
+        if (pthread_create(&th[r], NULL, rank_thread, &args[r])) DIE("cannot start rank thread %d", r);
+    }
+    for (int r = 0; r < here; r++) pthread_join(th[r], NULL);
+    comm_world_free(world);
+    pthread_barrier_destroy(&bar);
+    free(th); free(args); free(why);
+}

@@ -1,0 +1,84 @@
+/* rendezvous.c -- the several-node rendezvous file (rendezvous.h). */
+#include "rendezvous.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double rdv_wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int rdv_publish(const char *path, const char *run_id, int nnodes, int gpus, const void *id, char *err, size_t n) {
+    RdvFile r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.magic, RDV_MAGIC, sizeof r.magic);
+    snprintf(r.run_id, sizeof r.run_id, "%s", run_id ? run_id : "");
+    r.nnodes = nnodes;
+    r.gpus = gpus;
+    r.written = rdv_wall_s();
+    memcpy(r.id, id, RDV_ID_BYTES);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    if (unlink(path) && errno != ENOENT) {
+        snprintf(err, n, "cannot remove the old rendezvous file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(&r, sizeof r, 1, f) != 1 || fclose(f)) {
+        snprintf(err, n, "cannot write rendezvous file %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    if (rename(tmp, path)) {
+        snprintf(err, n, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* 1: the file is this run's; 0: not (yet); -1: an error worth stopping for */
+static int check(const RdvFile *r, const char *run_id, int nnodes, int gpus, double started, char *err, size_t n) {
+    if (memcmp(r->magic, RDV_MAGIC, sizeof r->magic)) return 0; /* not ours (or another version): wait */
+    const int have_id = run_id && run_id[0];
+    if (have_id && strncmp(r->run_id, run_id, sizeof r->run_id)) return 0;      /* another run's file */
+    if (!have_id && r->written < started - RDV_SKEW_S) return 0;                  /* written before we started */
+    if (r->nnodes != nnodes || r->gpus != gpus) {
+        snprintf(err, n, "the rendezvous file describes a job of %d node(s) x %d GPU(s); this node was given --nnodes %d "
+                 "--gpus %d", r->nnodes, r->gpus, nnodes, gpus);
+        return -1;
+    }
+    return 1;
+}
+
+int rdv_await(const char *path, const char *run_id, int nnodes, int gpus, double started, double timeout_s, void *id,
+              char *err, size_t n) {
+    const double t0 = rdv_wall_s();
+    int seen_stale = 0;
+    for (;;) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            RdvFile r;
+            const size_t got = fread(&r, sizeof r, 1, f);
+            fclose(f);
+            if (got == 1) {
+                const int ok = check(&r, run_id, nnodes, gpus, started, err, n);
+                if (ok < 0) return -1;
+                if (ok) { memcpy(id, r.id, RDV_ID_BYTES); return 0; }
+                seen_stale = 1;
+            }
+        }
+        if (rdv_wall_s() - t0 >= timeout_s) {
+            snprintf(err, n, "no rendezvous file of this run at %s after %.0f s%s: is node 0 running%s?", path, timeout_s,
+                     seen_stale ? " (a file from another run is there)" : "",
+                     run_id && run_id[0] ? " with the same --run-id" : "");
+            return -1;
+        }
+        usleep(200000);
+    }
+}
+
+void rdv_remove(const char *path) { unlink(path); }

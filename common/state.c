@@ -1,0 +1,187 @@
+/* state.c -- training state I/O, streamed through a bounded host buffer (state.h). */
+#include "state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "safetensors.h"
+
+#define CHUNK (8ll << 20) /* elements per transfer: 32 MiB of fp32 staging per rank */
+static const char *STATE_PREFIX[3] = {"master", "adam_m", "adam_v"};
+
+static void copy(const StateIO *s, void *dst, const void *src, int64_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, s->st));
+    CUDA_CHECK(cudaStreamSynchronize(s->st));
+}
+static void zero(const StateIO *s, float *p) {
+    struct cudaPointerAttributes a;
+    CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+    if (a.type == cudaMemoryTypeDevice) CUDA_CHECK(cudaMemsetAsync(p, 0, (size_t)s->total * 4, s->st));
+    else memset(p, 0, (size_t)s->total * 4);
+}
+static void barrier(const StateIO *s) {
+    if (s->comm) comm_barrier(s->comm, s->st);
+}
+static int64_t index_of(const StateIO *s, const Piece *pc) { return pc->param - s->t->p; }
+
+/* ---------------------------------------------------------------- load */
+/* one source of a piece's values: a tensor of an open safetensors set, or the random init */
+typedef struct {
+    const SafeTensors *st;   /* NULL: random init */
+    const char *prefix;      /* "master." etc. or "" */
+    double std;
+    uint64_t seed;
+} Source;
+
+static void fill_piece(StateIO *s, const Piece *pc, const Source *src, float *dst, float *buf) {
+    char err[512], name[160];
+    snprintf(name, sizeof name, "%s%s", src->prefix, pc->param->name);
+    for (int64_t off = 0; off < pc->numel; off += CHUNK) {
+        const int64_t n = pc->numel - off < CHUNK ? pc->numel - off : CHUNK;
+        if (!src->st) params_init_piece(s->t, pc->param, src->std, src->seed, pc->elem0 + off, n, buf, s->threads);
+        else if (st_read_range_f32(src->st, name, pc->param->ndim, pc->param->shape, pc->elem0 + off, n, buf, err,
+                                   sizeof err))
+            DIE("%s", err);
+        copy(s, dst + pc->at + off, buf, 4 * n);
+    }
+}
+
+int64_t state_load(StateIO *s, const char *model, const char *resume, double init_std, uint64_t seed) {
+    char err[512], path[4200], val[64];
+    float *buf = xmalloc((size_t)CHUNK * 4);
+    float *dst[3] = {s->master, s->m, s->v};
+    for (int k = 0; k < 3; k++) zero(s, dst[k]);
+    int64_t step = 0;
+    struct stat sb;
+    if (resume) {
+        snprintf(path, sizeof path, "%s/trainer_state.safetensors", resume);
+        SafeTensors st;
+        if (st_open(path, &st, err, sizeof err)) DIE("--resume: %s", err);
+        if (st_metadata(&st, "step", val, sizeof val)) DIE("--resume %s: no step in the metadata", path);
+        step = strtoll(val, NULL, 10);
+        for (int k = 0; k < 3; k++) {
+            char prefix[16];
+            snprintf(prefix, sizeof prefix, "%s.", STATE_PREFIX[k]);
+            const Source src = {&st, prefix, 0, 0};
+            for (int64_t i = 0; i < s->npieces; i++) fill_piece(s, &s->pieces[i], &src, dst[k], buf);
+        }
+        st_close(&st);
+        if (s->rank == 0) printf("resumed from %s after step %lld\n", resume, (long long)step);
+    } else if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) {
+        if (s->rank == 0) printf("loading weights from %s\n", model);
+        SafeTensors st;
+        if (st_open(model, &st, err, sizeof err)) DIE("%s", err);
+        const Source src = {&st, "", 0, 0};
+        for (int64_t i = 0; i < s->npieces; i++) fill_piece(s, &s->pieces[i], &src, s->master, buf);
+        st_close(&st);
+    } else {
+        if (s->rank == 0) printf("random init (normal 0, %g; norms 1), seed %lld\n", init_std, (long long)seed);
+        const Source src = {NULL, "", init_std, seed};
+        for (int64_t i = 0; i < s->npieces; i++) fill_piece(s, &s->pieces[i], &src, s->master, buf);
+    }
+    free(buf);
+    return step;
+}
+
+/* ---------------------------------------------------------------- save */
+static void ensure_dir(const char *dir) {
+    if (mkdir(dir, 0755) && errno != EEXIST) DIE("cannot create %s: %s", dir, strerror(errno));
+}
+
+/* the tensors of the two files: [n] bf16 weights, and [3n] fp32 master, m, v */
+static void specs(const StateIO *s, StWrite *model, StWrite *state, char (*names)[112]) {
+    const ParamTable *t = s->t;
+    for (int64_t i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        model[i] = (StWrite){p->name, ST_BF16, p->ndim, {p->shape[0], p->shape[1]}, NULL};
+        for (int k = 0; k < 3; k++) {
+            snprintf(names[k * t->n + i], 112, "%s.%s", STATE_PREFIX[k], p->name);
+            state[k * t->n + i] = (StWrite){names[k * t->n + i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, NULL};
+        }
+    }
+}
+
+void state_save(StateIO *s, const char *dir, int64_t step, int64_t seq, const char *data) {
+    const ParamTable *t = s->t;
+    char path[4200], tmp[4300], err[512], meta[1200];
+    StWrite *mw = xcalloc((size_t)t->n, sizeof(StWrite)), *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
+    char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
+    specs(s, mw, sw, names);
+    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step, (long long)seq,
+             data);
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    StPlan pm, ps;
+    st_plan_dir(&pm, dir, mw, t->n, 4ll << 30);
+    st_plan_file(&ps, tmp, sw, 3 * t->n, meta);
+    if (s->rank == 0) {
+        ensure_dir(dir);
+        char cfg[4200];
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        if (config_write_json(s->c, cfg, "bfloat16")) DIE("cannot write %s", cfg);
+        if (st_plan_create(&pm, err, sizeof err) || st_plan_create(&ps, err, sizeof err)) DIE("%s", err);
+    }
+    barrier(s); /* the files exist: every rank fills its pieces */
+    float *buf = xmalloc((size_t)CHUNK * 4);
+    uint16_t *bf = xmalloc((size_t)CHUNK * 2);
+    const float *src[3] = {s->master, s->m, s->v};
+    for (int64_t i = 0; i < s->npieces; i++) {
+        const Piece *pc = &s->pieces[i];
+        const int64_t ti = index_of(s, pc);
+        for (int64_t off = 0; off < pc->numel; off += CHUNK) {
+            const int64_t n = pc->numel - off < CHUNK ? pc->numel - off : CHUNK, e = pc->elem0 + off;
+            for (int k = 0; k < 3; k++) {
+                copy(s, buf, src[k] + pc->at + off, 4 * n);
+                if (st_plan_fill(&ps, k * t->n + ti, 4 * e, buf, 4 * n, err, sizeof err)) DIE("%s", err);
+                if (k) continue;
+                for (int64_t j = 0; j < n; j++) bf[j] = f32_to_bf16(buf[j]);
+                if (st_plan_fill(&pm, ti, 2 * e, bf, 2 * n, err, sizeof err)) DIE("%s", err);
+            }
+        }
+    }
+    barrier(s); /* every piece is written: the state file is complete */
+    if (s->rank == 0) {
+        if (rename(tmp, path)) DIE("cannot rename %s: %s", tmp, strerror(errno));
+        printf("saved step %lld to %s (HF model + trainer state)\n", (long long)step, dir);
+    }
+    barrier(s);
+    st_plan_free(&pm);
+    st_plan_free(&ps);
+    free(buf); free(bf); free(mw); free(sw); free(names);
+}
+
+/* ---------------------------------------------------------------- dump */
+void state_dump(StateIO *s, const char *path, double loss) {
+    const ParamTable *t = s->t;
+    char err[512];
+    StWrite *w = xcalloc((size_t)(t->n + 1), sizeof(StWrite));
+    char (*names)[112] = xcalloc((size_t)t->n, 112);
+    const float l = (float)loss;
+    w[0] = (StWrite){"loss", ST_F32, 1, {1, 0}, &l};
+    for (int64_t i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        snprintf(names[i], 112, "grad.%s", p->name);
+        w[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, NULL};
+    }
+    StPlan pl;
+    st_plan_file(&pl, path, w, t->n + 1, NULL);
+    if (s->rank == 0 && (st_plan_create(&pl, err, sizeof err) || st_plan_fill(&pl, 0, 0, &l, 4, err, sizeof err)))
+        DIE("%s", err);
+    barrier(s);
+    float *buf = xmalloc((size_t)CHUNK * 4);
+    for (int64_t i = 0; i < s->npieces; i++) {
+        const Piece *pc = &s->pieces[i];
+        for (int64_t off = 0; off < pc->numel; off += CHUNK) {
+            const int64_t n = pc->numel - off < CHUNK ? pc->numel - off : CHUNK;
+            copy(s, buf, s->grad + pc->at + off, 4 * n);
+            if (st_plan_fill(&pl, 1 + index_of(s, pc), 4 * (pc->elem0 + off), buf, 4 * n, err, sizeof err)) DIE("%s", err);
+        }
+    }
+    barrier(s);
+    if (s->rank == 0) printf("wrote loss and gradients of this step to %s\n", path);
+    st_plan_free(&pl);
+    free(buf); free(w); free(names);
+}

@@ -1,0 +1,143 @@
+/* train.c -- timers, lr schedule, profile, trace, step report. */
+#include "train.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+
+#define PEAK_FLOPS 989e12 /* H100/H200 dense bf16 */
+
+double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double lr_at(double lr, double min_frac, int64_t warmup, int64_t steps, const char *schedule, int64_t step) {
+    if (step <= warmup) return lr * (double)step / (double)(warmup > 0 ? warmup : 1);
+    if (!strcmp(schedule, "constant")) return lr;
+    const double t = (double)(step - warmup) / (double)(steps - warmup > 0 ? steps - warmup : 1);
+    const double floor = lr * min_frac;
+    return floor + (lr - floor) * 0.5 * (1.0 + cos(M_PI * (t > 1 ? 1 : t)));
+}
+
+/* ---------------------------------------------------------------- profile */
+static const char *K_NAMES[K_N] = {"GEMM", "attention", "norms/RoPE/SwiGLU/embedding", "loss (lm_head + CE)",
+                                   "optimizer", "-"};
+#define MAX_MARKS 8192
+static struct {
+    int on, n, cls[MAX_MARKS];
+    cudaEvent_t ev[MAX_MARKS];
+    double ms[K_N];
+} prof;
+
+void prof_enable(int on) { prof.on = on; }
+
+void mark(cudaStream_t st, int cls) {
+    if (!prof.on || prof.n == MAX_MARKS || !rank_prints()) return; /* one rank profiles */
+    if (!prof.ev[prof.n]) CUDA_CHECK(cudaEventCreate(&prof.ev[prof.n]));
+    CUDA_CHECK(cudaEventRecord(prof.ev[prof.n], st));
+    prof.cls[prof.n++] = cls;
+}
+
+void prof_report(cudaStream_t st) {
+    if (!prof.on || !rank_prints()) return;
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double total = 0;
+    for (int i = 0; i < K_N; i++) prof.ms[i] = 0;
+    for (int i = 0; i + 1 < prof.n; i++) {
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, prof.ev[i], prof.ev[i + 1]));
+        prof.ms[prof.cls[i]] += ms;
+        total += ms;
+    }
+    printf("  profile:");
+    for (int i = 0; i < K_END; i++)
+        printf(" %s %.1f ms (%.1f%%)%s", K_NAMES[i], prof.ms[i], 100 * prof.ms[i] / total, i + 1 < K_END ? " |" : "\n");
+    prof.n = 0;
+}
+
+/* ---------------------------------------------------------------- trace */
+static FILE *trace_file;
+static int trace_rank;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void trace_open(const char *path, int rank) {
+    if (!path) return;
+    trace_file = fopen(path, "w");
+    if (!trace_file) DIE("cannot write --trace %s: %s", path, strerror(errno));
+    trace_rank = rank;
+}
+
+void trace(const char *fmt, ...) {
+    if (!trace_file || (longctx_rank >= 0 && longctx_rank != trace_rank)) return;
+    pthread_mutex_lock(&trace_lock);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(trace_file, fmt, ap);
+    va_end(ap);
+    fputc('\n', trace_file);
+    fflush(trace_file);
+    pthread_mutex_unlock(&trace_lock);
+}
+
+/* ---------------------------------------------------------------- ring blocks */
+void blocks_init(BlockTimer *b, int P, int64_t layer) {
+    b->P = P;
+    b->layer = layer;
+    b->ev = NULL;
+    if (layer < 0) return;
+    b->ev = calloc((size_t)(4 * P), sizeof(cudaEvent_t));
+    for (int i = 0; i < 4 * P; i++) CUDA_CHECK(cudaEventCreate(&b->ev[i]));
+}
+
+void blocks_mark(BlockTimer *b, cudaStream_t st, int64_t layer, int dir, int i, int end) {
+    if (layer == b->layer) CUDA_CHECK(cudaEventRecord(b->ev[(dir * b->P + i) * 2 + end], st));
+}
+
+void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms) {
+    if (b->layer < 0 || b->P < 2 || !rank_prints()) return;
+    for (int dir = 0; dir < 2; dir++) {
+        const double hop = dir ? kv_hop_ms + dkv_hop_ms : kv_hop_ms;
+        double lo = 1e30, hi = 0;
+        int short_at = -1;
+        for (int i = 0; i < b->P; i++) {
+            float ms;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, b->ev[(dir * b->P + i) * 2], b->ev[(dir * b->P + i) * 2 + 1]));
+            lo = ms < lo ? ms : lo;
+            hi = ms > hi ? ms : hi;
+            const int under = dir ? i > 0 && i + 1 < b->P : i + 1 < b->P; /* a hop runs beneath this block */
+            if (under && ms < hop && short_at < 0) short_at = i;
+        }
+        printf("  ring %s, layer %lld: hop %.3f ms (%s, modelled) under blocks of %.2f-%.2f ms (measured): ",
+               dir ? "backward" : "forward", (long long)b->layer, hop, dir ? "K/V + dK/dV" : "K/V", lo, hi);
+        if (short_at < 0) printf("hidden\n");
+        else printf("NOT hidden under block %d\n", short_at);
+    }
+}
+
+/* ---------------------------------------------------------------- the step line */
+void step_report(const StepLog *s, FILE *jsonl) {
+    if (!rank_prints()) return;
+    const double mfu = s->tflops * 1e12 / PEAK_FLOPS;
+    printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
+           "mem %.2f GiB (plan %.2f)\n",
+           (long long)s->step, s->loss, s->lr, s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, 100 * mfu,
+           s->mem_used_gib, s->mem_plan_gib);
+    if (!jsonl) return;
+    char ranks[32] = "";
+    if (s->ranks) snprintf(ranks, sizeof ranks, "\"ranks\":%d,", s->ranks);
+    fprintf(jsonl,
+            "{\"stage\":%d,%s\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
+            "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
+            "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,\"epoch\":%lld}\n",
+            s->stage, ranks, s->model, (long long)s->seq, s->keep_attn, (long long)s->step, s->loss, s->loss, s->lr,
+            s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, mfu, s->mem_used_gib, s->mem_plan_gib,
+            (long long)s->epoch);
+    fflush(jsonl);
+}

@@ -1,0 +1,54 @@
+/* train.h -- the bookkeeping around a training loop that every stage shares: wall-clock timer,
+ * learning-rate schedule, the profile by kernel class (--profile), the shape trace (--trace), and
+ * the step line with its JSON log. None of it is a lever; the stage files call it. */
+#ifndef LONGCTX_TRAIN_H
+#define LONGCTX_TRAIN_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+
+double now_s(void); /* monotonic seconds */
+
+/* lr at 1-based step: linear warmup, then cosine down to min_frac * lr at `steps`, or constant */
+double lr_at(double lr, double min_frac, int64_t warmup, int64_t steps, const char *schedule, int64_t step);
+
+/* --profile: an event at every change of kernel class; the time between two events is charged to
+ * the class of the first. Off (or on a rank other than 0), mark() is one branch. */
+enum { K_GEMM, K_ATTN, K_ELEM, K_LOSS, K_OPTIM, K_END, K_N };
+void prof_enable(int on);
+void mark(cudaStream_t st, int cls);
+/* wait for the stream, print the step's time per class, start over */
+void prof_report(cudaStream_t st);
+
+/* --trace FILE: one line per GEMM, attention call and collective issued by rank `rank` (its shapes
+ * and sizes), so two runs can be compared for doing the same work in the same order. */
+void trace_open(const char *path, int rank);
+void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The rehearsal's ring check: events around each of the P ring blocks of one layer, forward
+ * (dir 0) and backward (dir 1), read at the step's end and set against the modelled transfer
+ * that runs beneath each block. layer < 0: off (one branch per block). */
+typedef struct {
+    int P;
+    int64_t layer;
+    cudaEvent_t *ev;   /* [2, P, 2] */
+} BlockTimer;
+void blocks_init(BlockTimer *b, int P, int64_t layer);
+void blocks_mark(BlockTimer *b, cudaStream_t st, int64_t layer, int dir, int i, int end);
+/* Forward: the K/V hop for block i+1 runs under block i. Backward: the K/V hop for block j+1 and the
+ * dK/dV hop of block j-1 run under block j. Prints, per direction, whether every hop hides. */
+void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms);
+
+/* one step's numbers: the line on stdout and, with a log file, one JSON line */
+typedef struct {
+    int stage, ranks;        /* ranks 0: a one-GPU stage (not printed in the JSON) */
+    const char *model;
+    int64_t seq;             /* tokens per rank */
+    int keep_attn;
+    int64_t step, epoch;
+    double loss, lr, grad_norm, sec, tokens, tflops, mem_used_gib, mem_plan_gib;
+} StepLog;
+void step_report(const StepLog *s, FILE *jsonl);
+
+#endif
