@@ -349,6 +349,9 @@ static void setup_rope(Model *M) {
 static const bf16_t *W(const Model *M, ParamKind k, int64_t l) { return M->p.w + params_get(&M->p.table, k, l)->offset; }
 static float *G(const Model *M, ParamKind k, int64_t l) { return M->p.grad + params_get(&M->p.table, k, l)->offset; }
 
+/* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
+static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->c.hidden; }
+
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
     const Qwen3Config *c = &M->c;
@@ -397,10 +400,10 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
 static void forward(Model *M) {
     const int64_t S = M->S, D = M->c.hidden;
     mark(M->gpu.stream, K_ELEM);
-    embedding_fwd(M->sv.x, W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
+    embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     for (int64_t l = 0; l < M->c.layers; l++) {
-        attention_forward(M, l, M->sv.x + l * S * D, 1);
-        mlp_forward(M, l, M->sv.x + (l + 1) * S * D);
+        attention_forward(M, l, ckpt(M, l), 1);
+        mlp_forward(M, l, ckpt(M, l + 1));
     }
 }
 
@@ -409,7 +412,7 @@ static void loss_and_head_backward(Model *M) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, V = c->vocab, C = M->o.loss_chunk;
-    const bf16_t *xL = M->sv.x + c->layers * S * D, *lm = W(M, P_LM_HEAD, 0);
+    const bf16_t *xL = ckpt(M, c->layers), *lm = W(M, P_LM_HEAD, 0);
     float *dlm = G(M, P_LM_HEAD, 0);
     cudaStream_t st = M->gpu.stream;
     mark(st, K_LOSS);
@@ -435,7 +438,7 @@ static void layer_backward(Model *M, int64_t l) {
     Gemm *gm = &M->gemm;
     const int64_t S = M->S, D = c->hidden, I = c->intermediate, Q = c->heads * c->head_dim,
                   KV = c->kv_heads * c->head_dim;
-    const bf16_t *x = M->sv.x + l * S * D;
+    const bf16_t *x = ckpt(M, l);
     cudaStream_t st = M->gpu.stream;
     /* recompute this layer's forward (attention too, unless it was kept) */
     attention_forward(M, l, x, !M->o.keep_attn);

@@ -469,6 +469,9 @@ static void reduce_grads(Model *M, int64_t u) {
 }
 /* ---- end stage 2 ---- */
 
+/* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
+static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->c.hidden; }
+
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
     const Qwen3Config *c = &M->c;
@@ -523,14 +526,14 @@ static void forward(Model *M) {
     await_unit(M, 0);
     /* ---- end stage 2 ---- */
     mark(M->gpu.stream, K_ELEM);
-    embedding_fwd(M->sv.x, W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
+    embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     for (int64_t l = 0; l < M->c.layers; l++) {
         /* ---- stage 2: FSDP ---- */
         if (l + 1 < M->c.layers) fetch(M, 2 + l); /* the next layer's gather overlaps this layer */
         await_unit(M, 1 + l);
         /* ---- end stage 2 ---- */
-        attention_forward(M, l, M->sv.x + l * S * D, 1);
-        mlp_forward(M, l, M->sv.x + (l + 1) * S * D);
+        attention_forward(M, l, ckpt(M, l), 1);
+        mlp_forward(M, l, ckpt(M, l + 1));
         release(M, 1 + l); /* stage 2 */
     }
 }
@@ -540,7 +543,7 @@ static void loss_and_head_backward(Model *M) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, V = c->vocab, C = M->o.loss_chunk;
-    const bf16_t *xL = M->sv.x + c->layers * S * D, *lm = W(M, P_LM_HEAD, 0);
+    const bf16_t *xL = ckpt(M, c->layers), *lm = W(M, P_LM_HEAD, 0);
     float *dlm = G(M, P_LM_HEAD, 0);
     cudaStream_t st = M->gpu.stream;
     await_unit(M, M->p.shards.nunits - 1); /* stage 2 */
@@ -567,7 +570,7 @@ static void layer_backward(Model *M, int64_t l) {
     Gemm *gm = &M->gemm;
     const int64_t S = M->S, D = c->hidden, I = c->intermediate, Q = c->heads * c->head_dim,
                   KV = c->kv_heads * c->head_dim;
-    const bf16_t *x = M->sv.x + l * S * D;
+    const bf16_t *x = ckpt(M, l);
     cudaStream_t st = M->gpu.stream;
     /* recompute this layer's forward (attention too, unless it was kept) */
     attention_forward(M, l, x, !M->o.keep_attn);

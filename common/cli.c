@@ -37,6 +37,16 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
             *(int *)o->dst = 1;
             continue;
         }
+        if (o->type == OPT_OPTINT) { /* the next word is its value only if it is an integer */
+            int64_t x;
+            const char *v = eq ? eq + 1 : i + 1 < argc && !cli_parse_int(argv[i + 1], &x) ? argv[++i] : NULL;
+            if (!v) { *(int64_t *)o->dst = -1; continue; }
+            if (cli_parse_int(v, (int64_t *)o->dst) || *(int64_t *)o->dst < 0) {
+                snprintf(err, errlen, "%s: \"%s\" is not a count (a non-negative integer)", o->name, v);
+                return -1;
+            }
+            continue;
+        }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) { snprintf(err, errlen, "%s needs a value (see --help)", o->name); return -1; }
         if (o->type == OPT_STRING) { *(const char **)o->dst = v; continue; }
@@ -65,7 +75,11 @@ void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, 
         else if (o->type == OPT_DOUBLE) snprintf(def, sizeof def, " (default %g)", *(double *)o->dst);
         else if (o->type == OPT_STRING && *(const char **)o->dst)
             snprintf(def, sizeof def, " (default %s)", *(const char **)o->dst);
-        const char *arg = o->type == OPT_INT ? " N" : o->type == OPT_DOUBLE ? " X" : o->type == OPT_STRING ? " S" : "";
+        const char *arg = o->type == OPT_INT      ? " N"
+                          : o->type == OPT_OPTINT ? " [N]"
+                          : o->type == OPT_DOUBLE ? " X"
+                          : o->type == OPT_STRING ? " S"
+                                                  : "";
         char left[64];
         snprintf(left, sizeof left, "%s%s", o->name, arg);
         fprintf(f, "  %-22s %s%s\n", left, o->help, def);

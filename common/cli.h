@@ -8,12 +8,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG } OptType;
+/* OPT_OPTINT: a flag that may take an integer (int64_t*): alone it sets -1, "--flag N" sets N */
+typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG, OPT_OPTINT } OptType;
 
 typedef struct {
     const char *name;   /* "--seq" */
     OptType type;
-    void *dst;          /* int64_t*, double*, const char**, int* */
+    void *dst;          /* int64_t*, double*, const char**, int*, int64_t* */
     const char *help;   /* one line; the default is printed from *dst */
 } Opt;
 

@@ -126,18 +126,22 @@ void step_report(const StepLog *s, FILE *jsonl) {
     if (!rank_prints()) return;
     const double mfu = s->tflops * 1e12 / PEAK_FLOPS;
     printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
-           "mem %.2f GiB (plan %.2f)\n",
+           "mem %.2f GiB (plan %.2f)",
            (long long)s->step, s->loss, s->lr, s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, 100 * mfu,
            s->mem_used_gib, s->mem_plan_gib);
+    if (s->host_gib > 0) printf(" | host %.2f GiB pinned", s->host_gib);
+    printf("\n");
     if (!jsonl) return;
     char ranks[32] = "";
     if (s->ranks) snprintf(ranks, sizeof ranks, "\"ranks\":%d,", s->ranks);
+    char host[48] = "";
+    if (s->host_gib > 0) snprintf(host, sizeof host, "\"host_pinned_gib\":%.3f,", s->host_gib);
     fprintf(jsonl,
             "{\"stage\":%d,%s\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
             "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
-            "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,\"epoch\":%lld}\n",
+            "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,%s\"epoch\":%lld}\n",
             s->stage, ranks, s->model, (long long)s->seq, s->keep_attn, (long long)s->step, s->loss, s->loss, s->lr,
-            s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, mfu, s->mem_used_gib, s->mem_plan_gib,
+            s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, mfu, s->mem_used_gib, s->mem_plan_gib, host,
             (long long)s->epoch);
     fflush(jsonl);
 }

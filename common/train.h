@@ -48,6 +48,7 @@ typedef struct {
     int keep_attn;
     int64_t step, epoch;
     double loss, lr, grad_norm, sec, tokens, tflops, mem_used_gib, mem_plan_gib;
+    double host_gib;         /* pinned host memory (0: none; not printed) */
 } StepLog;
 void step_report(const StepLog *s, FILE *jsonl);
 

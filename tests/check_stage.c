@@ -4,14 +4,23 @@
  *   check_stage random VOCAB N SEED OUT.tok        N random tokens below VOCAB
  *   check_stage grads GOLDEN_DIR DUMP [STATE LR WD BETA1 BETA2 EPS CLIP]
  *       DUMP: --dump-grads output (loss + fp32 gradients of step 1) of a trainer run on the
- *       golden tokens; checks loss (rel err <= 1e-2) and every gradient (cosine >= 0.999)
- *       against the reference. With STATE (a --save directory after one step) it also checks
+ *       golden tokens; checks loss (rel err <= LOSS_TOL) and every gradient against the reference:
+ *       no NaN/inf, all-zero only where the reference is all-zero, cosine >= GRAD_MIN_COSINE and
+ *       norm ratio |g|/|g_ref| within NORM_RATIO_TOL of 1 (a gradient off by a constant factor has
+ *       cosine 1). With STATE (a --save directory after one step) it also checks
  *       the fp32 master weights after the update: the reference AdamW applied to the trainer's
  *       own gradients must give the trainer's weights (rel err <= 1e-5: both in fp32).
  *       With --tokens FILE --windows P --seq S (after the other arguments) the reference is the mean
  *       over the P windows a P-rank data-parallel step reads (window r = tokens [r*S, r*S+S]).
- *   check_stage same DUMP_A DUMP_B MIN_COSINE [LOSS_TOL]   two dumps agree: every gradient's cosine, and
- *       the loss within LOSS_TOL relative (default 1e-6)
+ *   check_stage same DUMP_A DUMP_B MIN_COSINE [LOSS_TOL [MAX_NORM_RATIO_DEV]]   two dumps agree: the
+ *       same tensors, each gradient finite, zero only where the other is, cosine >= MIN_COSINE and
+ *       |A|/|B| within MAX_NORM_RATIO_DEV of 1 (default NORM_RATIO_TOL), the loss within LOSS_TOL
+ *       relative (default 1e-6)
+ * Test support (no GPU needed; tests/check_stage_cpu.sh):
+ *   check_stage refdump GOLDEN_DIR OUT   the reference model's loss and gradients on the golden
+ *       tokens, written as a trainer's --dump-grads writes them ("loss" [1] F32, "grad.<HF name>" F32)
+ *   check_stage edit IN OUT TENSOR OP    copy a dump with one tensor changed; OP: scale=X (every
+ *       element times X), nan (element 0 set to NaN), inf (element 0 set to +inf), zero (all elements 0)
  * Prints "N passed, M failed"; exits non-zero on any failure. */
 #include <math.h>
 #include <stdint.h>
@@ -24,40 +33,105 @@
 #include "../common/model.h"
 #include "../common/safetensors.h"
 #include "../common/tokens.h"
+#include "golden.h"
 #include "ref_model.h"
 #include "test.h"
 
-static double cosine(const float *a, const float *b, int64_t n) {
+/* Tolerances of a trainer's step 1 against the reference (grads) and of two trainers (same).
+ * LOSS_TOL 1e-3: bf16 weights and activations through the whole model put the loss within
+ *   ~1e-4 of the fp32 reference (measured on the H200: 2e-6 to 1.0e-4 over stages 1-3 and the
+ *   golden configs, README "Checked on the H200"); 1e-3 is a 10x margin, and a loss that is wrong
+ *   by a token-count or normalisation slip is off by far more.
+ * GRAD_MIN_COSINE 0.999: bf16 GEMM inputs and attention keep gradients within a few 1e-3 in angle
+ *   (measured worst 0.99961).
+ * NORM_RATIO_TOL 1e-2: bf16 weights and activations (2^-9 relative rounding per element) move a
+ *   gradient's norm by a few 1e-3: measured on the H200 (QUICK run of tests/run_gpu.sh, 2026-12-02,
+ *   stages 1-3, the golden configs): worst 1.0083 (yarn4_orig32, layer 1 post_attention_layernorm,
+ *   a norm weight's gradient summed over every token), most under 1.005; 1e-2 is the bf16 floor
+ *   with little margin there. What it is for is far outside it: a gradient scaled by a constant (a
+ *   missing or doubled 1/P after the reduce-scatter, a loss normalised over the wrong token count)
+ *   keeps cosine 1 and is caught only here, and at P = 2 its ratio is off by 0.5 or 1. */
+#define LOSS_TOL 1e-3
+#define GRAD_MIN_COSINE 0.999
+#define NORM_RATIO_TOL 1e-2
+
+/* a candidate tensor a against a reference b, in fp64 */
+typedef struct {
+    int64_t nonfinite_a, nonfinite_b;  /* NaN/inf counts */
+    double norm_a, norm_b;             /* Frobenius norms (finite elements only) */
+    double cos, ratio;                 /* cosine and |a|/|b|; NaN where undefined (a zero norm) */
+} Compare;
+
+static Compare compare(const float *a, const float *b, int64_t n) {
+    Compare c = {0, 0, 0, 0, NAN, NAN};
     double ab = 0, aa = 0, bb = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i])) return NAN;
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
+        const int fa = isfinite(a[i]), fb = isfinite(b[i]);
+        c.nonfinite_a += !fa;
+        c.nonfinite_b += !fb;
+        if (fa) aa += (double)a[i] * a[i];
+        if (fb) bb += (double)b[i] * b[i];
+        if (fa && fb) ab += (double)a[i] * b[i];
     }
-    if (aa == 0 && bb == 0) return 1.0;
-    return ab / sqrt(aa * bb);
+    c.norm_a = sqrt(aa);
+    c.norm_b = sqrt(bb);
+    if (aa > 0 && bb > 0) {
+        c.cos = ab / sqrt(aa * bb);
+        c.ratio = c.norm_a / c.norm_b;
+    }
+    return c;
 }
 
-static void load_golden(const char *dir, Qwen3Config *c, ParamTable *pt, float **params, uint32_t **tokens,
-                        int64_t *S) {
-    char err[512], path[4200];
-    if (config_load(dir, c, err, sizeof err)) DIE("%s", err);
-    params_build(c, pt);
-    *params = xmalloc((size_t)pt->total * 4);
-    if (params_load(pt, dir, *params, err, sizeof err)) DIE("%s", err);
-    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
-    SafeTensors st;
-    if (st_open(path, &st, err, sizeof err)) DIE("%s", err);
-    const StTensor *t = st_find(&st, "tokens");
-    if (!t) DIE("%s: no tokens", path);
-    int32_t *tok = xmalloc((size_t)t->numel * 4);
-    if (st_read_i32(&st, "tokens", t->numel, tok, err, sizeof err)) DIE("%s", err);
-    *tokens = xmalloc((size_t)t->numel * 4);
-    for (int64_t i = 0; i < t->numel; i++) (*tokens)[i] = (uint32_t)tok[i];
-    *S = t->numel - 1;
-    free(tok);
-    st_close(&st);
+typedef struct {
+    double cos, ratio;           /* worst cosine (lowest), worst norm ratio (farthest from 1); NaN once a tensor failed */
+    int64_t n;                   /* tensors compared (both nonzero and finite) */
+    char cos_name[160], ratio_name[160];
+} Worst;
+
+/* Every check of one tensor: a (what_a, e.g. "dump") against b (what_b, e.g. "reference").
+ *   - a NaN or inf anywhere fails, naming the tensor and the side (never hidden in a NaN cosine);
+ *   - both all-zero passes (a gradient that is exactly zero in both, e.g. unused rows);
+ *     one all-zero and the other not fails (a cosine of a zero vector is undefined, not 0 or 1);
+ *   - otherwise cosine >= min_cos and |norm ratio - 1| <= max_dev. */
+static void check_tensor(const char *name, const char *what_a, const float *a, const char *what_b, const float *b,
+                         int64_t n, double min_cos, double max_dev, Worst *w) {
+    const Compare c = compare(a, b, n);
+    EXPECT(!c.nonfinite_a, "%s: %lld NaN/inf values in the %s", name, (long long)c.nonfinite_a, what_a);
+    EXPECT(!c.nonfinite_b, "%s: %lld NaN/inf values in the %s", name, (long long)c.nonfinite_b, what_b);
+    if (c.nonfinite_a || c.nonfinite_b) {
+        w->cos = NAN; snprintf(w->cos_name, sizeof w->cos_name, "%s", name);
+        w->ratio = NAN; snprintf(w->ratio_name, sizeof w->ratio_name, "%s", name);
+        return;
+    }
+    if (c.norm_a == 0 && c.norm_b == 0) { test_passed++; return; } /* both exactly zero: equal */
+    EXPECT(c.norm_a > 0 && c.norm_b > 0, "%s: all zeros in the %s but not in the %s (norm %.3e vs %.3e)", name,
+           c.norm_a == 0 ? what_a : what_b, c.norm_a == 0 ? what_b : what_a, c.norm_a, c.norm_b);
+    if (!(c.norm_a > 0 && c.norm_b > 0)) {
+        w->cos = NAN; snprintf(w->cos_name, sizeof w->cos_name, "%s", name);
+        w->ratio = NAN; snprintf(w->ratio_name, sizeof w->ratio_name, "%s", name);
+        return;
+    }
+    EXPECT(c.cos >= min_cos, "%s: cosine %.6f < %g", name, c.cos, min_cos);
+    EXPECT(fabs(c.ratio - 1) <= max_dev, "%s: norm ratio |%s|/|%s| = %.6f, off 1 by more than %g", name, what_a,
+           what_b, c.ratio, max_dev);
+    const int first = !w->n++;
+    if (!isnan(w->cos) && (first || c.cos < w->cos)) {
+        w->cos = c.cos;
+        snprintf(w->cos_name, sizeof w->cos_name, "%s", name);
+    }
+    if (!isnan(w->ratio) && (first || fabs(c.ratio - 1) > fabs(w->ratio - 1))) {
+        w->ratio = c.ratio;
+        snprintf(w->ratio_name, sizeof w->ratio_name, "%s", name);
+    }
+}
+static void print_worst(int64_t n, const Worst *w) {
+    printf("  %lld gradients: worst cosine %.6f (%s), worst norm ratio %.6f (%s)\n", (long long)n, w->cos,
+           w->cos_name, w->ratio, w->ratio_name);
+}
+
+static void load_golden(const char *dir, Golden *g) {
+    char err[512];
+    if (golden_load(dir, g, err, sizeof err)) DIE("%s", err);
 }
 
 static float *read_all(const SafeTensors *st, const ParamTable *pt, const char *prefix) {
@@ -71,13 +145,13 @@ static float *read_all(const SafeTensors *st, const ParamTable *pt, const char *
 }
 
 static int cmd_grads(int argc, char **argv) {
-    Qwen3Config c;
-    ParamTable pt;
-    float *params;
-    uint32_t *tokens;
-    int64_t S;
+    Golden gd;
+    load_golden(argv[2], &gd);
+    const Qwen3Config c = gd.c;
+    const ParamTable pt = gd.pt;
+    float *params = gd.params;
+    int64_t S = gd.S;
     char err[512];
-    load_golden(argv[2], &c, &pt, &params, &tokens, &S);
     float *ref_g = xmalloc((size_t)pt.total * 4);
     const char *tokfile = NULL;
     int64_t windows = 1;
@@ -91,7 +165,7 @@ static int cmd_grads(int argc, char **argv) {
     }
     argc = positional;
     RefResult r = {0, 0};
-    if (!tokfile) r = ref_forward_backward(&c, &pt, params, tokens, NULL, S, 0, NULL, ref_g);
+    if (!tokfile) r = ref_forward_backward(&c, &pt, params, gd.tokens, NULL, S, 0, NULL, ref_g);
     else { /* the mean over the windows of P data-parallel ranks */
         TokenFile tf;
         if (tokens_open(tokfile, c.vocab, &tf, err, sizeof err)) DIE("%s", err);
@@ -114,19 +188,17 @@ static int cmd_grads(int argc, char **argv) {
     if (st_read_f32(&dump, "loss", 1, one, &loss, err, sizeof err)) DIE("%s", err);
     float *g = read_all(&dump, &pt, "grad.");
     const double lerr = fabs(loss - r.loss) / fabs(r.loss);
-    /* 1e-2: bf16 activations and weights through the whole model */
-    EXPECT_LE(lerr, 1e-2, "loss %.6f vs reference %.6f (rel %.2e)", loss, r.loss, lerr);
+    EXPECT_LE(lerr, LOSS_TOL, "loss %.6f vs reference %.6f (rel %.2e > %g)", loss, r.loss, lerr, LOSS_TOL);
     printf("  loss %.6f vs reference %.6f (rel err %.2e)\n", loss, r.loss, lerr);
-    double worst = 2;
-    const char *wn = "";
+    Worst w = {0};
     for (int64_t i = 0; i < pt.n; i++) {
         const ParamInfo *p = &pt.p[i];
-        const double cs = cosine(g + p->offset, ref_g + p->offset, p->numel);
-        /* 0.999: bf16 GEMM inputs and attention keep gradients within a few 1e-3 in angle */
-        EXPECT(cs >= 0.999, "gradient %s cosine %.6f < 0.999", p->name, cs);
-        if (!(cs >= worst)) { worst = cs; wn = p->name; }
+        char name[160];
+        snprintf(name, sizeof name, "gradient %s", p->name);
+        check_tensor(name, "dump", g + p->offset, "reference", ref_g + p->offset, p->numel, GRAD_MIN_COSINE,
+                     NORM_RATIO_TOL, &w);
     }
-    printf("  %lld gradients: worst cosine %.6f (%s)\n", (long long)pt.n, worst, wn);
+    print_worst(pt.n, &w);
     if (argc >= 11) {
         char path[4200];
         snprintf(path, sizeof path, "%s/trainer_state.safetensors", argv[4]);
@@ -143,47 +215,112 @@ static int cmd_grads(int argc, char **argv) {
         free(master); free(m); free(v);
     }
     st_close(&dump);
+    free(g); free(ref_g);
+    golden_free(&gd);
     return test_summary();
 }
 
-static int cmd_same(char **argv) {
+/* every tensor of a dump as fp32 (NULL with a message on a read error) */
+static float *read_tensor(const SafeTensors *st, const StTensor *t, char *err, size_t errlen) {
+    float *x = xmalloc((size_t)t->numel * 4);
+    if (st_read_f32(st, t->name, t->ndim, t->shape, x, err, errlen)) { free(x); return NULL; }
+    return x;
+}
+
+static int cmd_same(int argc, char **argv) {
     SafeTensors a, b;
     char err[512];
     if (st_open(argv[2], &a, err, sizeof err) || st_open(argv[3], &b, err, sizeof err)) DIE("%s", err);
-    const double min_cos = atof(argv[4]), loss_tol = argv[5] ? atof(argv[5]) : 1e-6;
-    double worst = 2;
+    const double min_cos = atof(argv[4]), loss_tol = argc > 5 ? atof(argv[5]) : 1e-6,
+                 max_dev = argc > 6 ? atof(argv[6]) : NORM_RATIO_TOL;
+    if (!(min_cos > 0 && min_cos <= 1) || !(loss_tol >= 0) || !(max_dev >= 0))
+        DIE("same: MIN_COSINE in (0, 1], LOSS_TOL >= 0, MAX_NORM_RATIO_DEV >= 0 (got %s %s %s)", argv[4],
+            argc > 5 ? argv[5] : "-", argc > 6 ? argv[6] : "-");
+    EXPECT(a.n == b.n, "%s has %lld tensors, %s has %lld", argv[2], (long long)a.n, argv[3], (long long)b.n);
+    Worst w = {0};
     for (int64_t i = 0; i < a.n; i++) {
         const StTensor *ta = &a.t[i], *tb = st_find(&b, ta->name);
-        EXPECT(tb && tb->numel == ta->numel, "%s present in both", ta->name);
-        if (!tb) continue;
-        float *x = xmalloc((size_t)ta->numel * 4), *y = xmalloc((size_t)ta->numel * 4);
-        st_read_f32(&a, ta->name, ta->ndim, ta->shape, x, err, sizeof err);
-        st_read_f32(&b, tb->name, tb->ndim, tb->shape, y, err, sizeof err);
-        if (!strcmp(ta->name, "loss")) {
-            EXPECT(fabs(x[0] - y[0]) <= loss_tol * fabs(y[0]), "loss %.9g vs %.9g", x[0], y[0]);
+        EXPECT(tb && tb->numel == ta->numel, "%s present in both with the same size", ta->name);
+        if (!tb || tb->numel != ta->numel) continue;
+        float *x = read_tensor(&a, ta, err, sizeof err), *y = x ? read_tensor(&b, tb, err, sizeof err) : NULL;
+        EXPECT(x && y, "%s: %s", ta->name, err);
+        if (x && y && !strcmp(ta->name, "loss")) {
+            EXPECT(fabs(x[0] - y[0]) <= loss_tol * fabs(y[0]), "loss %.9g vs %.9g (tolerance %g relative)", x[0], y[0],
+                   loss_tol);
             printf("  loss %.9g vs %.9g\n", x[0], y[0]);
-        } else {
-            const double cs = cosine(x, y, ta->numel);
-            EXPECT(cs >= min_cos, "%s cosine %.8f < %g", ta->name, cs, min_cos);
-            if (!(cs >= worst)) worst = cs;
+        } else if (x && y) {
+            check_tensor(ta->name, "first", x, "second", y, ta->numel, min_cos, max_dev, &w);
         }
         free(x); free(y);
     }
-    printf("  %lld tensors: worst gradient cosine %.8f\n", (long long)a.n, worst);
+    print_worst(a.n - (st_find(&a, "loss") != NULL), &w);
+    st_close(&a); st_close(&b);
     return test_summary();
+}
+
+/* the reference's loss and gradients on the golden tokens, as a trainer's --dump-grads writes them */
+static int cmd_refdump(char **argv) {
+    Golden gd;
+    char err[512];
+    load_golden(argv[2], &gd);
+    float *g = xmalloc((size_t)gd.pt.total * 4);
+    const RefResult r = ref_forward_backward(&gd.c, &gd.pt, gd.params, gd.tokens, NULL, gd.S, 0, NULL, g);
+    StWrite *sw = xcalloc((size_t)(gd.pt.n + 1), sizeof(StWrite));
+    char (*names)[160] = xcalloc((size_t)gd.pt.n, 160);
+    const float l = (float)r.loss;
+    sw[0] = (StWrite){"loss", ST_F32, 1, {1, 0}, &l};
+    for (int64_t i = 0; i < gd.pt.n; i++) {
+        const ParamInfo *p = &gd.pt.p[i];
+        snprintf(names[i], 160, "grad.%s", p->name);
+        sw[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, g + p->offset};
+    }
+    if (st_write(argv[3], sw, gd.pt.n + 1, NULL, err, sizeof err)) DIE("%s", err);
+    printf("reference loss %.6f and %lld gradients written to %s\n", r.loss, (long long)gd.pt.n, argv[3]);
+    free(g); free(sw); free(names);
+    golden_free(&gd);
+    return 0;
+}
+
+/* a copy of a dump with one tensor changed (tests of the checks above) */
+static int cmd_edit(char **argv) {
+    SafeTensors in;
+    char err[512];
+    if (st_open(argv[2], &in, err, sizeof err)) DIE("%s", err);
+    const char *target = argv[4], *op = argv[5];
+    if (!st_find(&in, target)) DIE("%s: no tensor %s", argv[2], target);
+    StWrite *sw = xcalloc((size_t)in.n, sizeof(StWrite));
+    float **data = xcalloc((size_t)in.n, sizeof(float *));
+    for (int64_t i = 0; i < in.n; i++) {
+        const StTensor *t = &in.t[i];
+        if (t->dtype != ST_F32) DIE("%s: %s is %s; a dump holds F32 tensors only", argv[2], t->name, st_dtype_name(t->dtype));
+        if (!(data[i] = read_tensor(&in, t, err, sizeof err))) DIE("%s", err);
+        sw[i] = (StWrite){t->name, ST_F32, t->ndim, {0}, data[i]};
+        memcpy(sw[i].shape, t->shape, sizeof t->shape);
+        if (strcmp(t->name, target)) continue;
+        float *x = data[i];
+        if (!strncmp(op, "scale=", 6)) {
+            const float f = (float)atof(op + 6);
+            for (int64_t k = 0; k < t->numel; k++) x[k] *= f;
+        } else if (!strcmp(op, "nan")) x[0] = NAN;
+        else if (!strcmp(op, "inf")) x[0] = INFINITY;
+        else if (!strcmp(op, "zero")) memset(x, 0, (size_t)t->numel * 4);
+        else DIE("edit: unknown OP %s (scale=X, nan, inf, zero)", op);
+    }
+    if (st_write(argv[3], sw, in.n, NULL, err, sizeof err)) DIE("%s", err);
+    for (int64_t i = 0; i < in.n; i++) free(data[i]);
+    free(data); free(sw);
+    st_close(&in);
+    return 0;
 }
 
 int main(int argc, char **argv) {
     char err[512];
     if (argc >= 4 && !strcmp(argv[1], "tokens")) {
-        Qwen3Config c;
-        ParamTable pt;
-        float *params;
-        uint32_t *tokens;
-        int64_t S;
-        load_golden(argv[2], &c, &pt, &params, &tokens, &S);
-        if (tokens_write(argv[3], tokens, S + 1, err, sizeof err)) DIE("%s", err);
-        printf("%lld\n", (long long)S);
+        Golden gd;
+        load_golden(argv[2], &gd);
+        if (tokens_write(argv[3], gd.tokens, gd.S + 1, err, sizeof err)) DIE("%s", err);
+        printf("%lld\n", (long long)gd.S);
+        golden_free(&gd);
         return 0;
     }
     if (argc >= 6 && !strcmp(argv[1], "random")) {
@@ -198,7 +335,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc >= 4 && !strcmp(argv[1], "grads")) return cmd_grads(argc, argv);
-    if (argc >= 5 && !strcmp(argv[1], "same")) return cmd_same(argv);
+    if (argc >= 5 && !strcmp(argv[1], "same")) return cmd_same(argc, argv);
+    if (argc == 4 && !strcmp(argv[1], "refdump")) return cmd_refdump(argv);
+    if (argc == 6 && !strcmp(argv[1], "edit")) return cmd_edit(argv);
     fprintf(stderr, "usage: see the comment at the top of tests/check_stage.c\n");
     return 2;
 }

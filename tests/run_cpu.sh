@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CPU test suite (what CI runs): the C tests, the data tests, stage --dry-run/--help checks;
-# prints one closing line "N passed, M failed" summing them all.
+# The CPU test suite (what CI runs): the C tests, check_stage's checks, the data tests, stage
+# --dry-run/--help checks; prints one closing line "N passed, M failed" summing them all.
 set -u
 cd "$(dirname "$0")/.."
 pass=0; fail=0
@@ -12,6 +12,8 @@ count() { # add the last "N passed, M failed" line of a log
 log=$(mktemp -d)
 echo "== C tests (build/test_cpu)"
 ./build/test_cpu tests/golden | tee "$log/c.txt"; count "$log/c.txt" test_cpu
+echo "== check_stage's checks on the reference's own dump and broken copies (tests/check_stage_cpu.sh)"
+bash tests/check_stage_cpu.sh | tee "$log/k.txt"; count "$log/k.txt" check_stage_cpu
 echo "== data tests (tests/test_data.py)"
 python3 tests/test_data.py | tee "$log/d.txt"; count "$log/d.txt" test_data
 echo "== trainer command-line tests (tests/test_cli.sh)"

@@ -77,7 +77,7 @@ static void *rank_main(void *arg) {
     CUDA_CHECK(cudaMalloc((void **)&in, (size_t)n * 2));
     CUDA_CHECK(cudaMalloc((void **)&out, (size_t)(n * P) * 2));
     CUDA_CHECK(cudaMemcpy(in, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(out, 0xFF, (size_t)(n * P) * 2));
+    CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)(n * P) * 2, st));
     comm_all_gather_bf16(c, out, in, n, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(h, out, (size_t)(n * P) * 2, cudaMemcpyDeviceToHost));
@@ -91,7 +91,7 @@ static void *rank_main(void *arg) {
     CUDA_CHECK(cudaMalloc((void **)&fin, (size_t)(n * P) * 4));
     CUDA_CHECK(cudaMalloc((void **)&fout, (size_t)n * 4));
     CUDA_CHECK(cudaMemcpy(fin, f, (size_t)(n * P) * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(fout, 0xFF, (size_t)n * 4));
+    CUDA_CHECK(cudaMemsetAsync(fout, 0xFF, (size_t)n * 4, st));
     comm_reduce_scatter_f32(c, fout, fin, n, 1.f / (float)P, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(f, fout, (size_t)n * 4, cudaMemcpyDeviceToHost));
@@ -116,7 +116,7 @@ static void *rank_main(void *arg) {
     for (int round = 0; round < 2; round++) {
         for (int64_t i = 0; i < n; i++) h[i] = f32_to_bf16(val(r + round, i));
         CUDA_CHECK(cudaMemcpy(in, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemset(out, 0xFF, (size_t)n * 2));
+        CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)n * 2, st));
         comm_sendrecv(c, in, (r + 1) % P, out, (r + P - 1) % P, n * 2, st);
         CUDA_CHECK(cudaStreamSynchronize(st));
         CUDA_CHECK(cudaMemcpy(h, out, (size_t)n * 2, cudaMemcpyDeviceToHost));
@@ -158,7 +158,7 @@ static void test_rehearse(int gpus, int nnodes, int R) {
     CUDA_CHECK(cudaMalloc((void **)&in, (size_t)n * 2));
     CUDA_CHECK(cudaMalloc((void **)&out, (size_t)(n * P) * 2));
     CUDA_CHECK(cudaMemcpy(in, h, (size_t)n * 2, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(out, 0xFF, (size_t)(n * P) * 2));
+    CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)(n * P) * 2, st));
     comm_all_gather_bf16(c, out, in, n, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(h, out, (size_t)(n * P) * 2, cudaMemcpyDeviceToHost));
@@ -171,13 +171,15 @@ static void test_rehearse(int gpus, int nnodes, int R) {
     CUDA_CHECK(cudaMalloc((void **)&fin, (size_t)(n * P) * 4));
     CUDA_CHECK(cudaMalloc((void **)&fout, (size_t)n * 4));
     CUDA_CHECK(cudaMemcpy(fin, f, (size_t)(n * P) * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(fout, 0xFF, (size_t)n * 4));
+    CUDA_CHECK(cudaMemsetAsync(fout, 0xFF, (size_t)n * 4, st));
     comm_reduce_scatter_f32(c, fout, fin, n, 1.f / (float)P, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(f, fout, (size_t)n * 4, cudaMemcpyDeviceToHost));
-    ok = 1;
-    for (int64_t i = 0; i < n; i++) ok &= fabsf(f[i] - val(R, (int64_t)R * n + i)) <= 1e-6f * (1 + fabsf(f[i]));
-    EXPECT(ok, "rehearsal reduce-scatter (mean): the rank's own slice r = %d", R);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0; i++)
+        if (!(fabsf(f[i] - val(R, (int64_t)R * n + i)) <= 1e-6f * (1 + fabsf(val(R, (int64_t)R * n + i))))) bad = i;
+    EXPECT(bad < 0, "rehearsal reduce-scatter (mean): the rank's own slice r = %d (first wrong element %lld: %g, want %g)",
+           R, (long long)bad, bad < 0 ? 0.0 : f[bad], bad < 0 ? 0.0 : val(R, (int64_t)R * n + bad));
     double d[2] = {1.5, -2.0}, *dd;
     CUDA_CHECK(cudaMalloc((void **)&dd, sizeof d));
     CUDA_CHECK(cudaMemcpy(dd, d, sizeof d, cudaMemcpyHostToDevice));
@@ -185,7 +187,7 @@ static void test_rehearse(int gpus, int nnodes, int R) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(d, dd, sizeof d, cudaMemcpyDeviceToHost));
     EXPECT(d[0] == 1.5 * P && d[1] == -2.0 * P, "rehearsal all-reduce: P copies of the rank's values (%g %g)", d[0], d[1]);
-    CUDA_CHECK(cudaMemset(out, 0xFF, (size_t)n * 2));
+    CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)n * 2, st));
     comm_sendrecv(c, in, (R + 1) % P, out, (R + P - 1) % P, n * 2, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(h, out, (size_t)n * 2, cudaMemcpyDeviceToHost));

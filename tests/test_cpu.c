@@ -18,6 +18,7 @@
 #include "../common/shard.h"
 #include "../common/tokens.h"
 #include "../common/zigzag.h"
+#include "golden.h"
 #include "ref_model.h"
 #include "test.h"
 
@@ -25,64 +26,40 @@ static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_ori
 static char tmpdir[256];
 
 /* ------------------------------------------------------------------ golden files */
-typedef struct {
-    Qwen3Config c;
-    ParamTable pt;
-    float *params;
-    uint32_t *tokens;
-    int64_t S;
-    SafeTensors gold;
-} Golden;
-
-static int golden_load(const char *root, const char *name, Golden *g) {
-    char dir[1024], path[1100], err[512];
+/* root/name, loaded (tests/golden.c); a failure prints FAIL with the message */
+static int golden_open(const char *root, const char *name, Golden *g) {
+    char dir[1024], err[512];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
-    if (config_load(dir, &g->c, err, sizeof err)) { printf("FAIL %s\n", err); return -1; }
-    params_build(&g->c, &g->pt);
-    g->params = xmalloc((size_t)g->pt.total * 4);
-    if (params_load(&g->pt, dir, g->params, err, sizeof err)) { printf("FAIL %s\n", err); return -1; }
-    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
-    if (st_open(path, &g->gold, err, sizeof err)) { printf("FAIL %s\n", err); return -1; }
-    const StTensor *t = st_find(&g->gold, "tokens");
-    g->S = t->numel - 1;
-    int32_t *tok = xmalloc((size_t)t->numel * 4);
-    st_read_i32(&g->gold, "tokens", t->numel, tok, err, sizeof err);
-    g->tokens = xmalloc((size_t)t->numel * 4);
-    for (int64_t i = 0; i < t->numel; i++) g->tokens[i] = (uint32_t)tok[i];
-    free(tok);
+    if (golden_load(dir, g, err, sizeof err)) { printf("FAIL %s\n", err); return -1; }
     return 0;
-}
-static void golden_free(Golden *g) {
-    free(g->params); free(g->tokens); params_free(&g->pt); st_close(&g->gold);
 }
 
 static void test_golden(const char *root) {
     for (size_t k = 0; k < sizeof GOLDEN / sizeof GOLDEN[0]; k++) {
         Golden g;
-        int ok = !golden_load(root, GOLDEN[k], &g);
+        int ok = !golden_open(root, GOLDEN[k], &g);
         EXPECT(ok, "%s: golden files load", GOLDEN[k]);
         if (!ok) continue;
         const int64_t S = g.S, V = g.c.vocab;
         float *logits = xmalloc((size_t)(S * V) * 4), *grads = xmalloc((size_t)g.pt.total * 4);
         RefResult r = ref_forward_backward(&g.c, &g.pt, g.params, g.tokens, NULL, S, 0, logits, grads);
-        char err[256];
-        float gl, *want = xmalloc((size_t)(S * V) * 4);
-        int64_t one[1] = {1}, lshape[2] = {S, V};
-        st_read_f32(&g.gold, "loss", 1, one, &gl, err, sizeof err);
+        char err[512] = "";
+        float *want = xmalloc((size_t)(S * V) * 4);
+        double gl = NAN;
+        EXPECT(!golden_loss(&g, &gl, err, sizeof err), "%s: %s", GOLDEN[k], err);
         double lerr = fabs(r.loss - gl) / fabs(gl);
         /* 1e-5: fp32 storage on both sides, fp64 accumulation here vs fp32 GEMMs in torch */
         EXPECT_LE(lerr, 1e-5, "%s: loss %.7f vs transformers %.7f (rel %.2e)", GOLDEN[k], r.loss, gl, lerr);
-        st_read_f32(&g.gold, "logits", 2, lshape, want, err, sizeof err);
-        double e = rel_err(logits, want, S * V);
+        const int lrd = golden_logits(&g, want, err, sizeof err);
+        EXPECT(!lrd, "%s: %s", GOLDEN[k], err);
+        double e = lrd ? NAN : rel_err(logits, want, S * V);
         EXPECT_LE(e, 1e-5, "%s: logits rel err %.2e", GOLDEN[k], e);
         double worst = 0;
         const char *worst_name = "";
         for (int64_t i = 0; i < g.pt.n; i++) {
             const ParamInfo *p = &g.pt.p[i];
-            char gname[128];
-            snprintf(gname, sizeof gname, "grad.%s", p->name);
             float *gw = xmalloc((size_t)p->numel * 4);
-            int rd = st_read_f32(&g.gold, gname, p->ndim, p->shape, gw, err, sizeof err);
+            int rd = golden_grad(&g, p, gw, err, sizeof err);
             EXPECT(!rd, "%s: %s", GOLDEN[k], err);
             double ge = rd ? NAN : rel_err(grads + p->offset, gw, p->numel);
             /* 1e-4: gradients pass through ~30 fp32 ops of both implementations */
@@ -100,7 +77,7 @@ static void test_golden(const char *root) {
 /* the chunked loss must equal the unchunked one, gradients included */
 static void test_chunked_loss(const char *root) {
     Golden g;
-    if (golden_load(root, GOLDEN[1], &g)) { EXPECT(0, "load"); return; }
+    if (golden_open(root, GOLDEN[1], &g)) { EXPECT(0, "load"); return; }
     float *g0 = xmalloc((size_t)g.pt.total * 4), *g1 = xmalloc((size_t)g.pt.total * 4);
     RefResult full = ref_forward_backward(&g.c, &g.pt, g.params, g.tokens, NULL, g.S, 0, NULL, g0);
     const int64_t chunks[] = {1, 7, 32, 99};
@@ -297,24 +274,66 @@ static void test_config(const char *root) {
 }
 
 /* ------------------------------------------------------------------ RoPE / YaRN */
+/* YaRN inv_freq and attention factor against transformers' own values (tests/golden/yarn_inv_freq.h,
+ * made by tests/make_yarn_golden.py): every element, by range -- extrapolated (left alone), blended
+ * by the ramp, interpolated (divided by the factor) -- so a ramp end off by one (floor/ceil) or a
+ * wrong blend fails in the range it breaks. */
+#include "golden/yarn_inv_freq.h"
+/* inv_freq: 4 fp32 ulps (2^-21 = 4.8e-7 relative), not 1e-12: both sides give fp32 values, but
+ * transformers rounds every step in fp32 tensors (base ** (2i/d), 1 / that, the ramp, 1 - ramp, two
+ * products and a sum), while rope_inv_freq evaluates the same formula in fp64 and rounds once.
+ * Measured (transformers 5.24.0): at most 1 ulp (1.2e-7) outside the ramp, 2.2 ulps (2.7e-7) in
+ * the blend. What this must catch is 5 orders above: a ramp end off by one moves the blended
+ * elements by >= 1/16 of the extrapolated-to-interpolated gap (several %). */
+#define YARN_INV_FREQ_TOL 0x1p-21
+/* attention factor: fp64 on both sides (Python floats), the same formula: 1e-12 */
+#define YARN_AF_TOL 1e-12
+
 static void test_yarn(void) {
     Qwen3Config c;
     config_from_name("8B", &c);
-    double plain[64], yarn[64], af;
+    double plain[256], yarn[256], af;
     rope_inv_freq(&c, plain, &af);
     EXPECT(af == 1.0 && fabs(plain[0] - 1.0) < 1e-12 && fabs(plain[1] - pow(1e6, -2.0 / 128)) < 1e-7,
            "default inv_freq");
+    const int ncases = (int)(sizeof YARN_GOLDEN / sizeof YARN_GOLDEN[0]);
+    for (int k = 0; k < ncases; k++) {
+        const YarnGolden *y = &YARN_GOLDEN[k];
+        char err[512] = "";
+        const int rc = config_from_json_text(y->config_json, strlen(y->config_json), &c, err, sizeof err);
+        EXPECT(!rc && c.yarn && c.head_dim == y->head_dim, "yarn case %s: config parses: %s", y->name, err);
+        if (rc) continue;
+        rope_inv_freq(&c, yarn, &af);
+        const double eaf = fabs(af - y->attention_factor) / y->attention_factor;
+        EXPECT_LE(eaf, YARN_AF_TOL, "yarn %s: attention factor %.17g vs transformers %.17g (rel %.2e)", y->name, af,
+                  y->attention_factor, eaf);
+        const int half = y->head_dim / 2, ends[3] = {y->n_extrapolated, y->n_extrapolated + y->n_blended, half};
+        const char *range[3] = {"extrapolated", "blended", "interpolated"};
+        char line[512];
+        int at = snprintf(line, sizeof line, "  yarn %-26s attention factor %.6f (rel %.1e)", y->name, af, eaf);
+        for (int r = 0, i0 = 0; r < 3; i0 = ends[r++]) {
+            double worst = 0;
+            int wi = -1;
+            for (int i = i0; i < ends[r]; i++) {
+                const double e = fabs(yarn[i] - y->inv_freq[i]) / y->inv_freq[i];
+                if (!(e <= worst)) { worst = e; wi = i; }
+            }
+            EXPECT_LE(worst, YARN_INV_FREQ_TOL, "yarn %s: %s inv_freq[%d..%d): worst rel err %.2e at %d (%.17g vs "
+                      "transformers %.17g)", y->name, range[r], i0, ends[r], worst, wi, wi >= 0 ? yarn[wi] : 0.0,
+                      wi >= 0 ? y->inv_freq[wi] : 0.0);
+            at += snprintf(line + at, sizeof line - (size_t)at, ", %s [%d,%d) %.1e", range[r], i0, ends[r], worst);
+        }
+        printf("%s\n", line);
+        if (k == 0) /* Qwen3's setting: all three ranges are there (24 extrapolated, 16 blended, 24 interpolated) */
+            EXPECT(y->n_extrapolated == 24 && y->n_blended == 16, "qwen3 yarn ranges: %d extrapolated, %d blended",
+                   y->n_extrapolated, y->n_blended);
+    }
+    printf("  (yarn values from transformers %s, tests/golden/yarn_inv_freq.h)\n", YARN_GOLDEN_TRANSFORMERS);
+    config_from_name("8B", &c);
     config_set_yarn(&c, 32, 32768);
     rope_inv_freq(&c, yarn, &af);
-    /* Qwen3: low = 23, high = 40 after truncation; attention factor 0.1 ln 32 + 1 = 1.3466 */
-    EXPECT(fabs(af - (0.1 * log(32.0) + 1.0)) < 1e-12 && fabs(af - 1.3466) < 1e-4, "yarn attention factor %.5f", af);
-    int ok = 1;
-    for (int i = 0; i < 64; i++) {
-        double want = i <= 23 ? plain[i] : i >= 40 ? plain[i] / 32 : -1;
-        if (want > 0 && fabs(yarn[i] - want) > 1e-6 * want) ok = 0;
-        if (i > 23 && i < 40 && !(yarn[i] < plain[i] && yarn[i] > plain[i] / 32)) ok = 0;
-    }
-    EXPECT(ok, "yarn ramp: extrapolation below dim 23, interpolation from 40, blend between");
+    EXPECT(fabs(af - YARN_GOLDEN[0].attention_factor) < 1e-12 && fabs(yarn[30] - YARN_GOLDEN[0].inv_freq[30]) <=
+           YARN_INV_FREQ_TOL * YARN_GOLDEN[0].inv_freq[30], "--yarn-factor 32 --yarn-original 32768 on 8B is the qwen3 case");
     float cs[64], sn[64];
     int64_t pos = 1000;
     rope_tables(&c, &pos, 1, cs, sn);
@@ -495,9 +514,15 @@ static void test_shards(const char *root) {
 
 /* ------------------------------------------------------------------ zigzag split and ring attention */
 /* Attention of a sequence split over P ranks by the zigzag and computed block by block on the ring
- * schedule, merged by LSE, backward with the final O and LSE and dK/dV sent back to their owners,
- * must equal plain causal attention (fp64 both: 1e-12). Checks the schedule, the merge and the
- * block-backward algebra that stage 3 runs with cuDNN blocks. */
+ * schedule, merged by LSE, backward with the final O and LSE, must equal plain causal attention
+ * (fp64 both: 1e-12). The P ranks are simulated with the data movement of stage 3's ring_forward /
+ * ring_backward: each rank holds only its own K/V; at step i it computes with the K/V buffer it
+ * received (sent by rank r-1 at step i-1); in backward the running dK/dV sum travels with the K/V
+ * it belongs to (received from the previous rank, the block's contribution added, sent on), and
+ * after P passes each rank's own total has come back to it. Buffers move only by ring_pass (send
+ * to r+1, receive from r-1; receive buffers are poisoned with NaN first), so a wrong rotation or an
+ * addition into the wrong travelling buffer fails. Checks the schedule, the merge, the
+ * block-backward algebra that stage 3 runs with cuDNN blocks, and the ring's data movement. */
 enum { RH = 4, RKV = 2, RD = 16 };
 static double rnd(uint64_t *s) {
     *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
@@ -546,6 +571,28 @@ static void attn_row_bwd(const double *q, const double *k, const double *v, cons
     }
 }
 
+/* One ring step for all P simulated ranks, as stage 3's ring_pass: rank r sends cur[r] to rank r+1
+ * and receives rank r-1's into nxt[r]; then what arrived becomes the rank's current buffer (and the
+ * old one its next receive buffer: double buffering). Receive buffers are poisoned first, so a rank
+ * that receives nothing computes with NaN. Tags travel with the data. */
+static void ring_pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt, int64_t len) {
+    for (int r = 0; r < P; r++) {
+        for (int64_t i = 0; i < len; i++) nxt[r][i] = NAN;
+        tag_nxt[r] = -1;
+    }
+    for (int r = 0; r < P; r++) {
+        const int to = (r + 1) % P;
+        memcpy(nxt[to], cur[r], (size_t)len * 8);
+        tag_nxt[to] = tag[r];
+    }
+    for (int r = 0; r < P; r++) {
+        double *t = cur[r];
+        cur[r] = nxt[r];
+        nxt[r] = t;
+        tag[r] = tag_nxt[r];
+    }
+}
+
 static void test_ring(void) {
     char err[256];
     EXPECT(zigzag_check(100, 4, err, sizeof err) && strstr(err, "divisible by 2 x 4"), "S %% 2P != 0 refused: %s", err);
@@ -575,64 +622,97 @@ static void test_ring(void) {
             attn_row_bwd(q + i * QW, k, v, dO + i * QW, L[i * RH + h], Dr, 0, S, h, 1, i, dQ + i * QW, dK, dV);
         }
     for (int P = 1; P <= 4; P++) {
-        const int64_t n = S / P;
-        /* each rank's local rows (zigzag), its merged output, and the gradient accumulators */
-        double *lq = xmalloc((size_t)(S * QW) * 8), *lk = xmalloc((size_t)(S * KW) * 8), *lv = xmalloc((size_t)(S * KW) * 8),
-               *ldo = xmalloc((size_t)(S * QW) * 8), *lo = xcalloc((size_t)(S * QW), 8), *ll = xmalloc((size_t)(S * RH) * 8),
-               *ldq = xcalloc((size_t)(S * QW), 8), *ldk = xcalloc((size_t)(S * KW), 8), *ldv = xcalloc((size_t)(S * KW), 8);
+        const int64_t n = S / P, KVB = 2 * n * KW; /* a rank's K/V buffer: n rows of K, then n rows of V */
+        /* per rank: its local rows (zigzag) of Q, dO; its own K/V; merged output, LSE and dQ */
+        double *lq[4], *ldo[4], *own[4], *lo[4], *ll[4], *ldq[4];
+        /* the travelling buffers, double-buffered like stage 3's kv_ring / dkv_ring: cur is what a rank
+         * holds, nxt what it receives into; tags name the rank whose K/V a buffer belongs to */
+        double *kv_cur[4], *kv_nxt[4], *dkv_cur[4], *dkv_nxt[4];
+        int kv_tag[4], kv_tag_nxt[4], dkv_tag[4], dkv_tag_nxt[4];
         int64_t *gp = xmalloc((size_t)S * 8);
-        for (int r = 0; r < P; r++) zigzag_positions(S, P, r, gp + r * n);
-        for (int64_t t = 0; t < S; t++) {
-            memcpy(lq + t * QW, q + gp[t] * QW, QW * 8);
-            memcpy(ldo + t * QW, dO + gp[t] * QW, QW * 8);
-            memcpy(lk + t * KW, k + gp[t] * KW, KW * 8);
-            memcpy(lv + t * KW, v + gp[t] * KW, KW * 8);
+        for (int r = 0; r < P; r++) {
+            zigzag_positions(S, P, r, gp + r * n);
+            lq[r] = xmalloc((size_t)(n * QW) * 8); ldo[r] = xmalloc((size_t)(n * QW) * 8);
+            own[r] = xmalloc((size_t)KVB * 8); lo[r] = xcalloc((size_t)(n * QW), 8);
+            ll[r] = xmalloc((size_t)(n * RH) * 8); ldq[r] = xcalloc((size_t)(n * QW), 8);
+            kv_cur[r] = xmalloc((size_t)KVB * 8); kv_nxt[r] = xmalloc((size_t)KVB * 8);
+            dkv_cur[r] = xmalloc((size_t)KVB * 8); dkv_nxt[r] = xmalloc((size_t)KVB * 8);
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t g = gp[r * n + t];
+                memcpy(lq[r] + t * QW, q + g * QW, QW * 8);
+                memcpy(ldo[r] + t * QW, dO + g * QW, QW * 8);
+                memcpy(own[r] + t * KW, k + g * KW, KW * 8);
+                memcpy(own[r] + (n + t) * KW, v + g * KW, KW * 8);
+            }
+            for (int64_t i = 0; i < n * RH; i++) ll[r][i] = -INFINITY;
         }
-        for (int64_t i = 0; i < S * RH; i++) ll[i] = -INFINITY;
+        int64_t bad_src = 0; /* blocks whose K/V (or travelling dK/dV) is not the schedule's src */
+        /* forward: step i computes with what arrived; the next K/V is passed on (not after the last) */
         double ob[RD], lb;
-        for (int r = 0; r < P; r++)
-            for (int step = 0; step < P; step++) {
+        for (int r = 0; r < P; r++) { memcpy(kv_cur[r], own[r], (size_t)KVB * 8); kv_tag[r] = r; }
+        for (int step = 0; step < P; step++) {
+            for (int r = 0; r < P; r++) {
                 const RingBlock b = ring_block(S, P, r, step);
-                const double *kk = lk + (int64_t)b.src * n * KW, *vv = lv + (int64_t)b.src * n * KW;
+                bad_src += kv_tag[r] != b.src;
+                const double *kk = kv_cur[r], *vv = kv_cur[r] + n * KW;
                 for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
                     for (int h = 0; h < RH; h++) {
-                        const int64_t row = (int64_t)r * n + t;
-                        attn_row(lq + row * QW, kk, vv, b.k0, b.nk, h, b.causal, t, ob, &lb);
-                        lse_merge_row(lo + row * QW + h * RD, ll + row * RH + h, ob, lb, RD);
+                        attn_row(lq[r] + t * QW, kk, vv, b.k0, b.nk, h, b.causal, t, ob, &lb);
+                        lse_merge_row(lo[r] + t * QW + h * RD, ll[r] + t * RH + h, ob, lb, RD);
                     }
             }
-        /* backward: every block with the final O and LSE; dK/dV accumulate at the owner (src) */
-        for (int r = 0; r < P; r++)
-            for (int step = 0; step < P; step++) {
-                const RingBlock b = ring_block(S, P, r, step);
-                const int64_t so = (int64_t)b.src * n;
-                for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
-                    for (int h = 0; h < RH; h++) {
-                        const int64_t row = (int64_t)r * n + t;
-                        double Dr = 0;
-                        for (int e = 0; e < RD; e++) Dr += ldo[row * QW + h * RD + e] * lo[row * QW + h * RD + e];
-                        attn_row_bwd(lq + row * QW, lk + so * KW, lv + so * KW, ldo + row * QW, ll[row * RH + h], Dr,
-                                     b.k0, b.nk, h, b.causal, t, ldq + row * QW, ldk + so * KW, ldv + so * KW);
-                    }
-            }
-        double eo = 0, el = 0, eq = 0, ek = 0, ev = 0, no = 0, nq = 0, nk = 0, nv = 0;
-        for (int64_t t = 0; t < S; t++) {
-            const int64_t g = gp[t];
-            for (int64_t e = 0; e < QW; e++) {
-                eo += pow(lo[t * QW + e] - O[g * QW + e], 2); no += pow(O[g * QW + e], 2);
-                eq += pow(ldq[t * QW + e] - dQ[g * QW + e], 2); nq += pow(dQ[g * QW + e], 2);
-            }
-            for (int64_t e = 0; e < KW; e++) {
-                ek += pow(ldk[t * KW + e] - dK[g * KW + e], 2); nk += pow(dK[g * KW + e], 2);
-                ev += pow(ldv[t * KW + e] - dV[g * KW + e], 2); nv += pow(dV[g * KW + e], 2);
-            }
-            for (int h = 0; h < RH; h++) el = fmax(el, fabs(ll[t * RH + h] - L[g * RH + h]));
+            if (step + 1 < P) ring_pass(P, kv_cur, kv_tag, kv_nxt, kv_tag_nxt, KVB);
         }
+        /* backward: every block with the final O and LSE; dQ adds up at home, the block's dK/dV joins
+         * the running sum that travels with its K/V, passed on after every step (P passes) */
+        for (int r = 0; r < P; r++) {
+            memcpy(kv_cur[r], own[r], (size_t)KVB * 8); kv_tag[r] = r;
+            memset(dkv_cur[r], 0, (size_t)KVB * 8); dkv_tag[r] = r;
+        }
+        for (int step = 0; step < P; step++) {
+            for (int r = 0; r < P; r++) {
+                const RingBlock b = ring_block(S, P, r, step);
+                bad_src += kv_tag[r] != b.src || dkv_tag[r] != b.src;
+                const double *kk = kv_cur[r], *vv = kv_cur[r] + n * KW;
+                double *dk = dkv_cur[r], *dv = dkv_cur[r] + n * KW;
+                for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
+                    for (int h = 0; h < RH; h++) {
+                        double Dr = 0;
+                        for (int e = 0; e < RD; e++) Dr += ldo[r][t * QW + h * RD + e] * lo[r][t * QW + h * RD + e];
+                        attn_row_bwd(lq[r] + t * QW, kk, vv, ldo[r] + t * QW, ll[r][t * RH + h], Dr, b.k0, b.nk, h,
+                                     b.causal, t, ldq[r] + t * QW, dk, dv);
+                    }
+            }
+            if (P > 1) ring_pass(P, dkv_cur, dkv_tag, dkv_nxt, dkv_tag_nxt, KVB);
+            if (step + 1 < P) ring_pass(P, kv_cur, kv_tag, kv_nxt, kv_tag_nxt, KVB);
+        }
+        for (int r = 0; r < P; r++) bad_src += dkv_tag[r] != r; /* after P passes: each rank's own total */
+        double eo = 0, el = 0, eq = 0, ek = 0, ev = 0, no = 0, nq = 0, nk = 0, nv = 0;
+        for (int r = 0; r < P; r++)
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t g = gp[r * n + t];
+                for (int64_t e = 0; e < QW; e++) {
+                    eo += pow(lo[r][t * QW + e] - O[g * QW + e], 2); no += pow(O[g * QW + e], 2);
+                    eq += pow(ldq[r][t * QW + e] - dQ[g * QW + e], 2); nq += pow(dQ[g * QW + e], 2);
+                }
+                for (int64_t e = 0; e < KW; e++) {
+                    ek += pow(dkv_cur[r][t * KW + e] - dK[g * KW + e], 2); nk += pow(dK[g * KW + e], 2);
+                    ev += pow(dkv_cur[r][(n + t) * KW + e] - dV[g * KW + e], 2); nv += pow(dV[g * KW + e], 2);
+                }
+                for (int h = 0; h < RH; h++) el = fmax(el, fabs(ll[r][t * RH + h] - L[g * RH + h]));
+            }
         const double worst = fmax(fmax(sqrt(eo / no), sqrt(eq / nq)), fmax(sqrt(ek / nk), fmax(sqrt(ev / nv), el)));
-        EXPECT_LE(worst, 1e-12, "ring attention on %d zigzag ranks: worst rel err %.2e (O, LSE, dQ, dK, dV)", P, worst);
+        EXPECT(!bad_src, "ring on %d ranks: %lld blocks computed with another rank's K/V or dK/dV than the schedule's src "
+               "(or a dK/dV total not back home)", P, (long long)bad_src);
+        EXPECT_LE(worst, 1e-12, "ring attention on %d zigzag ranks: rel err O %.2e, LSE %.2e (abs), dQ %.2e, dK %.2e, "
+                  "dV %.2e", P, sqrt(eo / no), el, sqrt(eq / nq), sqrt(ek / nk), sqrt(ev / nv));
         printf("  ring attention, %d ranks, S %lld: O/LSE/dQ/dK/dV vs plain causal attention, worst %.1e\n", P,
                (long long)S, worst);
-        free(lq); free(lk); free(lv); free(ldo); free(lo); free(ll); free(ldq); free(ldk); free(ldv); free(gp);
+        for (int r = 0; r < P; r++) {
+            free(lq[r]); free(ldo[r]); free(own[r]); free(lo[r]); free(ll[r]); free(ldq[r]);
+            free(kv_cur[r]); free(kv_nxt[r]); free(dkv_cur[r]); free(dkv_nxt[r]);
+        }
+        free(gp);
     }
     free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One rank of an N-GPU job, rehearsed on this GPU (stages 3 and 4), at two depths (--layers) so the
+# full-depth step can be projected (per layer = t(d2) - t(d1), over d2 - d1 layers; the rest --
+# embedding, loss, optimizer -- is what the line leaves at zero layers). Each case writes
+# $OUT/r_<case>_L<d>.txt (stdout: plan, step lines, collective bytes, ring hop checks) and .jsonl.
+#   bash bench/rehearse.sh case...        (see the case list below; STEPS=2 by default)
+# Two steps per run: the second is the measurement (the first builds cuDNN plans).
+set -u
+cd "$(dirname "$0")/.."
+O=${OUT:-bench_out}; mkdir -p "$O"
+STEPS=${STEPS:-2}
+run() { # stage, case name, depth, args...
+    local stage=$1 name=$2 d=$3; shift 3
+    local f="$O/r_${name}_L$d"
+    echo "== ./$stage --layers $d $* --steps $STEPS"
+    timeout 580 ./$stage --layers "$d" "$@" --steps "$STEPS" --log "$f.jsonl" > "$f.txt" 2>&1 || echo "   (exit $?)"
+    grep -E "^step|error|total \(peak\)|pinned host memory per node|rehearsal|ring (for|back)|all-gather" "$f.txt" | tail -8
+}
+two() { # stage, name, d1, d2, args...
+    local stage=$1 name=$2 d1=$3 d2=$4; shift 4
+    run "$stage" "$name" "$d1" "$@"
+    run "$stage" "$name" "$d2" "$@"
+}
+J8="--gpus 8 --rehearse 0 --seq 1M"
+for c in "$@"; do case $c in
+s3_06b) two stage3 s3_06b 2 4 $J8 --model 0.6B ;;
+s3_06b_keep) two stage3 s3_06b_keep 2 4 $J8 --model 0.6B --keep-attn ;;
+s3_8b) two stage3 s3_8b 1 2 $J8 --model 8B ;;
+s3_8b_keep) two stage3 s3_8b_keep 1 2 $J8 --model 8B --keep-attn ;;
+s3_8b_2m) STEPS=1 two stage3 s3_8b_2m 1 2 --gpus 8 --nnodes 2 --rehearse 0 --seq 2M --model 8B ;;
+s3_8b_4m) STEPS=1 two stage3 s3_8b_4m 1 2 --gpus 8 --nnodes 4 --rehearse 0 --seq 4M --model 8B ;;
+s4_8b_keep) two stage4 s4_8b_keep 1 2 $J8 --model 8B --keep-attn --gpu-gib 80 ;;
+s4_32b) STEPS=1 two stage4 s4_32b 1 2 $J8 --model 32B --gpu-gib 80 ;;
+s4_32b_keep) STEPS=1 two stage4 s4_32b_keep 1 2 $J8 --model 32B --keep-attn --gpu-gib 80 ;;
+*) echo "unknown case $c" ;;
+esac; done
