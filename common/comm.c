@@ -332,6 +332,7 @@ static void nccl_join(Comm *c) {
         if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
         if (limit > 0 && wall() - t0 > limit) {
             ncclCommAbort(c->nccl);
+            if (w->rdv_path[0]) rdv_remove(w->rdv_path); /* nobody may join this run's file later */
             DIE("could not join the job of %d ranks within %.0f s: a node is missing, or joined from another run's "
                 "rendezvous file (--comm-timeout, --run-id)", c->size, limit);
         }

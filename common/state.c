@@ -104,8 +104,13 @@ static void specs(const StateIO *s, StWrite *model, StWrite *state, char (*names
     }
 }
 
+/* Buffers may have been written by other streams (gradient shards copied down on a communication
+ * stream, offloaded states updated by the host): everything queued on the device lands first. */
+static void settle(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
 void state_save(StateIO *s, const char *dir, int64_t step, int64_t seq, const char *data) {
     const ParamTable *t = s->t;
+    settle();
     char path[4200], tmp[4300], err[512], meta[1200];
     StWrite *mw = xcalloc((size_t)t->n, sizeof(StWrite)), *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
     char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
@@ -156,6 +161,7 @@ void state_save(StateIO *s, const char *dir, int64_t step, int64_t seq, const ch
 /* ---------------------------------------------------------------- dump */
 void state_dump(StateIO *s, const char *path, double loss) {
     const ParamTable *t = s->t;
+    settle();
     char err[512];
     StWrite *w = xcalloc((size_t)(t->n + 1), sizeof(StWrite));
     char (*names)[112] = xcalloc((size_t)t->n, 112);

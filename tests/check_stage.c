@@ -16,6 +16,9 @@
  *       same tensors, each gradient finite, zero only where the other is, cosine >= MIN_COSINE and
  *       |A|/|B| within MAX_NORM_RATIO_DEV of 1 (default NORM_RATIO_TOL), the loss within LOSS_TOL
  *       relative (default 1e-6)
+ *   check_stage states DIR_A DIR_B TOL     two --save directories' trainer states agree: every master.*,
+ *       adam_m.*, adam_v.* tensor within TOL relative (norm-wise) -- AdamW on the host (stage 4)
+ *       against AdamW on the GPU from the same gradients
  * Test support (no GPU needed; tests/check_stage_cpu.sh):
  *   check_stage refdump GOLDEN_DIR OUT   the reference model's loss and gradients on the golden
  *       tokens, written as a trainer's --dump-grads writes them ("loss" [1] F32, "grad.<HF name>" F32)
@@ -259,6 +262,37 @@ static int cmd_same(int argc, char **argv) {
 }
 
 /* the reference's loss and gradients on the golden tokens, as a trainer's --dump-grads writes them */
+/* two trainer states (--save directories): every master.*, adam_m.*, adam_v.* tensor of A against
+ * B, relative error (norm-wise) within tol -- a host AdamW against the GPU's on the same gradients */
+static int cmd_states(char **argv) {
+    SafeTensors a, b;
+    char err[512], pa[4200], pb[4200];
+    snprintf(pa, sizeof pa, "%s/trainer_state.safetensors", argv[2]);
+    snprintf(pb, sizeof pb, "%s/trainer_state.safetensors", argv[3]);
+    if (st_open(pa, &a, err, sizeof err) || st_open(pb, &b, err, sizeof err)) DIE("%s", err);
+    const double tol = atof(argv[4]);
+    double worst = 0;
+    const char *wn = "";
+    EXPECT(a.n == b.n && a.n > 0, "both states hold the same number of tensors (%lld, %lld)", (long long)a.n, (long long)b.n);
+    for (int64_t i = 0; i < a.n; i++) {
+        const StTensor *ta = &a.t[i], *tb = st_find(&b, ta->name);
+        EXPECT(tb && tb->numel == ta->numel, "%s present in both", ta->name);
+        if (!tb || tb->numel != ta->numel) continue;
+        float *x = xmalloc((size_t)ta->numel * 4), *y = xmalloc((size_t)ta->numel * 4);
+        if (st_read_f32(&a, ta->name, ta->ndim, ta->shape, x, err, sizeof err) ||
+            st_read_f32(&b, tb->name, tb->ndim, tb->shape, y, err, sizeof err))
+            DIE("%s", err);
+        const double e = rel_err(x, y, ta->numel);
+        EXPECT_LE(e, tol, "%s: rel err %.3e > %g", ta->name, e, tol);
+        if (!(e <= worst)) { worst = e; wn = ta->name; }
+        free(x); free(y);
+    }
+    printf("  %lld state tensors: worst rel err %.3e (%s)\n", (long long)a.n, worst, wn);
+    st_close(&a);
+    st_close(&b);
+    return test_summary();
+}
+
 static int cmd_refdump(char **argv) {
     Golden gd;
     char err[512];
@@ -337,6 +371,7 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "grads")) return cmd_grads(argc, argv);
     if (argc >= 5 && !strcmp(argv[1], "same")) return cmd_same(argc, argv);
     if (argc == 4 && !strcmp(argv[1], "refdump")) return cmd_refdump(argv);
+    if (argc == 5 && !strcmp(argv[1], "states")) return cmd_states(argv);
     if (argc == 6 && !strcmp(argv[1], "edit")) return cmd_edit(argv);
     fprintf(stderr, "usage: see the comment at the top of tests/check_stage.c\n");
     return 2;

@@ -2,9 +2,12 @@
 # GPU tests (make test-gpu), on an H100/H200: kernels, GEMMs and attention (build/test_gpu), the
 # communicator (build/test_comm), stage 1 against the CPU reference on the golden configs,
 # --keep-attn against plain checkpointing, save + resume against an uninterrupted run, stage 2 on
-# local ranks and NCCL, stage 3 on local ranks against the reference and stage 1, and the saved
+# local ranks and NCCL, stage 3 on local ranks against the reference and stage 1, stage 4 bit for
+# bit against stage 3 (and resume), measured memory against the plan, rehearsed ranks against local
+# ranks (shape traces), the failure drills (skipped/stopped collectives, joins, fit), and the saved
 # directory loaded by transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention
-# case; CASE_TIMEOUT (s, default 300) bounds each multi-rank run.
+# case; QUICK=2 also the stage-2 cases, stage 3's bf16 merges and its 16K slice (a re-check after
+# changes outside stages 2-3); CASE_TIMEOUT (s, default 300) bounds each multi-rank run.
 set -u
 cd "$(dirname "$0")/.."
 # a hung rank must fail its case, not the whole run
@@ -82,9 +85,9 @@ echo "  uninterrupted step 4 $a4 | resumed step 4 $c4"
 ok "resumed step 3 loss is bit-for-bit the uninterrupted one" "[ -n '$a3' ] && [ '$a3' = '$c3' ]"
 ok "resumed run writes no step <= 2" "! grep -q '\"step\":[12],' $tmp/c.jsonl"
 
-if [ -x ./stage2 ]; then
+./build/check_stage random 384 20000 8 "$tmp/rand384.tok"
+if [ -x ./stage2 ] && [ "${QUICK:-}" != 2 ]; then
     echo "== stage 2 (FSDP) on P local ranks against the reference mean over the P windows"
-    ./build/check_stage random 384 20000 8 "$tmp/rand384.tok"
     for spec in "untied_gqa4_s100 rand.tok" "tied_gqa2_hd128 rand384.tok"; do
         set -- $spec; g=tests/golden/$1
         for P in 1 2 4; do
@@ -113,18 +116,21 @@ if [ -x ./stage3 ]; then
         for P in 1 2 4 8; do
             [ $((S % (2 * P))) -eq 0 ] || { echo "  (seq $S is not divisible by 2 x $P: P=$P skipped)"; continue; }
             for run in "fp32" "bf16" "fp32 --keep-attn"; do
+                [ "${QUICK:-}" = 2 ] && [ "$run" = bf16 ] && continue
                 set -- $run; merge=$1; shift
+                r=$tmp/s3.$name.$P.$merge${1:+.keep} # kept for stage 4's bit-for-bit comparison
                 $T ./stage3 --local-ranks $P --merge $merge "$@" --model "$g" --data "$tmp/$name.tok" --seq "$S" \
-                    --steps 1 --loss-chunk 7 $HP --dump-grads "$tmp/s3.grads" --save "$tmp/s3.ck" > "$tmp/s3.log" 2>&1
+                    --steps 1 --loss-chunk 7 $HP --dump-grads "$r.grads" --save "$r.ck" > "$tmp/s3.log" 2>&1
                 ok "stage3 $name P=$P merge $run runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
-                ./build/check_stage grads "$g" "$tmp/s3.grads" "$tmp/s3.ck" $HPV 2>&1 | tee "$tmp/c.txt"
+                ./build/check_stage grads "$g" "$r.grads" "$r.ck" $HPV 2>&1 | tee "$tmp/c.txt"
                 count "$tmp/c.txt" "stage3 $name P=$P $run"
             done
         done
     done
-    echo "== stage 3: a 2-layer Qwen3-0.6B slice at 16K tokens, P = 2, 4, 8 against stage 1"
-    ./stage1 --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP --dump-grads "$tmp/s1.16k" > "$tmp/s1.log" 2>&1
+    [ "${QUICK:-}" = 2 ] || echo "== stage 3: a 2-layer Qwen3-0.6B slice at 16K tokens, P = 2, 4, 8 against stage 1"
+    [ "${QUICK:-}" = 2 ] || ./stage1 --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP --dump-grads "$tmp/s1.16k" > "$tmp/s1.log" 2>&1
     for P in 2 4 8; do for merge in fp32 bf16; do
+        [ "${QUICK:-}" = 2 ] && continue
         echo "  P=$P merge $merge"
         $T ./stage3 --local-ranks $P --merge $merge --layers 2 --data data/books.tok --seq 16384 --steps 1 $HP \
             --dump-grads "$tmp/s3.16k" > "$tmp/s3.log" 2>&1
@@ -133,6 +139,108 @@ if [ -x ./stage3 ]; then
         count "$tmp/c.txt" "stage3 0.6B slice P=$P $merge"
     done; done
 fi
+
+if [ -x ./stage4 ]; then
+    echo "== stage 4 (offload) against stage 3: loss and gradients bit for bit, weights after AdamW on the host within 1e-7"
+    for g in tests/golden/*/; do
+        g=${g%/}; name=$(basename "$g")
+        S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
+        for P in 1 2 4; do
+            [ $((S % (2 * P))) -eq 0 ] || continue
+            for keep in "" "--keep-attn"; do
+                r=$tmp/s3.$name.$P.fp32${keep:+.keep}
+                $T ./stage4 --local-ranks $P $keep --model "$g" --data "$tmp/$name.tok" --seq "$S" --steps 1 --loss-chunk 7 \
+                    $HP --dump-grads "$tmp/s4.grads" --save "$tmp/s4.ck" > "$tmp/s4.log" 2>&1
+                ok "stage4 $name P=$P $keep runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"
+                ok "stage4 $name P=$P $keep: loss and gradients bit-identical to stage 3" "cmp -s $r.grads $tmp/s4.grads"
+                ./build/check_stage states "$tmp/s4.ck" "$r.ck" 1e-7 2>&1 | tee "$tmp/c.txt"
+                count "$tmp/c.txt" "stage4 $name P=$P $keep states vs stage 3"
+            done
+        done
+    done
+    echo "== stage 4: 4 layers of Qwen3-0.6B at 4K tokens (slots reused, inputs and kept O prefetched), P = 1, 2, each lever alone"
+    for P in 1 2; do
+        ./stage3 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn --dump-grads "$tmp/s3.l4" > "$tmp/s3.log" 2>&1
+        ok "stage3 0.6B 4 layers P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
+        for off in all ckpt attn states none; do
+            $T ./stage4 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn --offload $off \
+                --dump-grads "$tmp/s4.l4" > "$tmp/s4.log" 2>&1
+            ok "stage4 0.6B 4 layers P=$P --offload $off runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"
+            ok "stage4 0.6B 4 layers P=$P --offload $off: bit-identical to stage 3" "cmp -s $tmp/s3.l4 $tmp/s4.l4"
+        done
+        $T ./stage4 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn 1 --dump-grads "$tmp/s4.l4" > "$tmp/s4.log" 2>&1
+        ok "stage4 P=$P --keep-attn 1 (3 layers recompute) runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"
+        ./build/check_stage same "$tmp/s3.l4" "$tmp/s4.l4" 0.99999 1e-6 2>&1 | tee "$tmp/c.txt"
+        count "$tmp/c.txt" "stage4 --keep-attn 1 vs all kept"
+    done
+    echo "== stage 4: save + resume gives the uninterrupted run's next loss, bit for bit (2 local ranks)"
+    g=tests/golden/untied_gqa4_s100
+    R4="--local-ranks 2 --model $g --data $tmp/rand.tok --seq 100 --lr 1e-3 --warmup 2 --steps 4"
+    ./stage4 $R4 --log "$tmp/a4.jsonl" > "$tmp/a4.log" 2>&1
+    ./stage4 $R4 --steps 2 --save "$tmp/ck4" > "$tmp/b4.log" 2>&1
+    ./stage4 $R4 --resume "$tmp/ck4" --log "$tmp/c4.jsonl" > "$tmp/c4.log" 2>&1
+    for k in 3 4; do
+        a=$(grep "\"step\":$k," "$tmp/a4.jsonl" | grep -o '"loss_hex":"[^"]*"'); c=$(grep "\"step\":$k," "$tmp/c4.jsonl" | grep -o '"loss_hex":"[^"]*"')
+        echo "  uninterrupted step $k $a | resumed $c"
+        ok "stage4 resumed step $k loss is bit-for-bit the uninterrupted one" "[ -n '$a' ] && [ '$a' = '$c' ]"
+    done
+fi
+
+echo "== the plan is what a rank allocates: measured GPU memory within 5% of the plan (33 GiB plans: the loss chunk dominates)"
+MEM="--seq 65536 --loss-chunk 32768 --layers 2 --steps 2"
+for run in "stage1 --seq 32768 --loss-chunk 32768 --layers 2 --steps 2" "stage2 --gpus 2 --rehearse 0 $MEM" \
+           "stage3 --gpus 2 --rehearse 0 $MEM" "stage4 --gpus 2 --rehearse 1 $MEM"; do
+    set -- $run; bin=$1; shift
+    [ -x ./$bin ] || continue
+    $T ./$bin "$@" > "$tmp/m.log" 2>&1
+    ok "$bin $* runs" "[ $? -eq 0 ]" || tail -5 "$tmp/m.log"
+    line=$(grep '^step *2 ' "$tmp/m.log"); echo "  $bin: ${line##*|}"
+    used=$(echo "$line" | sed -n 's/.*mem \([0-9.]*\) GiB (plan \([0-9.]*\)).*/\1/p'); plan=$(echo "$line" | sed -n 's/.*(plan \([0-9.]*\)).*/\1/p')
+    ok "$bin: measured $used GiB within 5% of the plan's $plan GiB" "awk -v u='$used' -v p='$plan' 'BEGIN{exit !(p > 0 && u > 0 && (u-p)/p <= 0.05 && (p-u)/p <= 0.05)}'"
+done
+
+echo "== a rehearsed rank runs the same GEMMs, attention calls and collectives, in the same order, as rank 0 of local ranks"
+g=tests/golden/tied_gqa2_hd128
+S=$(./build/check_stage tokens "$g" "$tmp/tied.tok")
+for bin in stage2 stage3 stage4; do
+    [ -x ./$bin ] || continue
+    for P in 2 4; do
+        tok=$tmp/tied.tok; [ $bin = stage2 ] && tok=$tmp/rand384.tok # stage 2: P windows of data
+        A="--model $g --data $tok --seq $S --steps 2 --loss-chunk 7 --keep-attn"
+        $T ./$bin --local-ranks $P $A --trace "$tmp/t.local" > "$tmp/t1.log" 2>&1
+        ok "$bin local P=$P traced" "[ $? -eq 0 ]" || tail -3 "$tmp/t1.log"
+        $T ./$bin --gpus $P --rehearse 0 $A --trace "$tmp/t.rehearse" > "$tmp/t2.log" 2>&1
+        ok "$bin --rehearse 0 of $P traced" "[ $? -eq 0 ]" || tail -3 "$tmp/t2.log"
+        n=$(wc -l < "$tmp/t.local")
+        ok "$bin P=$P: rehearsed rank 0 issues the same $n calls as local rank 0" "[ $n -gt 50 ] && cmp -s $tmp/t.local $tmp/t.rehearse"
+        ok "$bin --rehearse says its loss is not the job's" "grep -q 'not the job' $tmp/t2.log"
+    done
+done
+grep -c sdpa "$tmp/t.rehearse" | sed 's/^/  (stage 4, P = 4: attention calls traced: /; s/$/)/'
+
+echo "== several GPUs without hangs: a rank that skips or stops a collective, a join that cannot complete, a plan that does not fit"
+t0=$(date +%s); timeout 120 ./build/test_comm skip 5 > "$tmp/d.log" 2>&1; rc=$?; t1=$(date +%s)
+tail -1 "$tmp/d.log" | sed 's/^/  skip: /'
+ok "a rank skipping a collective stops the job naming both collectives ($((t1 - t0)) s)" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'disagree on the collectives' $tmp/d.log"
+t0=$(date +%s); timeout 120 ./build/test_comm stop 5 > "$tmp/d.log" 2>&1; rc=$?; t1=$(date +%s)
+tail -1 "$tmp/d.log" | sed 's/^/  stop: /'
+ok "a rank that stops makes the others time out after --comm-timeout, naming it ($((t1 - t0)) s)" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'waited 5 s for rank(s) 1' $tmp/d.log"
+rm -f "$tmp/rdv"
+J="--gpus 1 --nnodes 2 --rendezvous $tmp/rdv --comm-timeout 8 --seq 1024 --layers 1 --steps 1"
+(timeout 120 ./stage2 $J --node-rank 0 --run-id A > "$tmp/n0.log" 2>&1; echo $? > "$tmp/n0.rc") &
+sleep 2
+timeout 120 ./stage2 $J --node-rank 1 --run-id B > "$tmp/n1.log" 2>&1; rc1=$?
+wait
+tail -1 "$tmp/n0.log" | sed 's/^/  node 0: /'; tail -1 "$tmp/n1.log" | sed 's/^/  node 1: /'
+ok "node 1 does not join another run's rendezvous file and says so" "[ $rc1 -ne 0 ] && [ $rc1 -ne 124 ] && grep -q 'another run' $tmp/n1.log"
+ok "node 0's join times out with a message when no node joins" "[ \$(cat $tmp/n0.rc) -ne 0 ] && [ \$(cat $tmp/n0.rc) -ne 124 ] && grep -q 'could not join' $tmp/n0.log"
+ok "node 0 leaves no rendezvous file behind after its failed join" "[ ! -e $tmp/rdv ] && [ ! -e $tmp/rdv.partial ]"
+for bin in stage1 stage2 stage4; do
+    extra=; [ $bin = stage1 ] || extra="--gpus 1"
+    ./$bin $extra --seq 16384 --gpu-gib 4 --steps 1 > "$tmp/f.log" 2>&1; rc=$?
+    ok "$bin refuses a plan above --gpu-gib before allocating" "[ $rc -ne 0 ] && grep -q 'above --gpu-gib 4' $tmp/f.log"
+done
+ok "stage2 checks the fit before NCCL starts" "! grep -q 'NCCL INFO\|could not join' $tmp/f.log"
 
 echo "== transformers loads the saved directory and agrees on the loss"
 if python3 -c 'import transformers' 2>/dev/null; then

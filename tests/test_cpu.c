@@ -13,7 +13,9 @@
 #include "../common/check.h"
 #include "../common/cli.h"
 #include "../common/config.h"
+#include "../common/cpu_adam.h"
 #include "../common/model.h"
+#include "../common/rendezvous.h"
 #include "../common/safetensors.h"
 #include "../common/shard.h"
 #include "../common/tokens.h"
@@ -435,6 +437,15 @@ static void test_init(void) {
     const double mean = s1 / q->numel, sd = sqrt(s2 / q->numel - mean * mean);
     EXPECT(fabs(mean) < 1e-4 && fabs(sd - 0.02) < 2e-4 && a[n->offset] == 1.0f && a[n->offset + n->numel - 1] == 1.0f,
            "init statistics: mean %.2e, std %.5f (want 0, 0.02), norms 1", mean, sd);
+    /* a rank's piece (odd start and length) holds exactly the values of the whole-model init */
+    const ParamInfo *up = params_get(&t, P_UP, 1);
+    float *piece = xmalloc((size_t)up->numel * 4);
+    params_init_piece(&t, up, 0.02, 7, 12345, up->numel - 12345 - 777, piece, 3);
+    EXPECT(!memcmp(piece, a + up->offset + 12345, (size_t)(up->numel - 12345 - 777) * 4),
+           "a piece's init (elements 12345.., 3 threads) equals the whole model's");
+    params_init_piece(&t, n, 0.02, 7, 5, 9, piece, 1);
+    EXPECT(piece[0] == 1.f && piece[8] == 1.f, "a norm weight's piece starts at 1");
+    free(piece);
     params_init_threads(&t, 0.02, 8, b, 3);
     EXPECT(memcmp(a, b, (size_t)t.total * 4), "another seed, another model");
     free(a); free(b);
@@ -717,6 +728,83 @@ static void test_ring(void) {
     free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
 }
 
+/* ------------------------------------------------------------------ host AdamW (stage 4) */
+/* The host optimizer: bit-identical for any thread count, equal to the GPU kernel's fp32 expression
+ * evaluated one element at a time, the norm in fp64 (test_gpu compares it with the kernel itself). */
+static void test_cpu_adam(void) {
+    const int64_t n = 70001, n0 = 30011;
+    float *g = xmalloc(n * 4), *p0 = xmalloc(n * 4), *m0 = xmalloc(n * 4), *v0 = xmalloc(n * 4);
+    uint64_t r = 99;
+    for (int64_t i = 0; i < n; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        g[i] = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5) * 3.f;
+        p0[i] = 0.02f * (float)((i % 101) - 50);
+        m0[i] = 1e-3f * (float)(i % 7);
+        v0[i] = 1e-4f * (float)(i % 5);
+    }
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += (double)g[i] * g[i];
+    const double s1 = cpu_sumsq(g, n, 1), s5 = cpu_sumsq(g, n, 5);
+    EXPECT(fabs(s1 - want) <= 1e-12 * want && fabs(s5 - want) <= 1e-12 * want, "host gradient norm %.12g / %.12g vs %.12g", s1,
+           s5, want);
+    ParamInfo mat = {.ndim = 2}, norm = {.ndim = 1};
+    const Piece pcs[2] = {{&mat, 0, n0, 0}, {&norm, 0, n - n0, n0}};
+    const AdamHP hp = {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, 4};
+    float *pa = xmalloc(n * 4), *ma = xmalloc(n * 4), *va = xmalloc(n * 4), *pb = xmalloc(n * 4), *mb = xmalloc(n * 4),
+          *vb = xmalloc(n * 4);
+    uint16_t *wa = xmalloc(n * 2), *wb = xmalloc(n * 2);
+    memcpy(pa, p0, n * 4); memcpy(ma, m0, n * 4); memcpy(va, v0, n * 4);
+    memcpy(pb, p0, n * 4); memcpy(mb, m0, n * 4); memcpy(vb, v0, n * 4);
+    cpu_adamw(pcs, 2, pa, wa, ma, va, g, want, &hp, 1);
+    cpu_adamw(pcs, 2, pb, wb, mb, vb, g, want, &hp, 6);
+    EXPECT(!memcmp(pa, pb, n * 4) && !memcmp(ma, mb, n * 4) && !memcmp(va, vb, n * 4) && !memcmp(wa, wb, n * 2),
+           "host AdamW: 1 and 6 threads give identical bits");
+    /* the kernel's expression, element by element */
+    const float norm2 = (float)sqrt(want), clip = norm2 > 1.f ? 1.f / (norm2 + 1e-6f) : 1.f;
+    const float bc1 = (float)(1 - pow(0.9, 4)), bc2 = (float)(1 - pow(0.95, 4));
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float wd = i < n0 ? 0.1f : 0.f, gi = g[i] * clip;
+        const float mi = 0.9f * m0[i] + (1.f - 0.9f) * gi, vi = 0.95f * v0[i] + (1.f - 0.95f) * gi * gi;
+        const float pw = p0[i] - 1e-3f * ((mi / bc1) / (sqrtf(vi / bc2) + 1e-8f) + wd * p0[i]);
+        differ += pa[i] != pw || ma[i] != mi || va[i] != vi || wa[i] != f32_to_bf16(pw);
+    }
+    EXPECT(differ == 0, "host AdamW equals the kernel's fp32 expression element by element (%lld differ)", (long long)differ);
+    uint16_t *wc = xmalloc(n * 2);
+    cpu_cast_bf16(wc, pa, n, 3);
+    EXPECT(!memcmp(wc, wa, n * 2), "host bf16 cast equals AdamW's bf16 weights");
+    free(g); free(p0); free(m0); free(v0); free(pa); free(ma); free(va); free(pb); free(mb); free(vb);
+    free(wa); free(wb); free(wc);
+}
+
+/* ------------------------------------------------------------------ rendezvous (several nodes) */
+static void test_rendezvous(void) {
+    char path[1100], err[512];
+    snprintf(path, sizeof path, "%s/rdv", tmpdir);
+    unsigned char id[RDV_ID_BYTES], got[RDV_ID_BYTES];
+    for (int i = 0; i < RDV_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + 1);
+    const double t0 = rdv_wall_s();
+    EXPECT(rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "no rendezvous file"),
+           "no file: a reader gives up after its timeout with a message (%s)", err);
+    EXPECT(!rdv_publish(path, "job41", 2, 8, id, err, sizeof err), "node 0 publishes: %s", err);
+    EXPECT(rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "another run"),
+           "another run's file (run id job41) is not joined: %s", err);
+    EXPECT(!rdv_publish(path, "job42", 2, 8, id, err, sizeof err), "node 0 replaces the old file: %s", err);
+    memset(got, 0, sizeof got);
+    EXPECT(!rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && !memcmp(got, id, sizeof id),
+           "this run's file is joined and carries node 0's id");
+    EXPECT(rdv_await(path, "job42", 4, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "--nnodes 4"),
+           "a file describing another job shape is an error: %s", err);
+    /* no run id: only a file written after the reader started (less the clock allowance) */
+    EXPECT(!rdv_publish(path, "", 2, 8, id, err, sizeof err), "published without a run id");
+    EXPECT(!rdv_await(path, "", 2, 8, rdv_wall_s(), 0.5, got, err, sizeof err), "a fresh file without run id is joined");
+    EXPECT(rdv_await(path, "", 2, 8, rdv_wall_s() + 2 * RDV_SKEW_S, 0.5, got, err, sizeof err),
+           "a file written long before the reader started is stale: %s", err);
+    rdv_remove(path);
+    struct stat sb;
+    EXPECT(stat(path, &sb) != 0, "node 0 removes the file once everyone joined");
+}
+
 int main(int argc, char **argv) {
     const char *golden = argc > 1 ? argv[1] : "tests/golden";
     snprintf(tmpdir, sizeof tmpdir, "/tmp/longctx_test_%d", (int)getpid());
@@ -741,6 +829,10 @@ int main(int argc, char **argv) {
     test_shards(golden);
     printf("[ring]\n");
     test_ring();
+    printf("[host AdamW]\n");
+    test_cpu_adam();
+    printf("[rendezvous]\n");
+    test_rendezvous();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", tmpdir);

@@ -18,6 +18,7 @@
 #include <cudnn.h>
 
 #include "../common/check.h"
+#include "../common/cpu_adam.h"
 #include "../common/gemm.h"
 #include "../common/gpu.h"
 #include "../common/safetensors.h"
@@ -342,6 +343,42 @@ static void test_adamw(void) {
     REPORT("adamw v", rel_d(o = down_f32(v_d, n), vr, n), 1e-5); free(o);
     REPORT("adamw bf16 weights", rel_d(o = down_bf16(w_d, n), pr, n), 1e-2); free(o);
     free(p); free(g); free(m); free(v); free(pr); free(mr); free(vr);
+    cudaFree(p_d); cudaFree(m_d); cudaFree(v_d); cudaFree(g_d); cudaFree(w_d); cudaFree(ss_d); cudaFree(red_d);
+}
+
+/* AdamW on the host (stage 4's offloaded optimizer) against the GPU kernel on the same inputs:
+ * the same fp32 expression, so they differ by the last bit where nvcc contracts into FMA; two
+ * pieces with and without weight decay, clipping active. */
+static void test_cpu_adamw(void) {
+    const int64_t n = 100003, n0 = 40000;
+    float *p_d, *m_d, *v_d, *g_d;
+    float *p = rand_f32(&p_d, n, 0.1), *g = rand_f32(&g_d, n, 10.0), *m = rand_f32(&m_d, n, 0.01), *v = rand_f32(&v_d, n, 0.0);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(0.01 * urand());
+    CUDA_CHECK(cudaMemcpy(v_d, v, (size_t)n * 4, cudaMemcpyHostToDevice));
+    bf16_t *w_d = dalloc_poisoned(n * 2);
+    double *ss_d, *red_d, ss = 0;
+    CUDA_CHECK(cudaMalloc((void **)&ss_d, 8));
+    CUDA_CHECK(cudaMalloc((void **)&red_d, 8 * 1024));
+    for (int64_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    CUDA_CHECK(cudaMemcpyAsync(ss_d, &ss, 8, cudaMemcpyHostToDevice, st));
+    const AdamHP hp = {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, 3};
+    const float bc1 = (float)(1 - pow(hp.beta1, 3)), bc2 = (float)(1 - pow(hp.beta2, 3));
+    ParamInfo mat = {.ndim = 2}, norm = {.ndim = 1}; /* decays / does not */
+    Piece pcs[2] = {{&mat, 0, n0, 0}, {&norm, 0, n - n0, n0}};
+    for (int k = 0; k < 2; k++)
+        adamw(p_d + pcs[k].at, w_d + pcs[k].at, m_d + pcs[k].at, v_d + pcs[k].at, g_d + pcs[k].at, pcs[k].numel, ss_d,
+              (float)hp.clip, (float)hp.lr, (float)hp.beta1, (float)hp.beta2, (float)hp.eps, k ? 0.f : (float)hp.wd, bc1,
+              bc2, st);
+    uint16_t *w = xmalloc((size_t)n * 2);
+    cpu_adamw(pcs, 2, p, w, m, v, g, ss, &hp, 7);
+    float *o;
+    REPORT("host AdamW master vs the GPU kernel", rel_err(o = down_f32(p_d, n), p, n), 1e-7); free(o);
+    REPORT("host AdamW m vs the GPU kernel", rel_err(o = down_f32(m_d, n), m, n), 1e-7); free(o);
+    REPORT("host AdamW v vs the GPU kernel", rel_err(o = down_f32(v_d, n), v, n), 1e-7); free(o);
+    float *wf = xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) wf[i] = bf16_to_f32(w[i]);
+    REPORT("host AdamW bf16 weights vs the GPU kernel", rel_err(o = down_bf16(w_d, n), wf, n), 1e-3); free(o);
+    free(p); free(g); free(m); free(v); free(w); free(wf);
     cudaFree(p_d); cudaFree(m_d); cudaFree(v_d); cudaFree(g_d); cudaFree(w_d); cudaFree(ss_d); cudaFree(red_d);
 }
 
@@ -692,6 +729,7 @@ int main(int argc, char **argv) {
     test_cross_entropy(37, 1000);
     test_cross_entropy(3, 151936);
     test_adamw();
+    test_cpu_adamw();
     test_ring_merge(1);
     test_ring_merge(0);
     printf("[gemm]\n");
