@@ -3,12 +3,13 @@
 # full-depth step can be projected (per layer = t(d2) - t(d1), over d2 - d1 layers; the rest --
 # embedding, loss, optimizer -- is what the line leaves at zero layers). Each case writes
 # $OUT/r_<case>_L<d>.txt (stdout: plan, step lines, collective bytes, ring hop checks) and .jsonl.
-#   bash bench/rehearse.sh case...        (see the case list below; STEPS=2 by default)
-# Two steps per run: the second is the measurement (the first builds cuDNN plans).
+#   bash bench/rehearse.sh case...        (see the case list below; STEPS=1 by default)
+# One step per run by default (device time): step 1 includes building the cuDNN plans, whose times
+# the plan cache prints ("built in"); the per-layer difference of two depths cancels them.
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-bench_out}; mkdir -p "$O"
-STEPS=${STEPS:-2}
+STEPS=${STEPS:-1}
 run() { # stage, case name, depth, args...
     local stage=$1 name=$2 d=$3; shift 3
     local f="$O/r_${name}_L$d"

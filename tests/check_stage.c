@@ -16,9 +16,9 @@
  *       same tensors, each gradient finite, zero only where the other is, cosine >= MIN_COSINE and
  *       |A|/|B| within MAX_NORM_RATIO_DEV of 1 (default NORM_RATIO_TOL), the loss within LOSS_TOL
  *       relative (default 1e-6)
- *   check_stage states DIR_A DIR_B TOL     two --save directories' trainer states agree: every master.*,
- *       adam_m.*, adam_v.* tensor within TOL relative (norm-wise) -- AdamW on the host (stage 4)
- *       against AdamW on the GPU from the same gradients
+ *   check_stage states DIR_A DIR_B TOL [TOL_MOMENTS]   two --save directories' trainer states agree:
+ *       every master.* tensor within TOL relative (norm-wise), adam_m.* and adam_v.* within
+ *       TOL_MOMENTS (default TOL) -- AdamW on the host (stage 4) against AdamW on the GPU
  * Test support (no GPU needed; tests/check_stage_cpu.sh):
  *   check_stage refdump GOLDEN_DIR OUT   the reference model's loss and gradients on the golden
  *       tokens, written as a trainer's --dump-grads writes them ("loss" [1] F32, "grad.<HF name>" F32)
@@ -264,15 +264,17 @@ static int cmd_same(int argc, char **argv) {
 /* the reference's loss and gradients on the golden tokens, as a trainer's --dump-grads writes them */
 /* two trainer states (--save directories): every master.*, adam_m.*, adam_v.* tensor of A against
  * B, relative error (norm-wise) within tol -- a host AdamW against the GPU's on the same gradients */
-static int cmd_states(char **argv) {
+static int cmd_states(int argc, char **argv) {
     SafeTensors a, b;
     char err[512], pa[4200], pb[4200];
     snprintf(pa, sizeof pa, "%s/trainer_state.safetensors", argv[2]);
     snprintf(pb, sizeof pb, "%s/trainer_state.safetensors", argv[3]);
     if (st_open(pa, &a, err, sizeof err) || st_open(pb, &b, err, sizeof err)) DIE("%s", err);
-    const double tol = atof(argv[4]);
-    double worst = 0;
-    const char *wn = "";
+    /* the moments are proportional to the gradients, so they carry the gradients' own run-to-run
+     * noise (fp32 atomics in three kernels sum in any order): their tolerance is separate */
+    const double tol = atof(argv[4]), tol_moments = argc > 5 ? atof(argv[5]) : tol;
+    double worst = 0, worst_m = 0;
+    const char *wn = "", *wm = "";
     EXPECT(a.n == b.n && a.n > 0, "both states hold the same number of tensors (%lld, %lld)", (long long)a.n, (long long)b.n);
     for (int64_t i = 0; i < a.n; i++) {
         const StTensor *ta = &a.t[i], *tb = st_find(&b, ta->name);
@@ -283,11 +285,14 @@ static int cmd_states(char **argv) {
             st_read_f32(&b, tb->name, tb->ndim, tb->shape, y, err, sizeof err))
             DIE("%s", err);
         const double e = rel_err(x, y, ta->numel);
-        EXPECT_LE(e, tol, "%s: rel err %.3e > %g", ta->name, e, tol);
-        if (!(e <= worst)) { worst = e; wn = ta->name; }
+        const int master = !strncmp(ta->name, "master.", 7);
+        EXPECT_LE(e, master ? tol : tol_moments, "%s: rel err %.3e > %g", ta->name, e, master ? tol : tol_moments);
+        if (master && !(e <= worst)) { worst = e; wn = ta->name; }
+        if (!master && !(e <= worst_m)) { worst_m = e; wm = ta->name; }
         free(x); free(y);
     }
-    printf("  %lld state tensors: worst rel err %.3e (%s)\n", (long long)a.n, worst, wn);
+    printf("  %lld state tensors: master weights worst rel err %.3e (%s); moments %.3e (%s)\n", (long long)a.n, worst, wn,
+           worst_m, wm);
     st_close(&a);
     st_close(&b);
     return test_summary();
@@ -371,7 +376,7 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "grads")) return cmd_grads(argc, argv);
     if (argc >= 5 && !strcmp(argv[1], "same")) return cmd_same(argc, argv);
     if (argc == 4 && !strcmp(argv[1], "refdump")) return cmd_refdump(argv);
-    if (argc == 5 && !strcmp(argv[1], "states")) return cmd_states(argv);
+    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "states")) return cmd_states(argc, argv);
     if (argc == 6 && !strcmp(argv[1], "edit")) return cmd_edit(argv);
     fprintf(stderr, "usage: see the comment at the top of tests/check_stage.c\n");
     return 2;

@@ -8,7 +8,7 @@ mkdir -p build/plant
 sed 's|su->shard, 1.f / (float)M->P,|su->shard, 1.f,|' stage2_fsdp.c > build/plant/stage2_planted.c
 cmp -s stage2_fsdp.c build/plant/stage2_planted.c && { echo "FAIL the plant did not apply"; exit 1; }
 link=$(make -s -n -B build/stage2 | tail -1)   # the stage's own compile-and-link line, on the planted copy
-eval "${link/-o build\/stage2 stage2_fsdp.c/-o build/plant/stage2_planted build/plant/stage2_planted.c}" || exit 1
+eval "${link/-o build\/stage2 stage2_fsdp.c/-I. -o build/plant/stage2_planted build/plant/stage2_planted.c}" || exit 1
 tmp=$(mktemp -d)
 g=tests/golden/tied_gqa2_hd128
 ./build/check_stage random 384 20000 8 "$tmp/r.tok"

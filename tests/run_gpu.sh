@@ -141,7 +141,21 @@ if [ -x ./stage3 ]; then
 fi
 
 if [ -x ./stage4 ]; then
-    echo "== stage 4 (offload) against stage 3: loss and gradients bit for bit, weights after AdamW on the host within 1e-7"
+    # Gradients are not bit-reproducible from one run to the next: the embedding and norm-weight
+    # backward kernels add in fp32 atomics, and cuDNN's attention backward accumulates dQ with atomics,
+    # in any order; that noise reaches every gradient upstream of the last attention backward. So
+    # "the same as stage 3" is: the loss bit for bit (the forward has no atomics), every gradient
+    # within the band stage 3 shows against itself (measured on the H200: worst cosine 0.99999, worst
+    # norm ratio 1 +- 5e-4, on 128-element norm weights whose sums cancel), fp32 master weights after
+    # the host AdamW within 1e-7 of the GPU's, the moments within 2e-3 (they carry the gradients' noise).
+    SAME="0.99999 0 2e-3"
+    echo "== stage 3 against itself: the run-to-run noise of the gradients (fp32 atomics)"
+    g=tests/golden/untied_gqa4_s100
+    ./stage3 --local-ranks 2 --model $g --data "$tmp/untied_gqa4_s100.tok" --seq 100 --steps 1 --loss-chunk 7 $HP \
+        --dump-grads "$tmp/s3.again" > "$tmp/s3.log" 2>&1
+    ./build/check_stage same "$tmp/s3.untied_gqa4_s100.2.fp32.grads" "$tmp/s3.again" $SAME 2>&1 | tee "$tmp/c.txt"
+    count "$tmp/c.txt" "stage3 against itself"
+    echo "== stage 4 (offload) against stage 3: the loss bit for bit, gradients within that noise, host AdamW within 1e-7"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
@@ -152,8 +166,9 @@ if [ -x ./stage4 ]; then
                 $T ./stage4 --local-ranks $P $keep --model "$g" --data "$tmp/$name.tok" --seq "$S" --steps 1 --loss-chunk 7 \
                     $HP --dump-grads "$tmp/s4.grads" --save "$tmp/s4.ck" > "$tmp/s4.log" 2>&1
                 ok "stage4 $name P=$P $keep runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"
-                ok "stage4 $name P=$P $keep: loss and gradients bit-identical to stage 3" "cmp -s $r.grads $tmp/s4.grads"
-                ./build/check_stage states "$tmp/s4.ck" "$r.ck" 1e-7 2>&1 | tee "$tmp/c.txt"
+                ./build/check_stage same "$r.grads" "$tmp/s4.grads" $SAME 2>&1 | tee "$tmp/c.txt"
+                count "$tmp/c.txt" "stage4 $name P=$P $keep gradients vs stage 3"
+                ./build/check_stage states "$tmp/s4.ck" "$r.ck" 1e-7 2e-3 2>"$r.ck" 1e-7 1e-4 2>&11 | tee "$tmp/c.txt"
                 count "$tmp/c.txt" "stage4 $name P=$P $keep states vs stage 3"
             done
         done
@@ -166,11 +181,12 @@ if [ -x ./stage4 ]; then
             $T ./stage4 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn --offload $off \
                 --dump-grads "$tmp/s4.l4" > "$tmp/s4.log" 2>&1
             ok "stage4 0.6B 4 layers P=$P --offload $off runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"
-            ok "stage4 0.6B 4 layers P=$P --offload $off: bit-identical to stage 3" "cmp -s $tmp/s3.l4 $tmp/s4.l4"
+            ./build/check_stage same "$tmp/s3.l4" "$tmp/s4.l4" $SAME 2>&1 | tail -3 > "$tmp/c.txt"; cat "$tmp/c.txt"
+            count "$tmp/c.txt" "stage4 0.6B 4 layers P=$P --offload $off vs stage 3"
         done
         $T ./stage4 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn 1 --dump-grads "$tmp/s4.l4" > "$tmp/s4.log" 2>&1
         ok "stage4 P=$P --keep-attn 1 (3 layers recompute) runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"
-        ./build/check_stage same "$tmp/s3.l4" "$tmp/s4.l4" 0.99999 1e-6 2>&1 | tee "$tmp/c.txt"
+        ./build/check_stage same "$tmp/s3.l4" "$tmp/s4.l4" $SAME 2>&1 | tail -3 > "$tmp/c.txt"; cat "$tmp/c.txt"
         count "$tmp/c.txt" "stage4 --keep-attn 1 vs all kept"
     done
     echo "== stage 4: save + resume gives the uninterrupted run's next loss, bit for bit (2 local ranks)"
@@ -194,7 +210,7 @@ for run in "stage1 --seq 32768 --loss-chunk 32768 --layers 2 --steps 2" "stage2 
     [ -x ./$bin ] || continue
     $T ./$bin "$@" > "$tmp/m.log" 2>&1
     ok "$bin $* runs" "[ $? -eq 0 ]" || tail -5 "$tmp/m.log"
-    line=$(grep '^step *2 ' "$tmp/m.log"); echo "  $bin: ${line##*|}"
+    line=$(grep '^step *2 ' "$tmp/m.log"); echo "  $bin: $(echo "$line" | grep -o 'mem [0-9.]* GiB (plan [0-9.]*)')"
     used=$(echo "$line" | sed -n 's/.*mem \([0-9.]*\) GiB (plan \([0-9.]*\)).*/\1/p'); plan=$(echo "$line" | sed -n 's/.*(plan \([0-9.]*\)).*/\1/p')
     ok "$bin: measured $used GiB within 5% of the plan's $plan GiB" "awk -v u='$used' -v p='$plan' 'BEGIN{exit !(p > 0 && u > 0 && (u-p)/p <= 0.05 && (p-u)/p <= 0.05)}'"
 done

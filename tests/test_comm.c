@@ -28,6 +28,14 @@ static void record(int ok, const char *what, int P, int rank) {
     pthread_mutex_unlock(&lock);
 }
 
+/* host -> device on the stream the kernels use, waited for: a cudaMemcpy from pageable memory may
+ * return before its DMA lands, and a non-blocking stream is not ordered after it */
+static void upload_on(void *dst, const void *src, size_t bytes, cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+#define upload(d, s_, n) upload_on((d), (s_), (size_t)(n), st)
+
 /* deterministic value of element i of rank r's input, exact in bf16 */
 static float val(int r, int64_t i) { return (float)((r * 37 + i * 11) % 97 - 48) * 0.25f; }
 
@@ -76,7 +84,7 @@ static void *rank_main(void *arg) {
     bf16_t *in, *out;
     CUDA_CHECK(cudaMalloc((void **)&in, (size_t)n * 2));
     CUDA_CHECK(cudaMalloc((void **)&out, (size_t)(n * P) * 2));
-    CUDA_CHECK(cudaMemcpy(in, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+    upload(in, h, (size_t)n * 2);
     CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)(n * P) * 2, st));
     comm_all_gather_bf16(c, out, in, n, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -90,7 +98,7 @@ static void *rank_main(void *arg) {
     for (int64_t i = 0; i < n * P; i++) f[i] = val(r, i);
     CUDA_CHECK(cudaMalloc((void **)&fin, (size_t)(n * P) * 4));
     CUDA_CHECK(cudaMalloc((void **)&fout, (size_t)n * 4));
-    CUDA_CHECK(cudaMemcpy(fin, f, (size_t)(n * P) * 4, cudaMemcpyHostToDevice));
+    upload(fin, f, (size_t)(n * P) * 4);
     CUDA_CHECK(cudaMemsetAsync(fout, 0xFF, (size_t)n * 4, st));
     comm_reduce_scatter_f32(c, fout, fin, n, 1.f / (float)P, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -106,7 +114,7 @@ static void *rank_main(void *arg) {
     /* all-reduce (fp64, in place) */
     double d[3] = {r + 1.0, 0.5 * r, -1.0}, *dd;
     CUDA_CHECK(cudaMalloc((void **)&dd, sizeof d));
-    CUDA_CHECK(cudaMemcpy(dd, d, sizeof d, cudaMemcpyHostToDevice));
+    upload(dd, d, sizeof d);
     comm_all_reduce_f64(c, dd, 3, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(d, dd, sizeof d, cudaMemcpyDeviceToHost));
@@ -115,7 +123,7 @@ static void *rank_main(void *arg) {
     ok = 1;
     for (int round = 0; round < 2; round++) {
         for (int64_t i = 0; i < n; i++) h[i] = f32_to_bf16(val(r + round, i));
-        CUDA_CHECK(cudaMemcpy(in, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+        upload(in, h, (size_t)n * 2);
         CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)n * 2, st));
         comm_sendrecv(c, in, (r + 1) % P, out, (r + P - 1) % P, n * 2, st);
         CUDA_CHECK(cudaStreamSynchronize(st));
@@ -157,7 +165,7 @@ static void test_rehearse(int gpus, int nnodes, int R) {
     bf16_t *in, *out;
     CUDA_CHECK(cudaMalloc((void **)&in, (size_t)n * 2));
     CUDA_CHECK(cudaMalloc((void **)&out, (size_t)(n * P) * 2));
-    CUDA_CHECK(cudaMemcpy(in, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+    upload(in, h, (size_t)n * 2);
     CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)(n * P) * 2, st));
     comm_all_gather_bf16(c, out, in, n, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -170,7 +178,7 @@ static void test_rehearse(int gpus, int nnodes, int R) {
     for (int64_t i = 0; i < n * P; i++) f[i] = val(R, i);
     CUDA_CHECK(cudaMalloc((void **)&fin, (size_t)(n * P) * 4));
     CUDA_CHECK(cudaMalloc((void **)&fout, (size_t)n * 4));
-    CUDA_CHECK(cudaMemcpy(fin, f, (size_t)(n * P) * 4, cudaMemcpyHostToDevice));
+    upload(fin, f, (size_t)(n * P) * 4);
     CUDA_CHECK(cudaMemsetAsync(fout, 0xFF, (size_t)n * 4, st));
     comm_reduce_scatter_f32(c, fout, fin, n, 1.f / (float)P, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -182,7 +190,7 @@ static void test_rehearse(int gpus, int nnodes, int R) {
            R, (long long)bad, bad < 0 ? 0.0 : f[bad], bad < 0 ? 0.0 : val(R, (int64_t)R * n + bad));
     double d[2] = {1.5, -2.0}, *dd;
     CUDA_CHECK(cudaMalloc((void **)&dd, sizeof d));
-    CUDA_CHECK(cudaMemcpy(dd, d, sizeof d, cudaMemcpyHostToDevice));
+    upload(dd, d, sizeof d);
     comm_all_reduce_f64(c, dd, 2, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CUDA_CHECK(cudaMemcpy(d, dd, sizeof d, cudaMemcpyDeviceToHost));

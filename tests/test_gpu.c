@@ -30,6 +30,14 @@
 #define TOL_BF16 2e-2
 static cudaStream_t st;
 static uint64_t rng = 42;
+/* host -> device on the stream the kernels use, waited for: a cudaMemcpy from pageable memory may
+ * return before its DMA lands, and a non-blocking stream is not ordered after it */
+static void upload_on(void *dst, const void *src, size_t bytes, cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+#define upload(d, s_, n) upload_on((d), (s_), (size_t)(n), st)
+
 
 static double urand(void) { /* [0, 1) */
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -43,7 +51,7 @@ static float *rand_bf16(bf16_t **dev, int64_t n, double scale) {
     uint16_t *b = xmalloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++) { b[i] = f32_to_bf16((float)(scale * nrand())); h[i] = bf16_to_f32(b[i]); }
     CUDA_CHECK(cudaMalloc((void **)dev, (size_t)n * 2));
-    CUDA_CHECK(cudaMemcpy(*dev, b, (size_t)n * 2, cudaMemcpyHostToDevice));
+    upload(*dev, b, (size_t)n * 2);
     free(b);
     return h;
 }
@@ -51,7 +59,7 @@ static float *rand_f32(float **dev, int64_t n, double scale) {
     float *h = xmalloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) h[i] = (float)(scale * nrand());
     CUDA_CHECK(cudaMalloc((void **)dev, (size_t)n * 4));
-    CUDA_CHECK(cudaMemcpy(*dev, h, (size_t)n * 4, cudaMemcpyHostToDevice));
+    upload(*dev, h, (size_t)n * 4);
     return h;
 }
 static void *dalloc_poisoned(int64_t bytes) {
@@ -133,9 +141,9 @@ static void test_qk_norm_rope(int64_t S, int64_t H, int64_t hd) {
     float *inv = xmalloc((size_t)half * 4), *inv_d;
     for (int64_t i = 0; i < half; i++) inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / hd));
     CUDA_CHECK(cudaMalloc((void **)&pos_d, (size_t)S * 4));
-    CUDA_CHECK(cudaMemcpy(pos_d, pos, (size_t)S * 4, cudaMemcpyHostToDevice));
+    upload(pos_d, pos, (size_t)S * 4);
     CUDA_CHECK(cudaMalloc((void **)&inv_d, (size_t)half * 4));
-    CUDA_CHECK(cudaMemcpy(inv_d, inv, (size_t)half * 4, cudaMemcpyHostToDevice));
+    upload(inv_d, inv, (size_t)half * 4);
     const float af = 1.25f;
     bf16_t *y_d = dalloc_poisoned(n * 2);
     float *rstd_d = dalloc_poisoned(S * H * 4), *dw_d;
@@ -209,7 +217,7 @@ static void test_swiglu_embedding(void) {
     uint32_t *ids = xmalloc((size_t)S * 4), *ids_d;
     for (int64_t t = 0; t < S; t++) ids[t] = (uint32_t)(urand() * 50); /* repeats: atomics must add up */
     CUDA_CHECK(cudaMalloc((void **)&ids_d, (size_t)S * 4));
-    CUDA_CHECK(cudaMemcpy(ids_d, ids, (size_t)S * 4, cudaMemcpyHostToDevice));
+    upload(ids_d, ids, (size_t)S * 4);
     bf16_t *out_d = dalloc_poisoned(S * D * 2);
     float *dtab_d;
     CUDA_CHECK(cudaMalloc((void **)&dtab_d, (size_t)(V * D) * 4));
@@ -238,7 +246,7 @@ static void test_ring_merge(int o_f32) {
     float *a = rand_bf16(&a_d, nq * Q, 1.0), *b = rand_bf16(&b_d, nq * Q, 1.0);
     float *la = rand_f32(&la_d, H * nq, 3.0), *lb = rand_f32(&lb_d, H * nq, 3.0);
     lb[H * nq - 1] = -INFINITY; /* a row the second block did not see: left as it is */
-    CUDA_CHECK(cudaMemcpy(lb_d, lb, (size_t)(H * nq) * 4, cudaMemcpyHostToDevice));
+    upload(lb_d, lb, (size_t)(H * nq) * 4);
     void *o_d = dalloc_poisoned(n * Q * (o_f32 ? 4 : 2));
     float *lse_d;
     CUDA_CHECK(cudaMalloc((void **)&lse_d, (size_t)(H * n) * 4));
@@ -284,7 +292,7 @@ static void test_cross_entropy(int64_t rows, int64_t V) {
     uint32_t *lab = xmalloc((size_t)rows * 4), *lab_d;
     for (int64_t r = 0; r < rows; r++) lab[r] = (uint32_t)(urand() * V);
     CUDA_CHECK(cudaMalloc((void **)&lab_d, (size_t)rows * 4));
-    CUDA_CHECK(cudaMemcpy(lab_d, lab, (size_t)rows * 4, cudaMemcpyHostToDevice));
+    upload(lab_d, lab, (size_t)rows * 4);
     bf16_t *dl_d = dalloc_poisoned(rows * V * 2);
     float *loss_d = dalloc_poisoned(rows * 4);
     const float scale = 1.f / 3.f;
@@ -312,7 +320,7 @@ static void test_adamw(void) {
     float *p_d, *m_d, *v_d, *g_d;
     float *p = rand_f32(&p_d, n, 0.1), *g = rand_f32(&g_d, n, 10.0), *m = rand_f32(&m_d, n, 0.01), *v = rand_f32(&v_d, n, 0.0);
     for (int64_t i = 0; i < n; i++) v[i] = (float)(0.01 * urand());
-    CUDA_CHECK(cudaMemcpy(v_d, v, (size_t)n * 4, cudaMemcpyHostToDevice));
+    upload(v_d, v, (size_t)n * 4);
     bf16_t *w_d = dalloc_poisoned(n * 2);
     double *ss_d, *red_d;
     CUDA_CHECK(cudaMalloc((void **)&ss_d, 8));
@@ -354,7 +362,7 @@ static void test_cpu_adamw(void) {
     float *p_d, *m_d, *v_d, *g_d;
     float *p = rand_f32(&p_d, n, 0.1), *g = rand_f32(&g_d, n, 10.0), *m = rand_f32(&m_d, n, 0.01), *v = rand_f32(&v_d, n, 0.0);
     for (int64_t i = 0; i < n; i++) v[i] = (float)(0.01 * urand());
-    CUDA_CHECK(cudaMemcpy(v_d, v, (size_t)n * 4, cudaMemcpyHostToDevice));
+    upload(v_d, v, (size_t)n * 4);
     bf16_t *w_d = dalloc_poisoned(n * 2);
     double *ss_d, *red_d, ss = 0;
     CUDA_CHECK(cudaMalloc((void **)&ss_d, 8));
@@ -491,8 +499,8 @@ static void test_gemm_big(Gemm *gm) {
     bf16_t *x_d, *w_d;
     CUDA_CHECK(cudaMalloc((void **)&x_d, (size_t)(S * I) * 2));
     CUDA_CHECK(cudaMalloc((void **)&w_d, (size_t)(O * I) * 2));
-    CUDA_CHECK(cudaMemcpy(x_d, x, (size_t)(S * I) * 2, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(w_d, w, (size_t)(O * I) * 2, cudaMemcpyHostToDevice));
+    upload(x_d, x, (size_t)(S * I) * 2);
+    upload(w_d, w, (size_t)(O * I) * 2);
     bf16_t *y_d = dalloc_poisoned(S * O * 2), *dx_d = dalloc_poisoned(S * I * 2);
     float *dw_d;
     CUDA_CHECK(cudaMalloc((void **)&dw_d, (size_t)(O * I) * 4));
