@@ -23,15 +23,16 @@ two() { # stage, name, d1, d2, args...
     run "$stage" "$name" "$d2" "$@"
 }
 J8="--gpus 8 --rehearse 0 --seq 1M"
+[ -s "$O/rand.tok" ] || ./build/check_stage random 151936 4194400 1 "$O/rand.tok" > /dev/null # 2M and 4M need more than the books
 for c in "$@"; do case $c in
 s3_06b) two stage3 s3_06b 2 4 $J8 --model 0.6B ;;
 s3_06b_keep) two stage3 s3_06b_keep 2 4 $J8 --model 0.6B --keep-attn ;;
 s3_8b) two stage3 s3_8b 1 2 $J8 --model 8B ;;
 s3_8b_keep) two stage3 s3_8b_keep 1 2 $J8 --model 8B --keep-attn ;;
-s3_8b_2m) STEPS=1 two stage3 s3_8b_2m 1 2 --gpus 8 --nnodes 2 --rehearse 0 --seq 2M --model 8B ;;
-s3_8b_4m) STEPS=1 two stage3 s3_8b_4m 1 2 --gpus 8 --nnodes 4 --rehearse 0 --seq 4M --model 8B ;;
+s3_8b_2m) two stage3 s3_8b_2m 1 2 --gpus 8 --nnodes 2 --rehearse 0 --seq 2M --model 8B --data "$O/rand.tok" ;;
+s3_8b_4m) two stage3 s3_8b_4m 1 2 --gpus 8 --nnodes 4 --rehearse 0 --seq 4M --model 8B --data "$O/rand.tok" ;;
 s4_8b_keep) two stage4 s4_8b_keep 1 2 $J8 --model 8B --keep-attn --gpu-gib 80 ;;
-s4_32b) STEPS=1 two stage4 s4_32b 1 2 $J8 --model 32B --gpu-gib 80 ;;
-s4_32b_keep) STEPS=1 two stage4 s4_32b_keep 1 2 $J8 --model 32B --keep-attn --gpu-gib 80 ;;
+s4_32b) two stage4 s4_32b 1 2 $J8 --model 32B --gpu-gib 80 ;;
+s4_32b_keep) two stage4 s4_32b_keep 1 2 $J8 --model 32B --keep-attn --gpu-gib 80 ;;
 *) echo "unknown case $c" ;;
 esac; done

@@ -106,9 +106,10 @@ void comm_step_report(Comm *c, double step_s) {
     comm_stats(c, &s, 1);
     if (c->w->kind != COMM_REHEARSE || !rank_prints()) return;
     double total = 0;
+    char net[64] = "";
+    if (c->w->nnodes > 1) snprintf(net, sizeof net, " in a node, %.0f GB/s between nodes", c->w->opt.net_gbps);
     printf("  rehearsal, rank %d of %d (its loss and gradient norm are not the job's); collectives per step, modelled at "
-           "%.0f GB/s%s:\n   ", c->rank, c->size, c->w->opt.link_gbps, c->w->nnodes > 1 ? " in a node" : "");
-    if (c->w->nnodes > 1) printf(" (%.0f GB/s between nodes)", c->w->opt.net_gbps);
+           "%.0f GB/s%s:\n   ", c->rank, c->size, c->w->opt.link_gbps, net);
     for (int k = 0; k < C_KINDS; k++) {
         if (!s.calls[k]) continue;
         printf(" %s %lld x, %.2f GiB, %.3f s |", COLL_NAMES[k], (long long)s.calls[k], (double)s.bytes[k] / (1 << 30),

@@ -145,10 +145,11 @@ if [ -x ./stage4 ]; then
     # backward kernels add in fp32 atomics, and cuDNN's attention backward accumulates dQ with atomics,
     # in any order; that noise reaches every gradient upstream of the last attention backward. So
     # "the same as stage 3" is: the loss bit for bit (the forward has no atomics), every gradient
-    # within the band stage 3 shows against itself (measured on the H200: worst cosine 0.99999, worst
-    # norm ratio 1 +- 5e-4, on 128-element norm weights whose sums cancel), fp32 master weights after
-    # the host AdamW within 1e-7 of the GPU's, the moments within 2e-3 (they carry the gradients' noise).
-    SAME="0.99999 0 2e-3"
+    # within the band stage 3 shows against itself (measured on the H200, the 4-layer 0.6B slice at
+    # P = 2 with --offload none, i.e. stage 3's own code path: worst cosine 0.999990 on a k_proj,
+    # worst norm ratio 1 +- 9e-4 on 128-element norm weights whose sums cancel), fp32 master weights
+    # after the host AdamW within 1e-7 of the GPU's, the moments within 2e-3 (they carry that noise).
+    SAME="0.9999 0 2e-3"
     echo "== stage 3 against itself: the run-to-run noise of the gradients (fp32 atomics)"
     g=tests/golden/untied_gqa4_s100
     ./stage3 --local-ranks 2 --model $g --data "$tmp/untied_gqa4_s100.tok" --seq 100 --steps 1 --loss-chunk 7 $HP \
