@@ -537,10 +537,6 @@ static void parse_offload(Model *M) {
             DIE("--offload %s: \"%s\" is not one of all, none, ckpt, attn, states", s, t);
 }
 
-static int ranks_per_node(const Model *M) {
-    const RankOpts *r = &M->o.ranks;
-    return r->local_ranks ? (int)r->local_ranks : r->gpus ? (int)r->gpus : M->P / (int)r->nnodes;
-}
 static double host_budget(const Model *M) { /* bytes per node: --host-gib, or what this machine has free */
     return M->o.host_gib > 0 ? M->o.host_gib * (1 << 30) : (double)host_available_bytes();
 }
@@ -554,7 +550,7 @@ static void choose_kept(Model *M) {
     M->kept = 0;
     MemPlan mp = plan_memory(M);
     const double per_layer = (double)BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S),
-                 room = 0.9 * host_budget(M) / ranks_per_node(M) - (double)memplan_host(&mp);
+                 room = 0.9 * host_budget(M) / ranks_per_node(&M->o.ranks) - (double)memplan_host(&mp);
     M->kept = room <= 0 ? 0 : (int64_t)(room / per_layer) < L ? (int64_t)(room / per_layer) : L;
 }
 /* ---- end stage 4 ---- */
@@ -1202,11 +1198,11 @@ int main(int argc, char **argv) {
              "attention kept%s", M.c.name, (long long)M.o.seq, M.P, (long long)M.S, M.o.merge, M.o.offload,
              (long long)M.kept, M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     /* ---- stage 4: offload: the host's plan, per node ---- */
-    const double node_host = (double)memplan_host(&mp) * ranks_per_node(&M), budget = host_budget(&M);
+    const double node_host = (double)memplan_host(&mp) * ranks_per_node(&M.o.ranks), budget = host_budget(&M);
     char host_line[256] = "";
     if (node_host > 0)
         snprintf(host_line, sizeof host_line, "pinned host memory per node (%d ranks): %.1f GiB of %.1f GiB%s: %s\n",
-                 ranks_per_node(&M), node_host / (1 << 30), budget / (1 << 30),
+                 ranks_per_node(&M.o.ranks), node_host / (1 << 30), budget / (1 << 30),
                  M.o.host_gib > 0 ? " (--host-gib)" : " available here", node_host <= budget ? "fits" : "DOES NOT FIT");
     /* ---- end stage 4 ---- */
     if (M.o.dry_run) {

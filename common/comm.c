@@ -133,8 +133,6 @@ int64_t nccl_buffers_estimate(int P, int64_t nnodes) {
 }
 
 /* ---------------------------------------------------------------- local ranks meet */
-static double wall(void) { return now_s(); }
-
 static void sync_init(Sync *s, int n) {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
@@ -163,14 +161,14 @@ static void sync_wait(Comm *c, const char *what, double timeout_s) {
         pthread_mutex_unlock(&s->mu);
         return;
     }
-    const double t0 = wall();
+    const double t0 = now_s();
     while (gen == s->generation) {
         if (timeout_s <= 0) { pthread_cond_wait(&s->cv, &s->mu); continue; }
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_sec += 1; /* wake once a second to check the clock */
         pthread_cond_timedwait(&s->cv, &s->mu, &dl);
-        if (gen == s->generation && wall() - t0 > timeout_s) {
+        if (gen == s->generation && now_s() - t0 > timeout_s) {
             char missing[256] = "";
             for (int q = 0; q < s->n; q++)
                 if (!s->here[q]) snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %d", q);
@@ -185,10 +183,10 @@ static void sync_wait(Comm *c, const char *what, double timeout_s) {
 /* A nonblocking communicator may answer ncclInProgress: wait until NCCL is done with the call,
  * for at most the timeout, then check the result. */
 static void nccl_wait(Comm *c, ncclResult_t r, const char *call, const char *file, int line) {
-    const double t0 = wall(), limit = c->w->opt.timeout_s;
+    const double t0 = now_s(), limit = c->w->opt.timeout_s;
     while (r == ncclInProgress) {
         if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
-        if (limit > 0 && wall() - t0 > limit) {
+        if (limit > 0 && now_s() - t0 > limit) {
             ncclCommAbort(c->nccl);
             DIE("%s:%d: %s still in progress after %.0f s (--comm-timeout): communicator aborted", file, line, call, limit);
         }
@@ -225,8 +223,8 @@ static void *watchdog_main(void *arg) {
         for (int64_t i = c->head; limit > 0 && i < c->tail; i++) {
             Pending *p = &c->pend[i % PENDING];
             if (cudaEventQuery(p->end) == cudaSuccess || cudaEventQuery(p->start) != cudaSuccess) continue;
-            if (p->began == 0) p->began = wall();
-            else if (wall() - p->began > limit) {
+            if (p->began == 0) p->began = now_s();
+            else if (now_s() - p->began > limit) {
                 ncclCommAbort(c->nccl);
                 DIE("collective #%lld (%s) has not completed %.0f s after it could start: a peer stopped, or the ranks "
                     "disagree on the collectives (--comm-timeout); communicator aborted", (long long)p->seq, p->what, limit);
@@ -328,10 +326,10 @@ static void nccl_join(Comm *c) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&c->nccl, c->size, w->id, c->rank, &cfg);
-    const double t0 = wall(), limit = w->opt.timeout_s;
+    const double t0 = now_s(), limit = w->opt.timeout_s;
     while (r == ncclInProgress) {
         if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
-        if (limit > 0 && wall() - t0 > limit) {
+        if (limit > 0 && now_s() - t0 > limit) {
             ncclCommAbort(c->nccl);
             if (w->rdv_path[0]) rdv_remove(w->rdv_path); /* nobody may join this run's file later */
             DIE("could not join the job of %d ranks within %.0f s: a node is missing, or joined from another run's "

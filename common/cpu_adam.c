@@ -23,14 +23,6 @@ typedef struct {
     double sum;               /* sumsq: this part's */
 } Job;
 
-static inline uint16_t bf16_rne(float f) { /* f32_to_bf16 for finite values, inlined for the loop */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /* one clone per vector width (resolved at load time): the same IEEE operations in every clone, no
  * contraction into FMA (ISO C mode), so results do not depend on the CPU */
 __attribute__((target_clones("avx512f", "avx2", "default"))) static void adamw_range(Job *j, int64_t at, int64_t n,
@@ -46,7 +38,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) static void adamw_r
         v[i] = vi;
         const float p = master[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * master[i]);
         master[i] = p;
-        w[i] = bf16_rne(p);
+        w[i] = f32_to_bf16(p);
     }
 }
 
@@ -66,7 +58,7 @@ static void *run_part(void *arg) {
         for (int64_t i = lo; i < hi; i++) s += (double)j->g[i] * j->g[i];
         j->sum = s;
     } else
-        for (int64_t i = lo; i < hi; i++) j->w[i] = bf16_rne(j->src[i]);
+        for (int64_t i = lo; i < hi; i++) j->w[i] = f32_to_bf16(j->src[i]);
     return NULL;
 }
 

@@ -77,6 +77,11 @@ static void *rank_thread(void *p) {
     return NULL;
 }
 
+int ranks_per_node(const RankOpts *o) {
+    if (o->local_ranks > 0) return (int)o->local_ranks;
+    return o->gpus > 0 ? (int)o->gpus : ranks_in_job(o, 1) / (int)o->nnodes;
+}
+
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
     const int here = ranks_here(o);
     CommWorld *world;

@@ -35,6 +35,8 @@ void ranks_check_opts(const RankOpts *o, int saves);
 int ranks_in_job(const RankOpts *o, int dry_run);
 /* rank threads this process runs */
 int ranks_here(const RankOpts *o);
+/* ranks on one node of the job (a rehearsal's node too, though only one rank runs here) */
+int ranks_per_node(const RankOpts *o);
 /* Run fn on one thread per rank of this process, each with its GPU current, after every rank has
  * checked the plan (mp, per rank) against its GPU (capped at gpu_gib when > 0) and the host. */
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg);

@@ -14,13 +14,6 @@
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
 
-uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;

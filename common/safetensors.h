@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef enum { ST_F32, ST_BF16, ST_F16, ST_I32, ST_I64 } StDtype;
 
@@ -84,8 +85,15 @@ int st_write(const char *path, const StWrite *t, int64_t n, const char *metadata
  * total exceeds max_shard_bytes. */
 int st_write_dir(const char *dir, const StWrite *t, int64_t n, int64_t max_shard_bytes, char *err, size_t errlen);
 
-/* bf16 <-> fp32 on the host (round to nearest even; NaN stays NaN) */
-uint16_t f32_to_bf16(float f);
+/* bf16 <-> fp32 on the host (round to nearest even; NaN stays NaN). Inline: the host AdamW's
+ * vectorised loop rounds with it. */
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
 float bf16_to_f32(uint16_t h);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "../common/check.h"
 #include "../common/comm.h"
+#include "../common/gpu.h"
 #include "../common/safetensors.h"
 #include "test.h"
 
@@ -28,13 +29,9 @@ static void record(int ok, const char *what, int P, int rank) {
     pthread_mutex_unlock(&lock);
 }
 
-/* host -> device on the stream the kernels use, waited for: a cudaMemcpy from pageable memory may
- * return before its DMA lands, and a non-blocking stream is not ordered after it */
-static void upload_on(void *dst, const void *src, size_t bytes, cudaStream_t s) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
-}
-#define upload(d, s_, n) upload_on((d), (s_), (size_t)(n), st)
+/* host -> device on the stream the kernels use, waited for (gpu.h): a cudaMemcpy from pageable
+ * memory may return before its DMA lands, and a non-blocking stream is not ordered after it */
+#define upload(d, s_, n) gpu_upload((d), (s_), (int64_t)(n), st)
 
 /* deterministic value of element i of rank r's input, exact in bf16 */
 static float val(int r, int64_t i) { return (float)((r * 37 + i * 11) % 97 - 48) * 0.25f; }

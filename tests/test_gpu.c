@@ -30,13 +30,9 @@
 #define TOL_BF16 2e-2
 static cudaStream_t st;
 static uint64_t rng = 42;
-/* host -> device on the stream the kernels use, waited for: a cudaMemcpy from pageable memory may
- * return before its DMA lands, and a non-blocking stream is not ordered after it */
-static void upload_on(void *dst, const void *src, size_t bytes, cudaStream_t s) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
-}
-#define upload(d, s_, n) upload_on((d), (s_), (size_t)(n), st)
+/* host -> device on the stream the kernels use, waited for (gpu.h): a cudaMemcpy from pageable
+ * memory may return before its DMA lands, and a non-blocking stream is not ordered after it */
+#define upload(d, s_, n) gpu_upload((d), (s_), (int64_t)(n), st)
 
 
 static double urand(void) { /* [0, 1) */
