@@ -896,7 +896,7 @@ static void layer_backward(Model *M, int64_t l) {
     const bf16_t *x = ckpt(M, l);
     cudaStream_t st = M->gpu.stream;
     /* recompute this layer's forward (attention too, unless it was kept) */
-    attention_forward(M, l, x, !kept(M, l));
+    attention_forward(M, l, x, !kept(M, l)); /* stage 4: only some layers may be kept */
     mlp_forward(M, l, NULL);
 
     /* MLP: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
