@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One rank of an N-GPU job, rehearsed on this GPU (stages 3 and 4), at two depths (--layers) so the
+# One rank of an N-GPU job, rehearsed on this GPU (stages 3 to 5), at two depths (--layers) so the
 # full-depth step can be projected (per layer = t(d2) - t(d1), over d2 - d1 layers; the rest --
 # embedding, loss, optimizer -- is what the line leaves at zero layers). Each case writes
 # $OUT/r_<case>_L<d>.txt (stdout: plan, step lines, collective bytes, ring hop checks) and .jsonl.
@@ -34,5 +34,10 @@ s3_8b_4m) two stage3 s3_8b_4m 1 2 --gpus 8 --nnodes 4 --rehearse 0 --seq 4M --mo
 s4_8b_keep) two stage4 s4_8b_keep 1 2 $J8 --model 8B --keep-attn --gpu-gib 80 ;;
 s4_32b) two stage4 s4_32b 1 2 $J8 --model 32B --gpu-gib 80 ;;
 s4_32b_keep) two stage4 s4_32b_keep 1 2 $J8 --model 32B --keep-attn --gpu-gib 80 ;;
+s5_32b) two stage5 s5_32b 1 2 $J8 --model 32B --keep-attn 0 --gpu-gib 80 ;;
+s5_32b_keep) two stage5 s5_32b_keep 1 2 $J8 --model 32B --keep-attn --gpu-gib 80 ;;
+s5_32b_2m) run stage5 s5_32b_2m 1 --gpus 8 --rehearse 0 --seq 2M --model 32B --keep-attn 0 --gpu-gib 80 --data "$O/rand.tok" ;;
+s5_06b_4m) run stage5 s5_06b_4m 1 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn 0 --gpu-gib 40 --data "$O/rand.tok" ;;
+s5_8b_4m) run stage5 s5_8b_4m 1 --gpus 8 --rehearse 0 --seq 4M --model 8B --keep-attn 0 --gpu-gib 80 --data "$O/rand.tok" ;;
 *) echo "unknown case $c" ;;
 esac; done

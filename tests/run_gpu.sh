@@ -3,7 +3,7 @@
 # communicator (build/test_comm), stage 1 against the CPU reference on the golden configs,
 # --keep-attn against plain checkpointing, save + resume against an uninterrupted run, stage 2 on
 # local ranks and NCCL, stage 3 on local ranks against the reference and stage 1, stage 4 bit for
-# bit against stage 3 (and resume), measured memory against the plan, rehearsed ranks against local
+# bit against stage 3 (and resume), stage 5 against stage 4 (tests/stage5_gpu.sh), measured memory against the plan, rehearsed ranks against local
 # ranks (shape traces), the failure drills (skipped/stopped collectives, joins, fit), and the saved
 # directory loaded by transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention
 # case; QUICK=2 also the stage-2 cases, stage 3's bf16 merges and its 16K slice (a re-check after
@@ -203,10 +203,15 @@ if [ -x ./stage4 ]; then
     done
 fi
 
+if [ -x ./stage5 ]; then
+    bash tests/stage5_gpu.sh 2>&1 | tee "$tmp/s5.txt"; count "$tmp/s5.txt" "stage 5"
+fi
+
 echo "== the plan is what a rank allocates: measured GPU memory within 5% of the plan (33 GiB plans: the loss chunk dominates)"
 MEM="--seq 65536 --loss-chunk 32768 --layers 2 --steps 2"
 for run in "stage1 --seq 32768 --loss-chunk 32768 --layers 2 --steps 2" "stage2 --gpus 2 --rehearse 0 $MEM" \
-           "stage3 --gpus 2 --rehearse 0 $MEM" "stage4 --gpus 2 --rehearse 1 $MEM"; do
+           "stage3 --gpus 2 --rehearse 0 $MEM" "stage4 --gpus 2 --rehearse 1 $MEM" \
+           "stage5 --model 0.6B --gpus 2 --rehearse 1 $MEM"; do
     set -- $run; bin=$1; shift
     [ -x ./$bin ] || continue
     $T ./$bin "$@" > "$tmp/m.log" 2>&1
@@ -219,7 +224,7 @@ done
 echo "== a rehearsed rank runs the same GEMMs, attention calls and collectives, in the same order, as rank 0 of local ranks"
 g=tests/golden/tied_gqa2_hd128
 S=$(./build/check_stage tokens "$g" "$tmp/tied.tok")
-for bin in stage2 stage3 stage4; do
+for bin in stage2 stage3 stage4 stage5; do
     [ -x ./$bin ] || continue
     for P in 2 4; do
         tok=$tmp/tied.tok; [ $bin = stage2 ] && tok=$tmp/rand384.tok # stage 2: P windows of data

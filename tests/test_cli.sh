@@ -17,6 +17,7 @@ STAGE2_FLAGS=("${STAGE1_FLAGS[@]}" --gpus --local-ranks --nnodes --node-rank --r
               --rehearse --link-gbps --net-gbps)
 STAGE3_FLAGS=("${STAGE2_FLAGS[@]}" --merge)
 STAGE4_FLAGS=("${STAGE3_FLAGS[@]}" --offload --host-gib)
+STAGE5_FLAGS=("${STAGE4_FLAGS[@]}" --mlp-tile --attn-groups)
 
 for s in stage[1-5]_*.c; do
     bin=./$(echo "$s" | cut -d_ -f1)
@@ -55,6 +56,7 @@ for s in stage[1-5]_*.c; do
     check_refusal "a too-long layer count" "--layers" --layers 99 --dry-run
     gpus=
     [[ " ${want[*]} " == *" --gpus "* ]] && gpus="--gpus 1" # several-GPU stages: name the ranks so no GPU is counted
+    [[ " ${want[*]} " == *" --attn-groups "* ]] && gpus="$gpus --attn-groups 1" # stage 5: all heads in one call
     check_refusal "a 2^31+ attention call" "2^31" --model 32B --seq 1M $gpus
     if grep -q zigzag_check "$s"; then
         check_refusal "a sequence not divisible by 2P" "divisible by 2 x 4" --seq 100 --gpus 4 --dry-run
@@ -66,6 +68,34 @@ for s in stage[1-5]_*.c; do
     out=$($bin --model 0.6B --seq 1M --keep-attn --dry-run 2>&1)
     ok "$bin --dry-run says when a plan does not fit" "grep -q 'DOES NOT FIT' <<< \"\$out\""
 done
+# stage 5: the headline's defaults, its refusal without a GPU, YaRN from the sequence, tiling's bounds
+if [ -x ./stage5 ]; then
+    out=$(./stage5 --seq 1M 2>&1); rc=$?
+    ok "./stage5 --seq 1M is Qwen3-32B with YaRN x32 on 8 GPUs (planned here)" \
+       "grep -q 'model 32B.*YaRN x32 from 32768' <<< \"\$out\" && grep -q 'over 8 ranks' <<< \"\$out\""
+    ok "./stage5 --seq 1M without a GPU stops, names what is short and the command that plans it" \
+       "[ $rc -ne 0 ] && grep -q 'GPUs: the job needs 8 on this node, 0 visible' <<< \"\$out\" && grep -q -- '--dry-run' <<< \"\$out\""
+    echo "$out" | sed -n '/cannot run/,$p' | sed 's/^/  /'
+    out=$(./stage5 --gpus 8 --seq 1M --dry-run 2>&1)
+    peak=$(sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p' <<< "$out")
+    ok "Qwen3-32B at 1M on 8 GPUs plans within 40 GiB per GPU (got $peak)" "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 40)}'"
+    out=$(./stage5 --gpus 8 --seq 2M --host-gib 2048 --dry-run 2>&1)
+    peak=$(sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p' <<< "$out")
+    ok "Qwen3-32B at 2M on 8 GPUs plans within 80 GiB per GPU (got $peak) and 2 TiB of host" \
+       "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 80)}' && grep -q 'of 2048.0 GiB (--host-gib): fits' <<< \"\$out\""
+    out=$(./stage5 --model 0.6B --seq 16K --dry-run 2>&1)
+    ok "stage5 at 16K: no YaRN (below 32768)" "! grep -q YaRN <<< \"\$out\""
+    out=$(./stage5 --model 0.6B --seq 128K --yarn-factor 1 --dry-run 2>&1)
+    ok "stage5 --yarn-factor 1 turns YaRN off" "! grep -q YaRN <<< \"\$out\""
+    out=$(./stage5 --model tests/golden/yarn4_orig32 --seq 96 --dry-run 2>&1)
+    ok "stage5 keeps a config's own YaRN" "grep -q 'YaRN x4 from 32' <<< \"\$out\""
+    out=$(./stage5 --model 0.6B --seq 128K --dry-run 2>&1)
+    ok "stage5 0.6B at 128K tiles the MLP in 92160 rows and groups heads by 8" "grep -q '8 head groups, MLP tiles of 92160' <<< \"\$out\""
+    out=$(./stage5 --model 32B --seq 1M --gpus 8 --mlp-tile 100000 --dry-run 2>&1); rc=$?
+    ok "stage5 refuses an MLP tile past 2^31 elements" "[ $rc -ne 0 ] && grep -q '2^31' <<< \"\$out\""
+    out=$(./stage5 --model 0.6B --attn-groups 3 --dry-run 2>&1); rc=$?
+    ok "stage5 refuses head groups that do not divide the K/V heads" "[ $rc -ne 0 ] && grep -q 'must divide' <<< \"\$out\""
+fi
 # the committed stage diffs are what `make diffs` writes from the stage files now
 prev=
 for s in $(ls stage[1-5]_*.c | sort); do

@@ -1,0 +1,1495 @@
+/* stage5_tiling_yarn.c -- train Qwen3-32B on a million tokens over 8 GPUs: every lever of the ladder,
+ * plus the last one, sequence tiling, and the RoPE scaling that long contexts need.
+ *
+ * Stage 4 plus tiling and YaRN:
+ *   - MLP tiles (--mlp-tile): the MLP runs over T rows at a time, forward and backward. The forward
+ *             keeps nothing but the MLP's input; the backward re-runs each tile's gate and up
+ *             projections and does the tile's backward at once: the weight gradients add up across
+ *             tiles, the input's gradient lands in place. [T, intermediate] replaces [S, intermediate];
+ *   - head groups (--attn-groups): attention's projections, ring and backward run for a group of
+ *             query heads (and the K/V heads they read) at a time, so the ring's fp32 accumulators,
+ *             the cuDNN scratch and workspace, and Q itself are a group's size, not all heads';
+ *             the ring passes the group's K/V. Only O, dO and K/V keep all heads;
+ *   - YaRN: past the model's original context (32768 positions for Qwen3), RoPE is YaRN with
+ *             factor seq / 32768 (--yarn-factor overrides; a config.json's rope_parameters are
+ *             honoured); --save writes them as transformers v5 reads them.
+ * The defaults are the headline: ./stage5 --seq 1M trains Qwen3-32B with YaRN x32 on all GPUs, all
+ * levers on; a machine that cannot run it is told so before anything is allocated, with the plan,
+ * what is short and the nearest command that fits.
+ *
+ * From stage 4: offload (--offload; each part can be switched off, so its cost can be measured):
+ *   - ckpt:   each layer's input goes to pinned host memory on a copy stream as soon as the layer's
+ *             forward has written it (two GPU slots, reused when their copy is done); backward
+ *             brings layer l-1's input back while layer l computes;
+ *   - attn:   with --keep-attn [N], N layers' attention outputs O and LSE (as many as the host
+ *             holds when N is not given) live in pinned host memory and come back ahead of their
+ *             layer's backward, so their attention forward is never recomputed even where O for
+ *             every layer cannot sit on the GPU;
+ *   - states: the fp32 master weights, AdamW moments and gradient shards live in pinned host
+ *             memory: each layer's reduce-scattered gradients go down as they are produced, AdamW
+ *             runs on the host CPUs after the backward (common/cpu_adam.c: exact clipping, the GPU
+ *             kernel's arithmetic), and each unit's bf16 shard goes up ahead of its all-gather.
+ * Every copy is ordered by events between the compute, communication and copy streams, never by a
+ * device-wide sync. The memory plan covers the host: pinned bytes per rank and per node, checked
+ * against the machine before anything is allocated (--host-gib plans for another machine).
+ *
+ * From stage 3: all P ranks train on ONE sequence, cut into 2P chunks; rank r
+ * holds chunks r and 2P-1-r (the zigzag: every rank gets one early and one late chunk, so causal
+ * work is balanced), with RoPE seeing the global positions. Attention is a ring: at each of P steps
+ * a rank attends its queries to one rank's K/V block with cuDNN while that block travels on to
+ * the next rank (ncclSend/ncclRecv on the communication stream), and the partial results are
+ * merged by log-sum-exp (--merge fp32, or bf16 as the reference recipe does). Backward runs the
+ * same blocks with the final O and LSE; dQ accumulates locally, dK/dV travel around the ring
+ * with their K/V and come home complete. FSDP shards over the same P ranks.
+ *
+ * From stage 2: every rank keeps 1/P of the fp32 master weights, AdamW moments and
+ * gradients. A decoder layer's bf16 weights are all-gathered just before use (the next layer's
+ * gather runs ahead on a communication stream) and dropped after; its gradients are
+ * reduce-scattered to their owners right after its backward. Ranks train on different windows
+ * of the data (data parallel); the loss is the token-weighted mean over ranks. One process,
+ * one thread per GPU, NCCL between them; --local-ranks P runs P ranks on one GPU (tests).
+ *
+ * From stage 1:
+ *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
+ *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
+ *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the
+ *     layer's forward first. --keep-attn also keeps the attention output O and its LSE, so
+ *     backward never runs attention forward again (costs S*heads*head_dim bf16 per layer);
+ *   - chunked NLL: logits exist for one chunk of rows at a time, loss and d(logits) in one pass;
+ *   - AdamW on fp32 master weights, with fp32 gradients and moments;
+ *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
+ *
+ *   make stage5 && ./stage5 --seq 1M                                     # 32B, YaRN x32, all GPUs
+ *   ./stage5 --gpus 8 --seq 2M --dry-run --host-gib 2048                  # the per-GPU and per-node plan
+ *   ./stage5 --gpus 8 --rehearse 0 --seq 1M --layers 4 --gpu-gib 80       # rank 0 alone, as on an H100
+ *   ./stage5 --help
+ */
+
+/* ============================================================ includes and usage */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+#include <cublasLt.h>
+#include <cudnn.h>
+
+#include "common/check.h"
+#include "common/cli.h"
+#include "common/comm.h"
+#include "common/config.h"
+#include "common/cpu_adam.h"
+#include "common/gemm.h"
+#include "common/gpu.h"
+#include "common/memplan.h"
+#include "common/model.h"
+#include "common/ranks.h"
+#include "common/sdpa.h"
+#include "common/shard.h"
+#include "common/state.h"
+#include "common/tensor.h"
+#include "common/tokens.h"
+#include "common/train.h"
+#include "common/zigzag.h"
+#include "kernels/kernels.h"
+
+/* ---- stage 2: FSDP ---- */
+/* Every rank runs the same code; only one prints (rank 0; errors print from any rank). */
+#define printf(...) (rank_prints() ? printf(__VA_ARGS__) : 0)
+/* ---- end stage 2 ---- */
+
+/* ---- stage 5: YaRN ---- */
+/* Qwen3's pretraining context: the model cards extend it with YaRN from 32768 positions
+ * (max_position_embeddings says 40960) */
+#define QWEN3_ORIGINAL_CONTEXT 32768
+/* ---- end stage 5 ---- */
+
+static const char *SUMMARY =
+    "Train a Qwen3 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
+    "attention), layer inputs, kept attention outputs and optimizer state offloaded to pinned host memory\n"
+    "(--offload), MLP and attention in sequence tiles and head groups, YaRN past 32K positions,"
+    " with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
+    "optimizer state, layers are all-gathered per use. bf16 compute, fp32 master weights, per-layer\n"
+    "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
+    "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
+
+/* ============================================================ options */
+typedef struct {
+    const char *model;       /* size name or HF directory */
+    const char *data;        /* token file */
+    int64_t seq;             /* tokens per step */
+    int64_t steps;
+    double lr, min_lr_frac;
+    int64_t warmup;
+    const char *schedule;    /* cosine | constant */
+    double wd, beta1, beta2, eps, clip;
+    int64_t loss_chunk;      /* rows of logits at a time */
+    int64_t keep_attn;       /* stage 4: layers whose O and LSE are kept (-1: as many as fit) */
+    int64_t layers;          /* 0: all */
+    int64_t seed;
+    const char *save;        /* HF directory + trainer state */
+    int64_t save_every;
+    const char *resume;
+    int dry_run;
+    const char *log;         /* JSON lines */
+    const char *dump_grads;  /* tests: loss + all gradients of the first step (safetensors) */
+    int profile;             /* time kernel classes with CUDA events */
+    double yarn_factor;
+    int64_t yarn_original;
+    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
+    const char *trace;       /* tests: shapes of every GEMM and attention call, one per line */
+    RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
+    const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
+    /* ---- stage 4: offload ---- */
+    const char *offload;     /* what lives in pinned host memory: all | none | a list of ckpt, attn, states */
+    double host_gib;         /* host memory per node to plan against (0: this machine's available) */
+    /* ---- end stage 4 ---- */
+    /* ---- stage 5: tiling ---- */
+    int64_t mlp_tile;        /* MLP rows at a time (0: from the plan) */
+    int64_t attn_groups;     /* attention head groups (0: one per K/V head) */
+    /* ---- end stage 5 ---- */
+} Opts;
+
+static Opts parse_opts(int argc, char **argv) {
+    Opts o = {.model = "32B", .data = "data/books.tok", .seq = 1048576, /* stage 5: the headline */ .steps = 50, .lr = 3e-4,
+              .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234,
+              .ranks = {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}},
+              .merge = "fp32", .offload = "all", .keep_attn = -1 /* stage 5: every lever on */};
+    const Opt table[] = {
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
+        {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
+        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)"},
+        {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)"},
+        {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate"},
+        {"--warmup", OPT_INT, &o.warmup, "linear warmup steps"},
+        {"--schedule", OPT_STRING, &o.schedule, "after warmup: cosine | constant"},
+        {"--min-lr-frac", OPT_DOUBLE, &o.min_lr_frac, "cosine floor as a fraction of --lr"},
+        {"--wd", OPT_DOUBLE, &o.wd, "AdamW decoupled weight decay (matrices only)"},
+        {"--beta1", OPT_DOUBLE, &o.beta1, "AdamW beta1"},
+        {"--beta2", OPT_DOUBLE, &o.beta2, "AdamW beta2"},
+        {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon"},
+        {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)"},
+        {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time"},
+        {"--keep-attn", OPT_OPTINT, &o.keep_attn, "keep attention O and LSE of N layers (default or alone: as many as fit): no attention recompute"},
+        {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)"},
+        {"--seed", OPT_INT, &o.seed, "random init seed"},
+        {"--save", OPT_STRING, &o.save, "write an HF model directory + trainer state here at the end"},
+        {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)"},
+        {"--resume", OPT_STRING, &o.resume, "continue from a directory written by --save"},
+        {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)"},
+        {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
+        {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
+        {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
+        {"--trace", OPT_STRING, &o.trace, "write the shape of every GEMM and attention call to this file (tests)"},
+        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: the config's, else seq / original context when longer; 1: off)"}, /* stage 5 */
+        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)"},
+        /* ---- stage 2: FSDP ---- */
+        {"--gpus", OPT_INT, &o.ranks.gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)"},
+        {"--local-ranks", OPT_INT, &o.ranks.local_ranks, "run this many ranks as threads on GPU 0 (tests)"},
+        {"--nnodes", OPT_INT, &o.ranks.nnodes, "nodes (the same command on each)"},
+        {"--node-rank", OPT_INT, &o.ranks.node_rank, "this node's index, 0..nnodes-1"},
+        {"--rendezvous", OPT_STRING, &o.ranks.rendezvous, "shared file for the NCCL id when --nnodes > 1"},
+        {"--run-id", OPT_STRING, &o.ranks.comm.run_id, "a name all nodes of this run share (e.g. the job id): binds the rendezvous file to it"},
+        {"--comm-timeout", OPT_DOUBLE, &o.ranks.comm.timeout_s, "seconds a collective may wait once it can start; then abort, naming the rank (0: forever)"},
+        {"--rehearse", OPT_INT, &o.ranks.rehearse, "run rank R of the --gpus x --nnodes job alone on this GPU: its memory and time, not its values"},
+        {"--link-gbps", OPT_DOUBLE, &o.ranks.comm.link_gbps, "rehearsal: GB/s per GPU and direction inside a node, for the modelled link time"},
+        {"--net-gbps", OPT_DOUBLE, &o.ranks.comm.net_gbps, "rehearsal: GB/s per GPU and direction between nodes"},
+        /* ---- end stage 2 ---- */
+        {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16"}, /* stage 3 */
+        /* ---- stage 4: offload ---- */
+        {"--offload", OPT_STRING, &o.offload, "what lives in pinned host memory: all | none | ckpt,attn,states (any of them)"},
+        {"--host-gib", OPT_DOUBLE, &o.host_gib, "host memory per node to plan for (0: this machine's available)"},
+        /* ---- end stage 4 ---- */
+        /* ---- stage 5: tiling ---- */
+        {"--mlp-tile", OPT_INT, &o.mlp_tile, "MLP rows at a time (0: as many as the attention backward's memory holds)"},
+        {"--attn-groups", OPT_INT, &o.attn_groups, "attention in this many head groups, dividing the K/V heads (0: one per K/V head)"},
+        /* ---- end stage 5 ---- */
+    };
+    const int n = (int)(sizeof table / sizeof table[0]);
+    char err[256];
+    const int rc = cli_parse(argc, argv, table, n, err, sizeof err);
+    if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
+    if (rc) { fprintf(stderr, "error: %s\n", err); exit(2); }
+    if (o.seq < 2) DIE("--seq must be at least 2 (got %lld)", (long long)o.seq);
+    if (o.steps < 0 || (o.steps == 0 && !o.save)) DIE("--steps must be at least 1 (0 only with --save: write the initial weights)");
+    if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
+    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
+    if (strcmp(o.merge, "fp32") && strcmp(o.merge, "bf16")) DIE("--merge is fp32 or bf16"); /* stage 3 */
+    if (o.mlp_tile < 0 || o.attn_groups < 0) DIE("--mlp-tile and --attn-groups are positive (0: from the plan)"); /* stage 5 */
+    ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
+    return o;
+}
+
+/* ============================================================ model state */
+typedef struct {
+    ParamTable table;   /* names, shapes, offsets in the flat layout */
+    /* ---- stage 2: FSDP ---- */
+    ShardLayout shards; /* units (embedding, layers, tail) split over the ranks */
+    /* ---- end stage 2 ---- */
+    Piece *pieces;      /* the pieces of tensors this rank owns: AdamW and checkpoints go per piece */
+    int64_t npieces;
+    int64_t total;      /* elements of each shard buffer (every unit's shard, padded) */
+    bf16_t *w;          /* [total] this rank's bf16 weights: the all-gather input */
+    float *master;      /* [total] fp32 master weights */
+    float *grad;        /* [total] fp32 gradients, averaged over the ranks by reduce-scatter */
+    float *m, *v;       /* [total] fp32 AdamW moments */
+    /* ---- stage 2: FSDP ---- */
+    bf16_t *layer_w[2]; /* [max_layer] two gathered decoder layers: in use and prefetched */
+    bf16_t *embed_w;    /* [P * embedding shard] the gathered embedding (and tied lm_head) */
+    bf16_t *tail_w;     /* [P * tail shard] the gathered final norm (+ untied lm_head) */
+    float *layer_g[2];  /* [max_layer] a layer's full fp32 gradients until they are reduce-scattered */
+    float *embed_g;     /* [P * embedding shard] */
+    float *tail_g;      /* [P * tail shard] */
+    /* ---- end stage 2 ---- */
+    /* ---- stage 4: offload ---- (with --offload states, w, master, grad, m and v are host memory) */
+    bf16_t *w_stage;    /* [max shard] a unit's bf16 shard on its way up to the all-gather */
+    float *g_stage;     /* [max shard] a unit's reduce-scattered gradients on their way down */
+    /* ---- end stage 4 ---- */
+} Params;
+
+/* ---- stage 4: offload ---- */
+typedef struct {        /* one tensor per layer in pinned host memory, used on the GPU through two slots */
+    char *host;         /* [layers, bytes] */
+    char *slot[2];      /* [bytes] each: layer l's in slot l % 2 */
+    int64_t bytes;
+    cudaEvent_t made[2], down[2], used[2], up[2];
+} Offloaded;
+/* ---- end stage 4 ---- */
+
+typedef struct {        /* kept from forward to backward */
+    bf16_t *x;          /* [L+1, S, D] layer inputs (checkpoints); x[L] feeds the final norm */
+    bf16_t *o;          /* [kept, S, Hq*hd] attention outputs (--keep-attn only) */
+    float *lse;         /* [kept, Hq, S] their log-sum-exp (--keep-attn only) */
+    Offloaded hx, ho, hlse; /* stage 4: the same on the host: x[0..L-1], O and LSE of kept layers */
+} Saved;
+
+/* stage 5: G head groups of Hg = Hq/G query heads reading Kg = Hkv/G K/V heads; Qg = Hg*hd, KVg = Kg*hd;
+ * T rows per MLP tile */
+typedef struct {        /* one layer's working set; regions A, B1, B2 and C share memory (see plan) */
+    /* persistent through the step */
+    bf16_t *dx;         /* [S, D] gradient of the residual stream */
+    uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 */
+    int32_t *pos;       /* [S] RoPE positions */
+    float *inv_freq;    /* [hd/2] RoPE inverse frequencies (YaRN applied) */
+    float *losses;      /* [S] per-token NLL */
+    double *loss_sum;   /* [1] */
+    double *gnorm_sq;   /* [1] squared global gradient norm */
+    double *red;        /* [1024] reduction scratch */
+    /* A: attention half of a layer */
+    bf16_t *xn;         /* [S, D] input_layernorm(x) */
+    float *rstd1;       /* [S] */
+    bf16_t *q_raw;      /* [S, Qg] q_proj(xn) of one head group (stage 5) */
+    bf16_t *k_raw;      /* [S, Hkv*hd] */
+    bf16_t *v;          /* [S, Hkv*hd] */
+    bf16_t *q, *k;      /* q/k after head norm + RoPE (q: [S, Qg], one head group) */
+    float *rstd_q;      /* [S*Hg] */
+    float *rstd_k;      /* [S*Hkv] */
+    bf16_t *o;          /* [S, Hq*hd] attention output (or Saved.o + l) */
+    float *lse;         /* [Hq, S] (or Saved.lse + l); a head group's rows are contiguous */
+    bf16_t *o_own;      /* stage 4: w.o of the layers whose O is not kept */
+    float *lse_own;
+    bf16_t *x_mid;      /* [S, D] x + o_proj(o) */
+    /* B1: MLP half (forward, recompute and its backward); stage 5: one tile of T rows */
+    bf16_t *xn2;        /* [T, D] post_attention_layernorm(x_mid) */
+    float *rstd2;       /* [S] */
+    bf16_t *g, *u, *h;  /* [T, I] gate, up, silu(g)*u; backward reuses them for dg, du, dh */
+    bf16_t *dxn2;       /* [T, D] */
+    /* B2: attention backward (overlays B1) */
+    bf16_t *d_o;        /* [S, Hq*hd] */
+    bf16_t *dq;         /* [S, Hq*hd] stage 5: d_o's memory, each group's columns once its backward is done */
+    bf16_t *dk, *dv;    /* [S, Hkv*hd] */
+    bf16_t *dxn;        /* [S, D] */
+    float *softmax_sum; /* [Hg, S] cuDNN scratch */
+    float *dq_accum;    /* [Hg, S, hd] cuDNN scratch */
+    /* C: the loss (overlays A and B) */
+    bf16_t *hf;         /* [S, D] final norm output */
+    float *rstdf;       /* [S] */
+    float *logits;      /* [chunk, V] fp32 */
+    bf16_t *dlogits;    /* [chunk, V] */
+    bf16_t *dhf;        /* [S, D] */
+    /* ---- stage 3: ring attention ---- */
+    /* (S here is this rank's share of the sequence) */
+    uint32_t *labels;   /* [S] the next token at each of this rank's positions */
+    bf16_t *kv;         /* [2, S, Hkv*hd] this rank's K then V (k, v point into it) */
+    bf16_t *kv_ring[2]; /* [2, S, KVg] K/V blocks received from the previous rank */
+    bf16_t *blk;        /* [S, Qg] one block's O (forward) or dQ (backward) */
+    float *lse_blk;     /* [Hg, S] one block's LSE (forward) or the final LSE of its rows (backward) */
+    bf16_t *dkv_blk;    /* [2, S, KVg] one block's dK, dV */
+    void *o_acc;        /* [S, Qg] running output in fp32 (--merge fp32; bf16 merges into o_g) */
+    void *dq_acc;       /* [S, Qg] dQ accumulator (merge precision) */
+    void *dkv_ring[2];  /* [2, S, KVg] travelling dK/dV (merge precision) */
+    /* ---- end stage 3 ---- */
+    /* ---- stage 5: head groups ---- */
+    bf16_t *kv_g;       /* [2, S, KVg] one group's K then V: one ring message */
+    bf16_t *o_g;        /* [S, Qg] one group's O (a copy of its columns of o) */
+    bf16_t *d_o_g;      /* [S, Qg] one group's dO; then its dQ */
+    /* ---- end stage 5 ---- */
+    /* library workspaces */
+    void *sdpa_ws;
+    int64_t sdpa_ws_bytes;
+    void *gemm_ws;
+} Work;
+
+/* memory categories: one arena each, planned and allocated by carve() */
+enum { A_WEIGHTS, A_GRADS, A_OPTIM, A_CKPT, A_KEPT, A_WORK, A_CUDNN, A_H_STATES, A_H_CKPT, A_H_KEPT, A_N };
+static const ArenaSpec ARENAS[A_N] = {
+    {"weights (bf16)", ON_GPU}, {"gradients (fp32)", ON_GPU}, {"optimizer (fp32 master, m, v)", ON_GPU},
+    {"checkpoints (layer inputs)", ON_GPU}, {"kept attention (O, LSE)", ON_GPU}, {"working set", ON_GPU},
+    {"cuDNN workspace", ON_GPU},
+    /* stage 4: pinned host memory */
+    {"weights, grads, optimizer", ON_HOST}, {"checkpoints (layer inputs)", ON_HOST}, {"kept attention (O, LSE)", ON_HOST}};
+
+typedef struct {
+    Qwen3Config c;
+    Opts o;
+    int64_t S;
+    SdpaShape attn;
+    Params p;
+    Saved sv;
+    Work w;
+    Gpu gpu;
+    Gemm gemm;
+    Sdpa sdpa;
+    float attn_factor;  /* YaRN cos/sin scale */
+    Arena arena[A_N];   /* one per memory category */
+    /* ---- stage 2: FSDP ---- */
+    int rank, local, P; /* global rank, rank within this process, number of ranks */
+    Comm *comm;
+    cudaStream_t comm_st;           /* gathers and reduce-scatters run here, beside the compute */
+    cudaEvent_t ready[4], freed[4]; /* per gathered buffer: slots 0-1 layers, 2 embedding, 3 tail */
+    cudaEvent_t grads_done[4], reduced[4], comm_done;
+    cudaEvent_t ring_ev[4];         /* stage 3: K/V pass (0 sent-from ready, 1 received), dK/dV pass (2, 3) */
+    /* ---- end stage 2 ---- */
+    BlockTimer blocks;              /* stage 3: rehearsal: one layer's ring blocks timed */
+    /* ---- stage 4: offload ---- */
+    struct { int ckpt, attn, states; } off; /* --offload */
+    int64_t kept;                   /* layers whose attention O and LSE are kept */
+    int threads;                    /* host threads of this rank (AdamW, casts) */
+    cudaStream_t copy_st;           /* checkpoints and kept attention go down and up here */
+    char (*progress)[64];           /* [2L] "forward layer l/L" lines (on a terminal) */
+    /* ---- end stage 4 ---- */
+    /* ---- stage 5: tiling ---- */
+    int64_t groups, hg, kg;         /* head groups; query and K/V heads per group */
+    int64_t tile;                   /* MLP rows at a time */
+    int64_t b2_bytes;               /* the attention backward's share of the working set (the plan's) */
+    /* ---- end stage 5 ---- */
+} Model;
+
+/* ============================================================ build */
+#define BF(n) ((int64_t)(n) * 2)
+#define F32(n) ((int64_t)(n) * 4)
+#define P_UNITS(layout, i) ((int64_t)(layout)->P * (layout)->u[i].shard) /* a unit's gathered (padded) size */
+
+/* ---- stage 4: offload ---- */
+/* n layers of `bytes` on the host, two slots of it on the GPU */
+static void offloaded(Offloaded *t, Arena *host, Arena *gpu, int64_t n, int64_t bytes) {
+    t->host = arena_take(host, n * bytes, host->name);
+    for (int i = 0; i < 2; i++) t->slot[i] = arena_take(gpu, bytes, "slots for host tensors");
+    t->bytes = bytes;
+}
+/* ---- end stage 4 ---- */
+
+/* Carve every tensor from the arenas. With NULL arena bases this only measures: the same code
+ * is the memory plan (--dry-run) and the allocation. */
+static void carve(Model *M) {
+    const Qwen3Config *c = &M->c;
+    const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
+                  I = c->intermediate, V = c->vocab, T = M->p.total,
+                  C = M->o.loss_chunk < S ? M->o.loss_chunk : S,
+                  Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim, R = M->tile; /* stage 5 */
+    Arena *A = M->arena;
+    Params *p = &M->p;
+    Work *w = &M->w;
+    Arena *H = M->off.states ? &A[A_H_STATES] : NULL; /* stage 4: the shards live on the host */
+    p->w = arena_take(H ? H : &A[A_WEIGHTS], BF(T), "weights");
+    p->grad = arena_take(H ? H : &A[A_GRADS], F32(T), "grads");
+    p->master = arena_take(H ? H : &A[A_OPTIM], F32(T), "master");
+    p->m = arena_take(H ? H : &A[A_OPTIM], F32(T), "adam m");
+    p->v = arena_take(H ? H : &A[A_OPTIM], F32(T), "adam v");
+    /* ---- stage 2: FSDP ---- */
+    const ShardLayout *sl = &p->shards;
+    const int64_t E0 = P_UNITS(sl, 0), ET = P_UNITS(sl, sl->nunits - 1);
+    for (int i = 0; i < 2; i++) p->layer_w[i] = arena_take(&A[A_WEIGHTS], BF(sl->max_layer), "gathered layer");
+    p->embed_w = arena_take(&A[A_WEIGHTS], BF(E0), "gathered embedding");
+    p->tail_w = arena_take(&A[A_WEIGHTS], BF(ET), "gathered tail");
+    for (int i = 0; i < 2; i++) p->layer_g[i] = arena_take(&A[A_GRADS], F32(sl->max_layer), "layer grads");
+    p->embed_g = arena_take(&A[A_GRADS], F32(E0), "embedding grads");
+    p->tail_g = arena_take(&A[A_GRADS], F32(ET), "tail grads");
+    /* ---- end stage 2 ---- */
+    /* ---- stage 4: offload ---- */
+    const int64_t N = M->kept;
+    if (H) {
+        p->w_stage = arena_take(&A[A_WEIGHTS], BF(sl->max_unit / sl->P), "bf16 shard staging");
+        p->g_stage = arena_take(&A[A_GRADS], F32(sl->max_unit / sl->P), "gradient shard staging");
+    }
+    if (M->off.ckpt) offloaded(&M->sv.hx, &A[A_H_CKPT], &A[A_CKPT], L, BF(S * D));
+    else M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
+    if (N && M->off.attn) {
+        offloaded(&M->sv.ho, &A[A_H_KEPT], &A[A_KEPT], N, BF(S * Q));
+        offloaded(&M->sv.hlse, &A[A_H_KEPT], &A[A_KEPT], N, F32(c->heads * S));
+    } else if (N) {
+        M->sv.o = arena_take(&A[A_KEPT], BF(N * S * Q), "kept O");
+        M->sv.lse = arena_take(&A[A_KEPT], F32(N * c->heads * S), "kept LSE");
+    }
+    /* ---- end stage 4 ---- */
+    w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
+    w->sdpa_ws = arena_take(&A[A_CUDNN], w->sdpa_ws_bytes, "cuDNN workspace");
+
+    Arena *W = &A[A_WORK];
+    w->gemm_ws = arena_take(W, GEMM_WORKSPACE_BYTES, "cuBLASLt workspace");
+    w->dx = arena_take(W, BF(S * D), "dx");
+    w->ids = arena_take(W, 4 * (S + 1), "ids");
+    w->labels = arena_take(W, 4 * S, "labels"); /* stage 3 */
+    w->pos = arena_take(W, 4 * S, "pos");
+    w->inv_freq = arena_take(W, F32(c->head_dim / 2), "inv_freq");
+    w->losses = arena_take(W, F32(S), "losses");
+    w->loss_sum = arena_take(W, 8, "loss_sum");
+    w->gnorm_sq = arena_take(W, 8, "gnorm");
+    w->red = arena_take(W, 8 * 1024, "reduction scratch");
+    const int64_t persistent = arena_mark(W);
+    /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
+     * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
+     * a phase's tensors are dead before the next phase's first kernel, queued behind them on that
+     * stream, writes there; nothing else writes into the working set -- stage 3: but for the ring's
+     * receives on the communication stream, into the K/V buffers (A, live through the attention) and
+     * the travelling dK/dV (B2); ring_backward's last ring_wait orders the compute stream after the
+     * final receive, so no later phase writes where a transfer is still landing. */
+    /* A */
+    w->xn = arena_take(W, BF(S * D), "xn");
+    w->rstd1 = arena_take(W, F32(S), "rstd1");
+    w->q_raw = arena_take(W, BF(S * Qg), "q_raw");
+    w->k_raw = arena_take(W, BF(S * KV), "k_raw");
+    w->q = arena_take(W, BF(S * Qg), "q");
+    /* ---- stage 3: ring attention ---- */
+    const int64_t acc = !strcmp(M->o.merge, "fp32") ? 4 : 2; /* bytes per accumulator element */
+    w->kv = arena_take(W, BF(2 * S * KV), "k and v");
+    w->k = w->kv;
+    w->v = w->kv ? w->kv + S * KV : NULL;
+    for (int i = 0; i < 2; i++) w->kv_ring[i] = arena_take(W, BF(2 * S * KVg), "ring K/V");
+    w->blk = arena_take(W, BF(S * Qg), "block O / dQ");
+    w->lse_blk = arena_take(W, F32(M->hg * S), "block LSE");
+    w->dkv_blk = arena_take(W, BF(2 * S * KVg), "block dK, dV");
+    /* ---- end stage 3 ---- */
+    /* ---- stage 5: head groups ---- */
+    w->kv_g = arena_take(W, BF(2 * S * KVg), "group K/V");
+    w->o_g = arena_take(W, BF(S * Qg), "group O");
+    /* ---- end stage 5 ---- */
+    w->rstd_q = arena_take(W, F32(S * M->hg), "rstd_q");
+    w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
+    if (N < L) { /* stage 4: layers beyond the kept ones compute O here */
+        w->o = w->o_own = arena_take(W, BF(S * Q), "o");
+        w->lse = w->lse_own = arena_take(W, F32(c->heads * S), "lse");
+    }
+    w->x_mid = arena_take(W, BF(S * D), "x_mid");
+    const int64_t region_b = arena_mark(W);
+    /* B1 (stage 5: one MLP tile) */
+    w->xn2 = arena_take(W, BF(R * D), "xn2");
+    w->rstd2 = arena_take(W, F32(S), "rstd2");
+    w->g = arena_take(W, BF(R * I), "g");
+    w->u = arena_take(W, BF(R * I), "u");
+    w->h = arena_take(W, BF(R * I), "h");
+    w->dxn2 = arena_take(W, BF(R * D), "dxn2");
+    arena_release(W, region_b);
+    /* B2 */
+    w->d_o = arena_take(W, BF(S * Q), "d_o");
+    w->dq = w->d_o; /* stage 5: a group's dQ goes where its dO was */
+    w->dk = arena_take(W, BF(S * KV), "dk");
+    w->dv = arena_take(W, BF(S * KV), "dv");
+    w->dxn = arena_take(W, BF(S * D), "dxn");
+    w->softmax_sum = arena_take(W, F32(M->hg * S), "softmax_sum");
+    w->dq_accum = arena_take(W, F32(M->hg * S * c->head_dim), "dq_accum");
+    w->d_o_g = arena_take(W, BF(S * Qg), "group dO"); /* stage 5 */
+    /* ---- stage 3: ring attention ---- */
+    /* B2 is free while a ring forward runs (only backward uses it otherwise) */
+    w->o_acc = arena_take(W, acc * S * Qg, "running O");
+    w->dq_acc = arena_take(W, acc * S * Qg, "dQ accumulator");
+    for (int i = 0; i < 2; i++) w->dkv_ring[i] = arena_take(W, acc * 2 * S * KVg, "travelling dK/dV");
+    /* ---- end stage 3 ---- */
+    M->b2_bytes = arena_mark(W) - region_b; /* stage 5: the MLP's tiles may use as much */
+    arena_release(W, persistent);
+    /* C */
+    w->hf = arena_take(W, BF(S * D), "hf");
+    w->rstdf = arena_take(W, F32(S), "rstdf");
+    w->logits = arena_take(W, F32(C * V), "logits");
+    w->dlogits = arena_take(W, BF(C * V), "dlogits");
+    w->dhf = arena_take(W, BF(S * D), "dhf");
+    arena_release(W, persistent);
+}
+
+static MemPlan plan_memory(Model *M) {
+    arenas_plan(M->arena, ARENAS, A_N);
+    carve(M);
+    MemPlan mp = memplan_of(M->arena, A_N);
+    /* ---- stage 2: FSDP ---- */
+    if (M->P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, nccl_buffers_estimate(M->P, M->o.ranks.nnodes));
+    /* ---- end stage 2 ---- */
+    return mp;
+}
+
+static void allocate(Model *M) {
+    arenas_allocate(M->arena, A_N);
+    carve(M);
+}
+
+static void load_config(Model *M) {
+    char err[512];
+    const Opts *o = &M->o;
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+        DIE("%s", err);
+    /* ---- stage 5: YaRN past the original context, unless the config or --yarn-factor says otherwise ---- */
+    const int64_t orig = o->yarn_original > 0 ? o->yarn_original
+                         : M->c.max_position < QWEN3_ORIGINAL_CONTEXT ? M->c.max_position : QWEN3_ORIGINAL_CONTEXT;
+    if (o->yarn_factor == 0 && !M->c.yarn && o->seq > orig) config_set_yarn(&M->c, (double)o->seq / (double)orig, orig);
+    /* ---- end stage 5 ---- */
+    if (zigzag_check(M->o.seq, M->P, err, sizeof err)) DIE("%s", err); /* stage 3 */
+    M->S = M->o.seq / M->P;                                             /* this rank's tokens */
+    /* ---- stage 5: head groups ---- */
+    M->groups = o->attn_groups ? o->attn_groups : M->c.kv_heads;
+    if (M->c.kv_heads % M->groups)
+        DIE("--attn-groups %lld must divide the K/V heads (%lld)", (long long)M->groups, (long long)M->c.kv_heads);
+    M->hg = M->c.heads / M->groups;
+    M->kg = M->c.kv_heads / M->groups;
+    M->tile = M->S; /* until choose_tile() */
+    /* ---- end stage 5 ---- */
+    M->attn = (SdpaShape){M->hg, M->kg, M->S, M->S, M->c.head_dim, 1, 0}; /* stage 5: one head group */
+    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
+        if (!M->o.dry_run) DIE("%s", err);
+        fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
+    }
+    params_build(&M->c, &M->p.table);
+    /* ---- stage 2: FSDP ---- */
+    shard_build(&M->p.table, M->P, &M->p.shards); /* each rank takes its pieces when it starts */
+    M->p.total = M->p.shards.shard_total;
+    /* ---- end stage 2 ---- */
+}
+
+/* the training state this rank holds, for checkpoint I/O (common/state.h) */
+static StateIO state_io(Model *M) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int here = ranks_here(&M->o.ranks); /* stage 2: the ranks of this process share the cores */
+    return (StateIO){&M->c, &M->p.table, M->p.pieces, M->p.npieces, M->p.total, M->p.master, M->p.m, M->p.v,
+                     M->p.grad, M->rank, cores > here ? (int)(cores / here) : 1, M->comm, M->gpu.stream};
+}
+
+/* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
+ * returns the step training continues after (0 unless --resume) */
+static int64_t init_weights(Model *M) {
+    StateIO io = state_io(M);
+    const int64_t step = state_load(&io, M->o.model, M->o.resume, M->c.init_std, (uint64_t)M->o.seed);
+    if (M->off.states) cpu_cast_bf16(M->p.w, M->p.master, M->p.total, M->threads); /* stage 4: on the host */
+    else cast_f32_to_bf16(M->p.w, M->p.master, M->p.total, M->gpu.stream);
+    return step;
+}
+
+/* ---- stage 5: tiling ---- */
+/* --mlp-tile 0: as many rows as the attention backward's memory holds (at least 4096), so the MLP's
+ * tiles add nothing to the peak; never [tile, I] above 2^31 elements (the kernels' int32 risk) */
+static void choose_tile(Model *M) {
+    const int64_t S = M->S, D = M->c.hidden, I = M->c.intermediate, most = (1ll << 31) / I;
+    if (M->o.mlp_tile) {
+        if (M->o.mlp_tile > most) DIE("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements (at most %lld rows)",
+                                      (long long)M->o.mlp_tile, (long long)I, (long long)most);
+        M->tile = M->o.mlp_tile < S ? M->o.mlp_tile : S;
+        return;
+    }
+    M->tile = 1;
+    plan_memory(M); /* measures the attention backward's region */
+    int64_t t = M->b2_bytes / (BF(3 * I) + BF(2 * D));
+    t = t < 4096 ? 4096 : t / 256 * 256;
+    t = t < most ? t : most;
+    M->tile = t < S ? t : S;
+}
+/* ---- end stage 5 ---- */
+
+/* ---- stage 4: offload ---- */
+static void parse_offload(Model *M) {
+    const char *s = M->o.offload;
+    const int all = !strcmp(s, "all");
+    M->off.ckpt = all || strstr(s, "ckpt") != NULL;
+    M->off.attn = all || strstr(s, "attn") != NULL;
+    M->off.states = all || strstr(s, "states") != NULL;
+    char rest[256];
+    snprintf(rest, sizeof rest, "%s", s);
+    for (char *t = strtok(rest, ","); t && !all; t = strtok(NULL, ","))
+        if (strcmp(t, "none") && strcmp(t, "ckpt") && strcmp(t, "attn") && strcmp(t, "states"))
+            DIE("--offload %s: \"%s\" is not one of all, none, ckpt, attn, states", s, t);
+}
+
+static double host_budget(const Model *M) { /* bytes per node: --host-gib, or what this machine has free */
+    return M->o.host_gib > 0 ? M->o.host_gib * (1 << 30) : (double)host_available_bytes();
+}
+
+/* --keep-attn without N: as many layers as the host holds (all of them when O stays on the GPU),
+ * leaving a tenth of the host to the system */
+static void choose_kept(Model *M) {
+    const int64_t L = M->c.layers;
+    M->kept = M->o.keep_attn < 0 ? L : M->o.keep_attn < L ? M->o.keep_attn : L;
+    if (M->o.keep_attn >= 0 || !M->off.attn) return;
+    M->kept = 0;
+    MemPlan mp = plan_memory(M);
+    const double per_layer = (double)BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S),
+                 room = 0.9 * host_budget(M) / ranks_per_node(&M->o.ranks) - (double)memplan_host(&mp);
+    M->kept = room <= 0 ? 0 : (int64_t)(room / per_layer) < L ? (int64_t)(room / per_layer) : L;
+}
+/* ---- end stage 4 ---- */
+
+static void setup_rope(Model *M) {
+    double inv[512], af;
+    float invf[512];
+    rope_inv_freq(&M->c, inv, &af);
+    for (int64_t i = 0; i < M->c.head_dim / 2; i++) invf[i] = (float)inv[i];
+    M->attn_factor = (float)af;
+    gpu_upload(M->w.inv_freq, invf, F32(M->c.head_dim / 2), M->gpu.stream);
+    int32_t *pos = xmalloc((size_t)(4 * M->S));
+    int64_t *zz = xmalloc((size_t)(8 * M->S)); /* stage 3: the global positions of this rank's tokens */
+    zigzag_positions(M->o.seq, M->P, M->rank, zz);
+    for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)zz[t];
+    free(zz);
+    gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
+    free(pos);
+}
+
+/* ============================================================ forward */
+/* ---- stage 2: FSDP ---- */
+/* The unit holding a tensor (0 embedding, 1 + l layer l, last the tail) and its buffers: gathered
+ * bf16 weights and full fp32 gradients. Layers alternate between two buffers (slots 0, 1). */
+static int64_t unit_of(const Model *M, ParamKind k, int64_t l) {
+    if (k >= P_IN_NORM && k <= P_DOWN) return 1 + l;
+    if (k == P_EMBED || (k == P_LM_HEAD && M->c.tied)) return 0;
+    return M->p.shards.nunits - 1;
+}
+static int slot_of(const Model *M, int64_t u) { return u == 0 ? 2 : u == M->p.shards.nunits - 1 ? 3 : (int)((u - 1) % 2); }
+static bf16_t *unit_w(const Model *M, int64_t u) {
+    const int s = slot_of(M, u);
+    return s == 2 ? M->p.embed_w : s == 3 ? M->p.tail_w : M->p.layer_w[s];
+}
+static float *unit_g(const Model *M, int64_t u) {
+    const int s = slot_of(M, u);
+    return s == 2 ? M->p.embed_g : s == 3 ? M->p.tail_g : M->p.layer_g[s];
+}
+static const bf16_t *W(const Model *M, ParamKind k, int64_t l) {
+    const int64_t u = unit_of(M, k, l);
+    return unit_w(M, u) + (params_get(&M->p.table, k, l)->offset - M->p.shards.u[u].begin);
+}
+static float *G(const Model *M, ParamKind k, int64_t l) {
+    const int64_t u = unit_of(M, k, l);
+    return unit_g(M, u) + (params_get(&M->p.table, k, l)->offset - M->p.shards.u[u].begin);
+}
+
+/* all-gather unit u's bf16 weights on the communication stream, once compute is done with its buffer */
+static void fetch(Model *M, int64_t u) {
+    const ShardUnit *su = &M->p.shards.u[u];
+    const int s = slot_of(M, u);
+    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->freed[s], 0));
+    const bf16_t *shard = M->p.w + su->shard_offset;
+    if (M->off.states) { /* stage 4: up from the host first, on the same stream (the staging is reused in order) */
+        CUDA_CHECK(cudaMemcpyAsync(M->p.w_stage, shard, (size_t)BF(su->shard), cudaMemcpyHostToDevice, M->comm_st));
+        shard = M->p.w_stage;
+    }
+    comm_all_gather_bf16(M->comm, unit_w(M, u), shard, su->shard, M->comm_st);
+    CUDA_CHECK(cudaEventRecord(M->ready[s], M->comm_st));
+}
+static void await_unit(Model *M, int64_t u) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ready[slot_of(M, u)], 0)); }
+static void release(Model *M, int64_t u) { CUDA_CHECK(cudaEventRecord(M->freed[slot_of(M, u)], M->gpu.stream)); }
+
+/* zero unit u's gradient buffer, once the previous reduce-scatter out of it is done */
+static void zero_grads(Model *M, int64_t u) {
+    const int s = slot_of(M, u);
+    CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->reduced[s], 0));
+    CUDA_CHECK(cudaMemsetAsync(unit_g(M, u), 0, (size_t)F32(P_UNITS(&M->p.shards, u)), M->gpu.stream));
+}
+/* unit u's gradients are complete: reduce-scatter them, averaged over ranks, into this rank's shard */
+static void reduce_grads(Model *M, int64_t u) {
+    const ShardUnit *su = &M->p.shards.u[u];
+    const int s = slot_of(M, u);
+    CUDA_CHECK(cudaEventRecord(M->grads_done[s], M->gpu.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->grads_done[s], 0));
+    float *shard = M->off.states ? M->p.g_stage : M->p.grad + su->shard_offset; /* stage 4: or staged */
+    comm_reduce_scatter_f32(M->comm, shard, unit_g(M, u), su->shard, 1.f / (float)M->P, M->comm_st);
+    if (M->off.states) /* stage 4: down to the host as soon as it is reduced */
+        CUDA_CHECK(cudaMemcpyAsync(M->p.grad + su->shard_offset, shard, (size_t)F32(su->shard), cudaMemcpyDeviceToHost,
+                                   M->comm_st));
+    CUDA_CHECK(cudaEventRecord(M->reduced[s], M->comm_st));
+}
+/* ---- end stage 2 ---- */
+
+/* ---- stage 3: ring attention ---- */
+/* send `bytes` at `send` to the next rank while receiving as many into `recv` from the previous one,
+ * on the communication stream, once the compute stream has produced `send` (and is done with
+ * `recv`). Event pair ev, ev+1. */
+static void ring_pass(Model *M, const void *send, void *recv, int64_t bytes, int ev) {
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[ev], M->gpu.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[ev], 0));
+    comm_sendrecv(M->comm, send, (M->rank + 1) % M->P, recv, (M->rank + M->P - 1) % M->P, bytes, M->comm_st);
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[ev + 1], M->comm_st));
+}
+static void ring_wait(Model *M, int ev) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ring_ev[ev + 1], 0)); }
+
+/* this rank's queries against every rank's K/V: P cuDNN blocks on the ring schedule (zigzag.h),
+ * the next block's K/V arriving while this one computes; results merged by LSE into o, lse.
+ * Stage 5: head group g's queries (w.q) and K/V (w.kv_g); O into w.o_g, LSE into its rows of w.lse */
+static void ring_forward(Model *M, int64_t l, int64_t g) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t n = M->S, H = M->hg, D = c->head_dim, Q = H * D, KV = M->kg * D;
+    const int f32 = !strcmp(M->o.merge, "fp32");
+    void *o = f32 ? w->o_acc : (void *)w->o_g;
+    float *lse = w->lse + g * H * n;
+    cudaStream_t st = M->gpu.stream;
+    fill_f32(lse, -INFINITY, H * n, st);
+    const bf16_t *cur = w->kv_g;
+    for (int i = 0; i < M->P; i++) {
+        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+        const SdpaShape sh = {H, M->kg, b.nq, b.nk, D, b.causal, 0};
+        blocks_mark(&M->blocks, st, g ? -1 : l, 0, i, 0); /* stage 5: the first group's blocks */
+        sdpa_fwd(&M->sdpa, &sh, w->blk, w->lse_blk, w->q + b.q0 * Q, cur + b.k0 * KV, cur + (n + b.k0) * KV,
+                 w->sdpa_ws, w->sdpa_ws_bytes);
+        lse_merge(o, f32, lse, w->blk, w->lse_blk, n, b.q0, b.nq, H, D, st);
+        blocks_mark(&M->blocks, st, g ? -1 : l, 0, i, 1);
+        if (i + 1 < M->P) {
+            ring_wait(M, 0);
+            cur = w->kv_ring[i % 2];
+        }
+    }
+    if (f32) cast_f32_to_bf16(w->o_g, w->o_acc, n * Q, st);
+}
+
+/* the same blocks backward with the final O and LSE: dQ adds up here; each block's dK/dV joins the
+ * running sum that travels with it, and after P passes every rank holds its own K/V's total.
+ * Stage 5: head group g (w.q, w.kv_g, w.o_g, w.d_o_g); its dQ lands in w.d_o_g, dK and dV in w.dkv_blk */
+static void ring_backward(Model *M, int64_t l, int64_t g) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t n = M->S, H = M->hg, D = c->head_dim, Q = H * D, KV = M->kg * D;
+    const float *lse = w->lse + g * H * n;
+    const int f32 = !strcmp(M->o.merge, "fp32");
+    const int64_t acc = f32 ? 4 : 2;
+    cudaStream_t st = M->gpu.stream;
+    CUDA_CHECK(cudaMemsetAsync(w->dq_acc, 0, (size_t)(acc * n * Q), st));
+    CUDA_CHECK(cudaMemsetAsync(w->dkv_ring[0], 0, (size_t)(acc * 2 * n * KV), st));
+    char *dkv = w->dkv_ring[0];
+    const bf16_t *cur = w->kv_g;
+    for (int i = 0; i < M->P; i++) {
+        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+        const SdpaShape sh = {H, M->kg, b.nq, b.nk, D, b.causal, 0};
+        blocks_mark(&M->blocks, st, g ? -1 : l, 1, i, 0);
+        /* the final LSE of the block's rows, [H, nq] contiguous as cuDNN reads it */
+        CUDA_CHECK(cudaMemcpy2DAsync(w->lse_blk, (size_t)b.nq * 4, lse + b.q0, (size_t)n * 4, (size_t)b.nq * 4,
+                                     (size_t)H, cudaMemcpyDeviceToDevice, st));
+        sdpa_bwd(&M->sdpa, &sh, w->blk, w->dkv_blk, w->dkv_blk + b.nk * KV, w->q + b.q0 * Q, cur + b.k0 * KV,
+                 cur + (n + b.k0) * KV, w->o_g + b.q0 * Q, w->d_o_g + b.q0 * Q, w->lse_blk, w->softmax_sum,
+                 w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
+        add_bf16_into((char *)w->dq_acc + acc * b.q0 * Q, f32, w->blk, b.nq * Q, st);
+        if (i > 0) ring_wait(M, 2); /* the running dK/dV of this block has arrived */
+        add_bf16_into(dkv + acc * b.k0 * KV, f32, w->dkv_blk, b.nk * KV, st);
+        add_bf16_into(dkv + acc * (n + b.k0) * KV, f32, w->dkv_blk + b.nk * KV, b.nk * KV, st);
+        blocks_mark(&M->blocks, st, g ? -1 : l, 1, i, 1);
+        if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
+            char *next = w->dkv_ring[(i + 1) % 2];
+            ring_pass(M, dkv, next, acc * 2 * n * KV, 2);
+            dkv = next;
+        }
+        if (i + 1 < M->P) {
+            ring_wait(M, 0);
+            cur = w->kv_ring[i % 2];
+        }
+    }
+    if (M->P > 1) ring_wait(M, 2);
+    if (f32) {
+        cast_f32_to_bf16(w->d_o_g, w->dq_acc, n * Q, st);
+        cast_f32_to_bf16(w->dkv_blk, (float *)dkv, 2 * n * KV, st);
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(w->d_o_g, w->dq_acc, (size_t)BF(n * Q), cudaMemcpyDeviceToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(w->dkv_blk, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
+    }
+}
+
+/* ---- stage 5: head groups ---- */
+/* `cols` bf16 columns from rows of length src_ld to rows of length dst_ld (pointers at the first column) */
+static void copy_cols(bf16_t *dst, int64_t dst_ld, const bf16_t *src, int64_t src_ld, int64_t cols, int64_t rows,
+                      cudaStream_t st) {
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)BF(dst_ld), src, (size_t)BF(src_ld), (size_t)BF(cols), (size_t)rows,
+                                 cudaMemcpyDeviceToDevice, st));
+}
+/* head group g's queries: its rows of q_proj, then head norm + RoPE (w.q_raw, w.q, w.rstd_q) */
+static void group_q(Model *M, int64_t l, int64_t g) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, Qg = M->hg * c->head_dim;
+    cudaStream_t st = M->gpu.stream;
+    mark(st, K_GEMM);
+    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l) + g * Qg * D, S, D, Qg, 0.f, st);
+    mark(st, K_ELEM);
+    qk_norm_rope_fwd(w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, M->hg,
+                     c->head_dim, (float)c->eps, st);
+}
+/* head group g's K/V heads side by side: the message its ring passes */
+static void group_kv(Model *M, int64_t g) {
+    Work *w = &M->w;
+    const int64_t S = M->S, KV = M->c.kv_heads * M->c.head_dim, KVg = M->kg * M->c.head_dim;
+    mark(M->gpu.stream, K_ATTN);
+    copy_cols(w->kv_g, KVg, w->k + g * KVg, KV, KVg, S, M->gpu.stream);
+    copy_cols(w->kv_g + S * KVg, KVg, w->v + g * KVg, KV, KVg, S, M->gpu.stream);
+}
+/* ---- end stage 5 ---- */
+/* ---- end stage 3 ---- */
+
+/* ---- stage 4: offload ---- */
+/* An Offloaded tensor of layer l is used on the GPU in slot l % 2. Copies run on the copy stream and
+ * events order them against the compute stream: a slot is rewritten only once its copy down has
+ * read it (down), refilled only once the compute stream is done with what it held (used), and read
+ * only once its copy up has landed (up). */
+static void *slot(Offloaded *t, int64_t l) { return t->slot[l % 2]; }
+static void will_write(Model *M, Offloaded *t, int64_t l) {
+    CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, t->down[l % 2], 0));
+}
+static void copy_down(Model *M, Offloaded *t, int64_t l) { /* the compute stream has written layer l's */
+    CUDA_CHECK(cudaEventRecord(t->made[l % 2], M->gpu.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(M->copy_st, t->made[l % 2], 0));
+    CUDA_CHECK(cudaMemcpyAsync(t->host + l * t->bytes, slot(t, l), (size_t)t->bytes, cudaMemcpyDeviceToHost, M->copy_st));
+    CUDA_CHECK(cudaEventRecord(t->down[l % 2], M->copy_st));
+}
+static void done_with(Model *M, Offloaded *t, int64_t l) { CUDA_CHECK(cudaEventRecord(t->used[l % 2], M->gpu.stream)); }
+static void copy_up(Model *M, Offloaded *t, int64_t l) {
+    CUDA_CHECK(cudaStreamWaitEvent(M->copy_st, t->used[l % 2], 0));
+    CUDA_CHECK(cudaMemcpyAsync(slot(t, l), t->host + l * t->bytes, (size_t)t->bytes, cudaMemcpyHostToDevice, M->copy_st));
+    CUDA_CHECK(cudaEventRecord(t->up[l % 2], M->copy_st));
+}
+static void await_up(Model *M, Offloaded *t, int64_t l) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, t->up[l % 2], 0)); }
+static void offloaded_events(Offloaded *t) {
+    cudaEvent_t *e[] = {t->made, t->down, t->used, t->up};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&e[k][i], cudaEventDisableTiming));
+}
+static int kept(const Model *M, int64_t l) { return l < M->kept; }
+
+/* a terminal line per layer, printed when the GPU gets there (a step at 1M tokens takes minutes) */
+static void CUDART_CB show_progress(void *line) {
+    fputs(line, stdout);
+    fflush(stdout);
+}
+static void progress(Model *M, int backward, int64_t l) {
+    if (M->progress) CUDA_CHECK(cudaLaunchHostFunc(M->gpu.stream, show_progress, M->progress[backward * M->c.layers + l]));
+}
+/* ---- end stage 4 ---- */
+
+/* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
+static bf16_t *ckpt(const Model *M, int64_t l) {
+    if (M->off.ckpt) return (bf16_t *)M->sv.hx.slot[l % 2]; /* stage 4: in its slot */
+    return M->sv.x + l * M->S * M->c.hidden;
+}
+
+/* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
+static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    cudaStream_t st = M->gpu.stream;
+    /* ---- stage 4: offload ---- */
+    if (kept(M, l) && M->off.attn) {
+        w->o = slot(&M->sv.ho, l);
+        w->lse = slot(&M->sv.hlse, l);
+    } else if (kept(M, l)) {
+        w->o = M->sv.o + l * S * Q;
+        w->lse = M->sv.lse + l * c->heads * S;
+    } else {
+        w->o = w->o_own;
+        w->lse = w->lse_own;
+    }
+    const int down = run_attn && kept(M, l) && M->off.attn; /* forward: the kept O goes to the host */
+    if (down) {
+        will_write(M, &M->sv.ho, l);
+        will_write(M, &M->sv.hlse, l);
+    }
+    /* ---- end stage 4 ---- */
+    mark(st, K_ELEM);
+    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
+    mark(st, K_GEMM);
+    linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
+    linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
+    mark(st, K_ELEM);
+    qk_norm_rope_fwd(w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S,
+                     c->kv_heads, c->head_dim, (float)c->eps, st);
+    /* ---- stage 5: head groups: a group's queries, its ring, its columns of O ---- */
+    const int64_t Qg = M->hg * c->head_dim;
+    for (int64_t g = 0; run_attn && g < M->groups; g++) {
+        group_q(M, l, g);
+        group_kv(M, g);
+        ring_forward(M, l, g); /* stage 3 */
+        copy_cols(w->o + g * Qg, Q, w->o_g, Qg, Qg, S, st);
+    }
+    /* ---- end stage 5 ---- */
+    if (down) { /* stage 4 */
+        copy_down(M, &M->sv.ho, l);
+        copy_down(M, &M->sv.hlse, l);
+    }
+    mark(st, K_GEMM);
+    linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
+}
+
+/* ---- stage 5: MLP tiles ---- */
+/* rows [t0, t0+n) of x_mid -> the tile's xn2, g, u and h (and rstd2 at those rows) */
+static void mlp_tile_forward(Model *M, int64_t l, int64_t t0, int64_t n) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t D = c->hidden, I = c->intermediate;
+    cudaStream_t st = M->gpu.stream;
+    mark(st, K_ELEM);
+    rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
+    mark(st, K_GEMM);
+    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
+    mark(st, K_ELEM);
+    swiglu_fwd(w->h, w->g, w->u, n * I, st);
+}
+static int64_t tile_rows(const Model *M, int64_t t0) { return M->S - t0 < M->tile ? M->S - t0 : M->tile; }
+/* ---- end stage 5 ---- */
+
+/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid);
+ * stage 5: a tile of rows at a time, nothing of a tile kept */
+static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t D = c->hidden, I = c->intermediate;
+    cudaStream_t st = M->gpu.stream;
+    for (int64_t t0 = 0; t0 < M->S; t0 += M->tile) { /* stage 5 */
+        const int64_t n = tile_rows(M, t0);
+        mlp_tile_forward(M, l, t0, n);
+        mark(st, K_GEMM);
+        linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
+    }
+}
+
+static void forward(Model *M) {
+    const int64_t S = M->S, D = M->c.hidden;
+    /* ---- stage 2: FSDP ---- */
+    fetch(M, 0);                        /* embedding */
+    fetch(M, M->p.shards.nunits - 1);   /* tail, for the loss */
+    fetch(M, 1);                        /* layer 0 */
+    await_unit(M, 0);
+    /* ---- end stage 2 ---- */
+    mark(M->gpu.stream, K_ELEM);
+    if (M->off.ckpt) will_write(M, &M->sv.hx, 0); /* stage 4 */
+    embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
+    if (M->off.ckpt) copy_down(M, &M->sv.hx, 0); /* stage 4 */
+    for (int64_t l = 0; l < M->c.layers; l++) {
+        progress(M, 0, l); /* stage 4 */
+        /* ---- stage 2: FSDP ---- */
+        if (l + 1 < M->c.layers) fetch(M, 2 + l); /* the next layer's gather overlaps this layer */
+        await_unit(M, 1 + l);
+        /* ---- end stage 2 ---- */
+        attention_forward(M, l, ckpt(M, l), 1);
+        const int down = M->off.ckpt && l + 1 < M->c.layers; /* stage 4: x_L stays for the loss */
+        if (down) will_write(M, &M->sv.hx, l + 1);
+        mlp_forward(M, l, ckpt(M, l + 1));
+        if (down) copy_down(M, &M->sv.hx, l + 1);
+        release(M, 1 + l); /* stage 2 */
+    }
+}
+
+/* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx */
+static void loss_and_head_backward(Model *M) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, V = c->vocab, C = M->o.loss_chunk;
+    const bf16_t *xL = ckpt(M, c->layers), *lm = W(M, P_LM_HEAD, 0);
+    float *dlm = G(M, P_LM_HEAD, 0);
+    cudaStream_t st = M->gpu.stream;
+    await_unit(M, M->p.shards.nunits - 1); /* stage 2 */
+    mark(st, K_LOSS);
+    rmsnorm_fwd(w->hf, w->rstdf, xL, W(M, P_FINAL_NORM, 0), S, D, (float)c->eps, st);
+    for (int64_t c0 = 0; c0 < S; c0 += C) {
+        const int64_t n = S - c0 < C ? S - c0 : C;
+        linear_fwd(&M->gemm, w->logits, 1, w->hf + c0 * D, lm, n, D, V, 0.f, st);
+        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->labels + c0, n, V, 1.f / (float)S, st);
+        linear_dw(&M->gemm, dlm, w->dlogits, w->hf + c0 * D, n, D, V, st);
+        linear_dx(&M->gemm, w->dhf + c0 * D, w->dlogits, lm, n, D, V, 0.f, st);
+    }
+    CUDA_CHECK(cudaMemsetAsync(w->loss_sum, 0, 8, st));
+    sum_f32(w->loss_sum, w->losses, S, w->red, st);
+    CUDA_CHECK(cudaMemsetAsync(w->dx, 0, (size_t)BF(S * D), st));
+    rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
+}
+
+/* ============================================================ backward */
+/* stage 5: w.dx holds d(loss)/d(x_out of layer l); the MLP's part of it joins in place, a tile at a
+ * time: each tile re-runs its forward, then its backward at once (dW adds up over the tiles) */
+static void mlp_backward(Model *M, int64_t l) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    Gemm *gm = &M->gemm;
+    const int64_t D = c->hidden, I = c->intermediate;
+    cudaStream_t st = M->gpu.stream;
+    for (int64_t t0 = 0; t0 < M->S; t0 += M->tile) {
+        const int64_t n = tile_rows(M, t0);
+        bf16_t *dx = w->dx + t0 * D;
+        mlp_tile_forward(M, l, t0, n);
+        /* dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+        mark(st, K_GEMM);
+        linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
+        linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
+        mark(st, K_ELEM);
+        swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
+        mark(st, K_GEMM);
+        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
+        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
+        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
+        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
+        mark(st, K_ELEM);
+        rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D,
+                    st);
+    }
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
+static void layer_backward(Model *M, int64_t l) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    Gemm *gm = &M->gemm;
+    const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
+                  Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim; /* stage 5 */
+    const bf16_t *x = ckpt(M, l);
+    cudaStream_t st = M->gpu.stream;
+    /* recompute this layer's attention forward (unless it was kept); stage 5: the MLP's, per tile */
+    attention_forward(M, l, x, !kept(M, l)); /* stage 4: only some layers may be kept */
+    mlp_backward(M, l);
+
+    /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
+    mark(st, K_GEMM);
+    linear_dw(gm, G(M, P_O, l), w->dx, w->o, S, Q, D, st);
+    linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
+    /* ---- stage 5: head groups: a group's queries again, its ring backward, its q norm + RoPE backward;
+     * its dQ, dK, dV go to their columns (dQ's are the ones of dO it has just read) ---- */
+    for (int64_t g = 0; g < M->groups; g++) {
+        group_q(M, l, g);
+        group_kv(M, g);
+        copy_cols(w->o_g, Qg, w->o + g * Qg, Q, Qg, S, st);
+        copy_cols(w->d_o_g, Qg, w->d_o + g * Qg, Q, Qg, S, st);
+        ring_backward(M, l, g); /* stage 3 */
+        mark(st, K_ELEM);
+        qk_norm_rope_bwd(w->d_o_g, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), w->pos, w->inv_freq,
+                         M->attn_factor, S, M->hg, c->head_dim, st);
+        mark(st, K_ATTN);
+        copy_cols(w->dq + g * Qg, Q, w->d_o_g, Qg, Qg, S, st);
+        copy_cols(w->dk + g * KVg, KV, w->dkv_blk, KVg, KVg, S, st);
+        copy_cols(w->dv + g * KVg, KV, w->dkv_blk + S * KVg, KVg, KVg, S, st);
+    }
+    /* ---- end stage 5 ---- */
+    mark(st, K_ELEM);
+    qk_norm_rope_bwd(w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
+                     M->attn_factor, S, c->kv_heads, c->head_dim, st);
+    mark(st, K_GEMM);
+    linear_dw(gm, G(M, P_Q, l), w->dq, w->xn, S, D, Q, st);
+    linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
+    linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
+    linear_dx(gm, w->dxn, w->dq, W(M, P_Q, l), S, D, Q, 0.f, st);
+    linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
+    linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
+    mark(st, K_ELEM);
+    rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
+}
+
+static void backward(Model *M) {
+    /* ---- stage 2: FSDP ---- */
+    const int64_t last = M->p.shards.nunits - 1;
+    fetch(M, M->c.layers); /* the last layer */
+    const int64_t L = M->c.layers, N = M->kept; /* stage 4 */
+    if (M->off.ckpt) done_with(M, &M->sv.hx, L); /* stage 4: x_L has fed the loss */
+    for (int64_t l = M->c.layers - 1; l >= 0; l--) {
+        if (l > 0) fetch(M, l); /* layer l-1, gathered while layer l runs */
+        /* ---- stage 4: offload ---- */
+        /* layer l-1's input (and kept O) come up while layer l runs; the forward's last two of each
+         * are still in their slots (x_{L-1}; O of layers N-2, N-1) */
+        progress(M, 1, l);
+        if (M->off.ckpt && l > 0) copy_up(M, &M->sv.hx, l - 1);
+        if (M->off.ckpt && l < L - 1) await_up(M, &M->sv.hx, l);
+        if (M->off.attn && l > 0 && l - 1 <= N - 3) {
+            copy_up(M, &M->sv.ho, l - 1);
+            copy_up(M, &M->sv.hlse, l - 1);
+        }
+        if (M->off.attn && l <= N - 3) {
+            await_up(M, &M->sv.ho, l);
+            await_up(M, &M->sv.hlse, l);
+        }
+        /* ---- end stage 4 ---- */
+        await_unit(M, 1 + l);
+        zero_grads(M, 1 + l);
+        layer_backward(M, l);
+        /* ---- stage 4: offload ---- */
+        if (M->off.ckpt) done_with(M, &M->sv.hx, l);
+        if (M->off.attn && kept(M, l)) {
+            done_with(M, &M->sv.ho, l);
+            done_with(M, &M->sv.hlse, l);
+        }
+        /* ---- end stage 4 ---- */
+        release(M, 1 + l);
+        reduce_grads(M, 1 + l);
+    }
+    /* ---- end stage 2 ---- */
+    mark(M->gpu.stream, K_ELEM);
+    embedding_bwd(G(M, P_EMBED, 0), M->w.dx, M->w.ids, M->S, M->c.hidden, M->gpu.stream);
+    /* ---- stage 2: FSDP ---- */
+    reduce_grads(M, 0);
+    reduce_grads(M, last);
+    release(M, 0);
+    release(M, last);
+    CUDA_CHECK(cudaEventRecord(M->comm_done, M->comm_st)); /* the optimizer needs every shard's grads */
+    CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->comm_done, 0));
+    /* ---- end stage 2 ---- */
+}
+
+/* ============================================================ update */
+static void update(Model *M, int64_t step, double lr) {
+    const Opts *o = &M->o;
+    Params *p = &M->p;
+    cudaStream_t st = M->gpu.stream;
+    mark(st, K_OPTIM);
+    /* ---- stage 4: offload ---- */
+    if (M->off.states) { /* on the host CPUs, once the last gradient shard is down */
+        CUDA_CHECK(cudaStreamSynchronize(M->comm_st));
+        double sumsq = cpu_sumsq(p->grad, p->total, M->threads);
+        gpu_upload(M->w.gnorm_sq, &sumsq, 8, st);
+        comm_all_reduce_f64(M->comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
+        gpu_download(&sumsq, M->w.gnorm_sq, 8, st);
+        const AdamHP hp = {lr, o->beta1, o->beta2, o->eps, o->wd, o->clip, step};
+        cpu_adamw(p->pieces, p->npieces, p->master, p->w, p->m, p->v, p->grad, sumsq, &hp, M->threads);
+        return;
+    }
+    /* ---- end stage 4 ---- */
+    sumsq_f32(M->w.gnorm_sq, p->grad, p->total, M->w.red, st);
+    comm_all_reduce_f64(M->comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
+    const float bc1 = (float)(1.0 - pow(o->beta1, (double)step)), bc2 = (float)(1.0 - pow(o->beta2, (double)step));
+    for (int64_t i = 0; i < p->npieces; i++) { /* decay differs per tensor; stage 2: the pieces this rank owns */
+        const Piece *t = &p->pieces[i];
+        const int64_t at = t->at;
+        adamw(p->master + at, p->w + at, p->m + at, p->v + at, p->grad + at, t->numel, M->w.gnorm_sq,
+              (float)o->clip, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+              params_decays(t->param) ? (float)o->wd : 0.f, bc1, bc2, st);
+    }
+}
+
+/* ============================================================ data */
+typedef struct {
+    TokenFile tf;
+    Loader ld;
+    uint32_t *host;     /* [S+1] */
+    int64_t epoch;
+} Data;
+
+static void data_open(Data *d, const Model *M) {
+    char err[512];
+    if (tokens_open(M->o.data, M->c.vocab, &d->tf, err, sizeof err))
+        DIE("%s%s", err, strcmp(M->o.data, "data/books.tok") ? "" : " (run from the repository root, or pass --data)");
+    if (loader_init(&d->ld, &d->tf, M->o.seq, 1, 0, err, sizeof err)) DIE("%s", err); /* stage 3: one sequence */
+    d->host = xmalloc((size_t)(4 * (M->o.seq + 1 + 2 * M->S)));
+    d->epoch = -1;
+    printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", M->o.data, (long long)d->tf.count,
+           (long long)d->ld.windows, (long long)M->o.seq);
+}
+
+/* step is 0-based here: the window follows from the step alone, so resume reads the same data */
+static void data_load(Data *d, Model *M, int64_t step) {
+    const int64_t e = loader_window(&d->ld, step, d->host);
+    if (e != d->epoch) {
+        if (d->epoch >= 0) printf("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
+        d->epoch = e;
+    }
+    /* ---- stage 3: ring attention ---- */
+    uint32_t *ids = d->host + M->o.seq + 1, *labels = ids + M->S;
+    int64_t *pos = xmalloc((size_t)(8 * M->S));
+    zigzag_positions(M->o.seq, M->P, M->rank, pos);
+    for (int64_t t = 0; t < M->S; t++) {
+        ids[t] = d->host[pos[t]];
+        labels[t] = d->host[pos[t] + 1]; /* shifted before the split: a chunk's last label is the next chunk's first token */
+    }
+    free(pos);
+    CUDA_CHECK(cudaMemcpyAsync(M->w.ids, ids, (size_t)(4 * M->S), cudaMemcpyHostToDevice, M->gpu.stream));
+    CUDA_CHECK(cudaMemcpyAsync(M->w.labels, labels, (size_t)(4 * M->S), cudaMemcpyHostToDevice, M->gpu.stream));
+    CUDA_CHECK(cudaStreamSynchronize(M->gpu.stream)); /* the host staging buffer is reused next step */
+    /* ---- end stage 3 ---- */
+}
+
+/* ============================================================ main */
+static void save_checkpoint(Model *M, const char *dir, int64_t step) {
+    StateIO io = state_io(M);
+    state_save(&io, dir, step, M->S, M->o.data);
+}
+
+/* one GPU's training run: allocate as planned, initialise, loop */
+static void train(Model *M, const MemPlan *mp) {
+    allocate(M);
+    gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
+    sdpa_init(&M->sdpa, M->gpu.stream);
+    M->sdpa.verbose = 1;
+    setup_rope(M);
+    int64_t step = init_weights(M);
+    /* the real cuDNN workspace must fit the planned one */
+    const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
+    if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
+        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
+
+    Data data;
+    data_open(&data, M);
+    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* stage 2: one rank logs */
+    if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
+    const double flops = config_step_flops(&M->c, M->o.seq) / M->P; /* stage 3: one rank's share of the sequence */
+    const int share = M->o.ranks.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
+    cudaEvent_t ev0, ev1;
+    CUDA_CHECK(cudaEventCreate(&ev0));
+    CUDA_CHECK(cudaEventCreate(&ev1));
+    printf("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
+           M->P, (long long)M->S, flops / 1e12);
+    /* ---- stage 4: offload ---- */
+    if (isatty(fileno(stdout)) && rank_prints()) {
+        M->progress = xcalloc((size_t)(2 * M->c.layers), sizeof *M->progress);
+        for (int64_t l = 0; l < 2 * M->c.layers; l++)
+            snprintf(M->progress[l], sizeof *M->progress, "\r  %s: layer %lld of %lld ", l < M->c.layers ? "forward" : "backward",
+                     (long long)(l < M->c.layers ? l + 1 : 2 * M->c.layers - l), (long long)M->c.layers);
+    }
+    /* ---- end stage 4 ---- */
+    const double t_start = now_s();
+    for (step = step + 1; step <= M->o.steps; step++) {
+        cudaStream_t st = M->gpu.stream;
+        const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
+        data_load(&data, M, step - 1);
+        CUDA_CHECK(cudaEventRecord(ev0, st));
+        mark(st, K_OPTIM);
+        zero_grads(M, 0); /* stage 2: layer gradients are zeroed per layer, shards overwritten */
+        zero_grads(M, M->p.shards.nunits - 1);
+        forward(M);
+        loss_and_head_backward(M);
+        backward(M);
+        comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
+        const int64_t tokens = M->S * M->P;
+        if (M->o.dump_grads && step == 1) {
+            double ls;
+            gpu_download(&ls, M->w.loss_sum, 8, st);
+            StateIO io = state_io(M);
+            state_dump(&io, M->o.dump_grads, ls / (double)tokens);
+        }
+        update(M, step, lr);
+        mark(st, K_END);
+        CUDA_CHECK(cudaEventRecord(ev1, st));
+        double loss_sum, gsq;
+        gpu_download(&loss_sum, M->w.loss_sum, 8, st);
+        gpu_download(&gsq, M->w.gnorm_sq, 8, st);
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+        const double loss = loss_sum / (double)tokens, sec = ms / 1e3;
+        if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
+        if (M->progress) printf("\r\033[K"); /* stage 4: the progress line gives way to the step line */
+        step_report(&(StepLog){.stage = 5, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
+                               .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
+                               .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
+                               .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
+                               .mem_plan_gib = (double)memplan_peak(mp) * share / (1 << 30),
+                               .host_gib = (double)memplan_host(mp) * share / (1 << 30)},
+                    log);
+        comm_step_report(M->comm, sec); /* stage 2: rehearsal only: bytes moved and their modelled time */
+        /* stage 3, rehearsal only: do the ring's hops hide under its blocks? (stage 5: the first group's) */
+        const int64_t kv_bytes = BF(2 * M->S * M->kg * M->c.head_dim), acc = strcmp(M->o.merge, "fp32") ? 2 : 4;
+        blocks_report(&M->blocks, 1e3 * comm_ring_hop_s(M->comm, kv_bytes), 1e3 * comm_ring_hop_s(M->comm, kv_bytes * acc / 2));
+        prof_report(st);
+        fflush(stdout);
+        if (M->o.save && M->o.save_every > 0 && step % M->o.save_every == 0 && step < M->o.steps)
+            save_checkpoint(M, M->o.save, step);
+    }
+    printf("done: %.1f s\n", now_s() - t_start);
+    if (M->o.save) save_checkpoint(M, M->o.save, M->o.steps);
+    if (log) fclose(log);
+}
+
+/* ---- stage 2: FSDP ---- */
+typedef struct {
+    const Model *tmpl;  /* options, config, tables: read-only, every rank starts from a copy */
+    const MemPlan *mp;
+} RankArgs;
+
+/* one rank: its own model state, GPU stream, communication stream and events */
+static void rank_main(const Rank *r, void *arg) {
+    const RankArgs *a = arg;
+    Model *M = xcalloc(1, sizeof *M);
+    *M = *a->tmpl;
+    M->local = r->local;
+    M->comm = r->comm;
+    M->rank = comm_rank_id(r->comm);
+    gpu_init(&M->gpu, r->device);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&M->comm_st, cudaStreamNonBlocking));
+    cudaEvent_t *evs[] = {M->ready, M->freed, M->reduced, M->grads_done};
+    for (int k = 0; k < 4; k++)
+        for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&evs[k][s], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&M->comm_done, cudaEventDisableTiming));
+    /* ---- stage 3: ring attention ---- */
+    for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&M->ring_ev[s], cudaEventDisableTiming));
+    blocks_init(&M->blocks, M->P, M->o.ranks.rehearse >= 0 ? M->c.layers / 2 : -1);
+    /* ---- end stage 3 ---- */
+    /* ---- stage 4: offload ---- */
+    CUDA_CHECK(cudaStreamCreateWithFlags(&M->copy_st, cudaStreamNonBlocking));
+    Offloaded *hs[] = {&M->sv.hx, &M->sv.ho, &M->sv.hlse};
+    for (int k = 0; k < 3; k++) offloaded_events(hs[k]);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    M->threads = cores > r->here ? (int)(cores / r->here) : 1;
+    /* ---- end stage 4 ---- */
+    M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->rank, &M->p.pieces);
+    train(M, a->mp);
+    comm_barrier(M->comm, M->gpu.stream);
+}
+/* ---- end stage 2 ---- */
+
+/* ---- stage 5: the headline's check ---- */
+#define HEADLINE_GPUS 8
+/* what each tiling saves: the same job planned with the MLP in one tile, then attention in one group */
+static void tiling_report(const Model *M, int64_t peak) {
+    Model *m = xcalloc(1, sizeof *m);
+    *m = *M;
+    m->tile = m->S;
+    MemPlan mp = plan_memory(m);
+    const int64_t untiled_mlp = memplan_peak(&mp);
+    m->groups = 1, m->hg = m->c.heads, m->kg = m->c.kv_heads;
+    m->attn = (SdpaShape){m->hg, m->kg, m->S, m->S, m->c.head_dim, 1, 0};
+    mp = plan_memory(m);
+    const double gib = 1 << 30;
+    printf("tiling saves per GPU: MLP tiles of %lld rows %.1f GiB, %lld head groups %.1f GiB (untiled peak %.1f GiB)\n",
+           (long long)M->tile, (double)(untiled_mlp - peak) / gib, (long long)M->groups,
+           (double)(memplan_peak(&mp) - untiled_mlp) / gib, (double)memplan_peak(&mp) / gib);
+    free(m);
+}
+static int gpus_visible(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+/* plan another job as main plans this one: does it fit gpu_cap bytes per GPU and host_cap per node? */
+static int job_fits(const Model *M, const char *model, int64_t seq, int64_t gpus, int64_t rehearse, int64_t layers,
+                    double gpu_cap, double host_cap) {
+    Qwen3Config c;
+    char err[512];
+    if (config_load(model, &c, err, sizeof err) || zigzag_check(seq, (int)gpus, err, sizeof err)) return 0;
+    const int64_t groups = M->o.attn_groups ? M->o.attn_groups : c.kv_heads;
+    if (c.kv_heads % groups || seq / gpus * (c.heads / groups) * c.head_dim > (1ll << 31)) return 0; /* cuDNN's limit */
+    Model *m = xcalloc(1, sizeof *m);
+    m->o = M->o;
+    m->o.model = model, m->o.seq = seq, m->o.layers = layers, m->o.dry_run = 1, m->o.resume = NULL;
+    m->o.ranks.gpus = gpus, m->o.ranks.rehearse = rehearse, m->o.ranks.nnodes = 1, m->o.ranks.local_ranks = 0;
+    m->P = (int)gpus;
+    load_config(m);
+    parse_offload(m);
+    choose_tile(m);
+    choose_kept(m);
+    const MemPlan mp = plan_memory(m);
+    const double host = (double)memplan_host(&mp) * (rehearse >= 0 ? 1 : (double)gpus);
+    const int fits = (double)memplan_peak(&mp) <= gpu_cap && host <= host_cap;
+    free(m);
+    return fits;
+}
+
+/* Before anything is allocated: can this machine run the job (GPUs, each GPU's memory, the node's
+ * host memory)? If not, say what is short and the nearest commands that fit, and stop. */
+static void refuse_unless_fits(const Model *M, const MemPlan *mp, int visible) {
+    const RankOpts *r = &M->o.ranks;
+    const int one_gpu = r->local_ranks > 0 || r->rehearse >= 0, need = one_gpu ? 1 : M->P / (int)r->nnodes;
+    const double gib = 1 << 30, share = r->local_ranks > 0 ? M->P : 1,
+                 gpu = visible ? (double)gpu_free_bytes(M->o.gpu_gib) : 0, peak = (double)memplan_peak(mp) * share,
+                 host = (double)memplan_host(mp) * (r->rehearse >= 0 ? 1 : ranks_per_node(r)), budget = host_budget(M);
+    char why[3][160];
+    int n = 0;
+    if (need > visible) snprintf(why[n++], sizeof why[0], "GPUs: the job needs %d on this node, %d visible", need, visible);
+    if (visible && peak > gpu)
+        snprintf(why[n++], sizeof why[0], "GPU memory: %.1f GiB per GPU planned, %.1f GiB free", peak / gib, gpu / gib);
+    if (host > budget)
+        snprintf(why[n++], sizeof why[0], "host memory: %.1f GiB pinned per node planned, %.1f GiB available",
+                 host / gib, budget / gib);
+    if (!n) return;
+    printf("this machine cannot run it -- short of\n");
+    for (int i = 0; i < n; i++) printf("  %s\n", why[i]);
+    const char *model = M->o.model;
+    const int64_t seq = M->o.seq, L = M->c.layers, gpus = visible < need ? visible : need;
+    if (!visible) {
+        printf("nearest: the plan, without a GPU: %s --model %s --seq %lld --gpus %d --dry-run; on a node of %d GPUs "
+               "with %.0f GiB free each and %.0f GiB of host memory, the same command runs as it is\n",
+               "./stage5", model, (long long)seq, need, need, ceil(peak / gib), ceil(host / gib));
+        exit(1);
+    }
+    printf("nearest commands that fit here:\n");
+    const int64_t job = M->P > 1 ? M->P : HEADLINE_GPUS; /* rehearse the job, or the headline's 8 GPUs */
+    for (int64_t l = L; l >= 1; l = l > 4 ? l / 2 : l - 1)
+        if (job_fits(M, model, seq, job, 0, l, gpu, budget)) {
+            printf("  rehearse rank 0 of %lld GPUs: ./stage5 --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld\n",
+                   (long long)job, model, (long long)seq, (long long)job, l < L ? " --layers " : "", l < L ? (long long)l : 0);
+            break;
+        }
+    for (int64_t s = seq / 2; s >= 2 * gpus * 1024; s /= 2)
+        if (job_fits(M, model, s, gpus, -1, 0, gpu, budget)) {
+            printf("  fewer tokens: ./stage5 --model %s --seq %lld --gpus %lld\n", model, (long long)s, (long long)gpus);
+            break;
+        }
+    const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
+    int below = 0;
+    for (int i = 0; i < 6; i++) {
+        if (below && job_fits(M, smaller[i], seq, gpus, -1, 0, gpu, budget)) {
+            printf("  a smaller model: ./stage5 --model %s --seq %lld --gpus %lld\n", smaller[i], (long long)seq,
+                   (long long)gpus);
+            break;
+        }
+        below = below || !strcmp(smaller[i], model) || strcmp(M->c.name, model);
+    }
+    exit(1);
+}
+/* ---- end stage 5 ---- */
+
+int main(int argc, char **argv) {
+    static Model M; /* large; zero-initialised; every rank starts from a copy */
+    M.o = parse_opts(argc, argv);
+    prof_enable(M.o.profile);
+    trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
+    /* ---- stage 5: no GPU here: plan the headline's GPUs, to say what a machine needs ---- */
+    const int visible = M.o.dry_run ? 0 : gpus_visible();
+    if (!M.o.dry_run && !visible && !M.o.ranks.gpus && !M.o.ranks.local_ranks) M.o.ranks.gpus = HEADLINE_GPUS;
+    /* ---- end stage 5 ---- */
+    M.P = ranks_in_job(&M.o.ranks, M.o.dry_run); /* stage 2 */
+    load_config(&M);
+    config_print(&M.c);
+    parse_offload(&M); /* stage 4 */
+    choose_tile(&M);   /* stage 5 */
+    choose_kept(&M);
+    MemPlan mp = plan_memory(&M);
+    char title[256];
+    snprintf(title, sizeof title, "stage 5, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, %lld layers' "
+             "attention kept, %lld head groups, MLP tiles of %lld%s", M.c.name, (long long)M.o.seq, M.P, (long long)M.S,
+             M.o.merge, M.o.offload, (long long)M.kept, (long long)M.groups, (long long)M.tile,
+             M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
+    /* ---- stage 4: offload: the host's plan, per node ---- */
+    const double node_host = (double)memplan_host(&mp) * ranks_per_node(&M.o.ranks), budget = host_budget(&M);
+    char host_line[256] = "";
+    if (node_host > 0)
+        snprintf(host_line, sizeof host_line, "pinned host memory per node (%d ranks): %.1f GiB of %.1f GiB%s: %s\n",
+                 ranks_per_node(&M.o.ranks), node_host / (1 << 30), budget / (1 << 30),
+                 M.o.host_gib > 0 ? " (--host-gib)" : " available here", node_host <= budget ? "fits" : "DOES NOT FIT");
+    /* ---- end stage 4 ---- */
+    if (M.o.dry_run) {
+        memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
+        printf("%s", host_line); /* stage 4 */
+        tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
+        return 0;
+    }
+    memplan_print(&mp, stdout, title, 0);
+    printf("%s", host_line); /* stage 4 */
+    tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
+    refuse_unless_fits(&M, &mp, visible); /* stage 5 */
+    /* ---- stage 2: FSDP ---- */
+    RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
+    ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);
+    /* ---- end stage 2 ---- */
+    return 0;
+}
