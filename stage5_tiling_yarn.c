@@ -747,11 +747,11 @@ static void ring_forward(Model *M, int64_t l, int64_t g) {
         if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
         const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
         const SdpaShape sh = {H, M->kg, b.nq, b.nk, D, b.causal, 0};
-        blocks_mark(&M->blocks, st, g ? -1 : l, 0, i, 0); /* stage 5: the first group's blocks */
+        blocks_mark(&M->blocks, st, l + g * c->layers, 0, i, 0); /* stage 5: the first group's blocks */
         sdpa_fwd(&M->sdpa, &sh, w->blk, w->lse_blk, w->q + b.q0 * Q, cur + b.k0 * KV, cur + (n + b.k0) * KV,
                  w->sdpa_ws, w->sdpa_ws_bytes);
         lse_merge(o, f32, lse, w->blk, w->lse_blk, n, b.q0, b.nq, H, D, st);
-        blocks_mark(&M->blocks, st, g ? -1 : l, 0, i, 1);
+        blocks_mark(&M->blocks, st, l + g * c->layers, 0, i, 1);
         if (i + 1 < M->P) {
             ring_wait(M, 0);
             cur = w->kv_ring[i % 2];
@@ -779,7 +779,7 @@ static void ring_backward(Model *M, int64_t l, int64_t g) {
         if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
         const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
         const SdpaShape sh = {H, M->kg, b.nq, b.nk, D, b.causal, 0};
-        blocks_mark(&M->blocks, st, g ? -1 : l, 1, i, 0);
+        blocks_mark(&M->blocks, st, l + g * c->layers, 1, i, 0);
         /* the final LSE of the block's rows, [H, nq] contiguous as cuDNN reads it */
         CUDA_CHECK(cudaMemcpy2DAsync(w->lse_blk, (size_t)b.nq * 4, lse + b.q0, (size_t)n * 4, (size_t)b.nq * 4,
                                      (size_t)H, cudaMemcpyDeviceToDevice, st));
@@ -790,7 +790,7 @@ static void ring_backward(Model *M, int64_t l, int64_t g) {
         if (i > 0) ring_wait(M, 2); /* the running dK/dV of this block has arrived */
         add_bf16_into(dkv + acc * b.k0 * KV, f32, w->dkv_blk, b.nk * KV, st);
         add_bf16_into(dkv + acc * (n + b.k0) * KV, f32, w->dkv_blk + b.nk * KV, b.nk * KV, st);
-        blocks_mark(&M->blocks, st, g ? -1 : l, 1, i, 1);
+        blocks_mark(&M->blocks, st, l + g * c->layers, 1, i, 1);
         if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
             char *next = w->dkv_ring[(i + 1) % 2];
             ring_pass(M, dkv, next, acc * 2 * n * KV, 2);

@@ -236,10 +236,9 @@ void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max) {
     c->yarn = 1;
     c->yarn_factor = factor;
     c->yarn_original_max = original_max > 0 ? original_max : c->max_position;
-    /* the positions it reaches: transformers may derive the factor from max_position_embeddings /
-     * original_max_position_embeddings, so a saved config.json says the same thing both ways */
-    const int64_t reach = (int64_t)ceil(factor * (double)c->yarn_original_max);
-    if (reach > c->max_position) c->max_position = reach;
+    /* the positions it reaches: transformers checks factor against max_position_embeddings /
+     * original_max_position_embeddings (and warns), so a saved config.json says it both ways */
+    c->max_position = (int64_t)ceil(factor * (double)c->yarn_original_max);
 }
 
 int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype) {
