@@ -21,6 +21,12 @@ static const Size SIZES[] = {
     {"14B", 5120, 17408, 40, 40, 8, 0}, {"32B", 5120, 25600, 64, 64, 8, 0},
 };
 
+/* Qwen3-30B-A3B (the MoE of the recipe's table): its config.json on the Hub */
+static void moe_30b_a3b(Qwen3Config *c) {
+    c->hidden = 2048, c->intermediate = 6144, c->layers = 48, c->heads = 32, c->kv_heads = 4, c->tied = 0;
+    c->experts = 128, c->top_k = 8, c->moe_intermediate = 768, c->norm_topk = 1, c->aux_coef = 0.001;
+}
+
 static void defaults(Qwen3Config *c) {
     memset(c, 0, sizeof *c);
     c->vocab = 151936;
@@ -35,6 +41,12 @@ static void defaults(Qwen3Config *c) {
 }
 
 int config_from_name(const char *name, Qwen3Config *c) {
+    if (!strcmp(name, "30B-A3B") || !strcmp(name, "Qwen3-30B-A3B")) {
+        defaults(c);
+        snprintf(c->name, sizeof c->name, "30B-A3B");
+        moe_30b_a3b(c);
+        return 0;
+    }
     for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
         const Size *s = &SIZES[i];
         if (strcmp(name, s->name) && !(name[0] && !strcmp(name + (name[0] == 'Q' ? 6 : 0), s->name))) continue;
@@ -118,6 +130,38 @@ static int parse_rope(const JsonValue *root, Qwen3Config *c, char *err, size_t e
     return 0;
 }
 
+/* qwen3_moe: the router and experts as transformers' Qwen3MoeSparseMoeBlock has them; what it can
+ * configure and the trainers do not implement is refused by name */
+static int parse_moe(const JsonValue *root, Qwen3Config *c, char *err, size_t errlen) {
+    if (get_int(root, json_get(root, "num_experts") ? "num_experts" : "num_local_experts", &c->experts, 1, err, errlen) ||
+        get_int(root, "num_experts_per_tok", &c->top_k, 1, err, errlen) ||
+        get_int(root, "moe_intermediate_size", &c->moe_intermediate, 1, err, errlen))
+        return -1;
+    c->norm_topk = is_true(root, "norm_topk_prob");
+    c->aux_loss = is_true(root, "output_router_logits");
+    c->aux_coef = 0.001;
+    if (get_num(root, "router_aux_loss_coef", &c->aux_coef, err, errlen)) return -1;
+    int64_t step = 1;
+    if (get_int(root, "decoder_sparse_step", &step, 0, err, errlen)) return -1;
+    const JsonValue *dense = json_get(root, "mlp_only_layers");
+    if (step != 1 || (dense && dense->type == JSON_ARRAY && dense->n > 0)) {
+        snprintf(err, errlen, "config.json: %s: only every layer a MoE layer is supported",
+                 step != 1 ? "\"decoder_sparse_step\" is not 1" : "\"mlp_only_layers\" is not empty");
+        return -1;
+    }
+    const JsonValue *shared = json_get(root, "shared_expert_intermediate_size");
+    if (shared && shared->type == JSON_NUMBER && shared->number > 0) {
+        snprintf(err, errlen, "config.json: \"shared_expert_intermediate_size\": shared experts are not supported");
+        return -1;
+    }
+    if (c->top_k > c->experts || c->top_k > 32 || c->experts > 1024) {
+        snprintf(err, errlen, "config.json: num_experts_per_tok %lld of num_experts %lld: supported are top-k <= 32 "
+                 "of at most 1024 experts", (long long)c->top_k, (long long)c->experts);
+        return -1;
+    }
+    return 0;
+}
+
 int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen) {
     JsonValue root;
     if (json_parse(text, len, &root, err, errlen)) return -1;
@@ -125,10 +169,11 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     if (root.type != JSON_OBJECT) REFUSE("config.json: top level is not an object");
     const JsonValue *mt = json_get(&root, "model_type");
     if (!mt || mt->type != JSON_STRING) REFUSE("config.json: missing \"model_type\" (expected \"qwen3\")");
-    if (strstr(mt->string, "moe")) REFUSE("config.json: model_type \"%s\" is a mixture of experts (MoE), not supported", mt->string);
-    if (strcmp(mt->string, "qwen3")) REFUSE("config.json: model_type \"%s\" is not supported (expected \"qwen3\")", mt->string);
-    if (json_get(&root, "num_experts") || json_get(&root, "num_local_experts"))
-        REFUSE("config.json: field \"num_experts\" present: mixture of experts (MoE) is not supported");
+    const int moe = !strcmp(mt->string, "qwen3_moe");
+    if (strcmp(mt->string, "qwen3") && !moe)
+        REFUSE("config.json: model_type \"%s\" is not supported (expected \"qwen3\" or \"qwen3_moe\")", mt->string);
+    if (!moe && (json_get(&root, "num_experts") || json_get(&root, "num_local_experts")))
+        REFUSE("config.json: field \"num_experts\" present in a \"qwen3\" (dense) config");
     if (is_true(&root, "use_sliding_window"))
         REFUSE("config.json: \"use_sliding_window\" is true: sliding-window attention is not supported");
     const JsonValue *lt = json_get(&root, "layer_types");
@@ -165,6 +210,7 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
         REFUSE("config.json: head_dim %lld unsupported (cuDNN flash attention needs a multiple of 8, at most 256)",
                (long long)c->head_dim);
     if (parse_rope(&root, c, e2, sizeof e2)) REFUSE("%s", e2);
+    if (moe && parse_moe(&root, c, e2, sizeof e2)) REFUSE("%s (qwen3_moe, a mixture of experts: MoE)", e2);
     json_free(&root);
     return 0;
 }
@@ -212,6 +258,11 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
                    int64_t yarn_original, char *err, size_t errlen) {
     if (config_load(resume ? resume : model, c, err, errlen)) return -1;
+    if (c->experts) {
+        snprintf(err, errlen, "%s is a mixture of experts (MoE: %lld experts, top-%lld): common/ and the CPU reference "
+                 "read it, no trainer runs it yet", model, (long long)c->experts, (long long)c->top_k);
+        return -1;
+    }
     if (layers > 0) {
         if (layers > c->layers) {
             snprintf(err, errlen, "--layers %lld: the model has %lld", (long long)layers, (long long)c->layers);

@@ -1,4 +1,4 @@
-/* config.h -- the Qwen3 dense model configuration: the six official sizes by name, or an HF
+/* config.h -- the Qwen3 model configuration (dense, and MoE as the CPU reference reads it): the official sizes by name, or an HF
  * config.json (transformers v4 "rope_theta"/"rope_scaling" or v5 "rope_parameters"), with
  * refusal of what the trainers do not implement, naming the field. */
 #ifndef LONGCTX_CONFIG_H
@@ -29,9 +29,16 @@ typedef struct {
     double yarn_attention_factor;             /* 0 when absent: derived */
     int yarn_truncate;                        /* default 1 */
     double init_std;          /* initializer_range (random init) */
+    /* Qwen3 MoE (model_type "qwen3_moe"): every layer's MLP is a router over experts; 0 when dense */
+    int64_t experts;          /* num_experts (num_local_experts) */
+    int64_t top_k;            /* num_experts_per_tok */
+    int64_t moe_intermediate; /* moe_intermediate_size: each expert's SwiGLU width */
+    int norm_topk;            /* norm_topk_prob: the top-k weights renormalised to sum 1 */
+    int aux_loss;             /* output_router_logits: the load-balancing loss is added to the loss */
+    double aux_coef;          /* router_aux_loss_coef */
 } Qwen3Config;
 
-/* "0.6B", "1.7B", "4B", "8B", "14B", "32B". Returns 0, or -1 if the name is unknown. */
+/* "0.6B", "1.7B", "4B", "8B", "14B", "32B", and the MoE "30B-A3B". Returns 0, or -1 if the name is unknown. */
 int config_from_name(const char *name, Qwen3Config *c);
 /* Parse an HF config.json. Returns 0, or -1 with a message naming the offending field. */
 int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen);

@@ -17,6 +17,7 @@ static int64_t align_up(int64_t x) { return (x + ALIGN_ELEMS - 1) / ALIGN_ELEMS 
 
 static void add(ParamTable *t, ParamKind kind, int64_t layer, const char *name, int64_t r, int64_t c) {
     ParamInfo *p = &t->p[t->n++];
+    p->expert = -1;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->kind = kind;
     p->layer = layer;
@@ -30,8 +31,12 @@ static void add(ParamTable *t, ParamKind kind, int64_t layer, const char *name, 
 
 void params_build(const Qwen3Config *c, ParamTable *t) {
     memset(t, 0, sizeof *t);
-    t->p = xcalloc((size_t)(c->layers * PER_LAYER + 3), sizeof(ParamInfo));
-    const int64_t D = c->hidden, q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim, I = c->intermediate;
+    t->layers = c->layers;
+    t->experts = c->experts;
+    t->per_layer = c->experts ? PER_LAYER - 2 + 3 * c->experts : PER_LAYER;
+    t->p = xcalloc((size_t)(c->layers * t->per_layer + 3), sizeof(ParamInfo));
+    const int64_t D = c->hidden, q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim, I = c->intermediate,
+                  E = c->experts, Im = c->moe_intermediate;
     add(t, P_EMBED, -1, "model.embed_tokens.weight", c->vocab, D);
     t->layer_begin = t->total;
     char n[96];
@@ -45,9 +50,22 @@ void params_build(const Qwen3Config *c, ParamTable *t) {
         L(P_Q_NORM, "self_attn.q_norm.weight", c->head_dim, 0);
         L(P_K_NORM, "self_attn.k_norm.weight", c->head_dim, 0);
         L(P_POST_NORM, "post_attention_layernorm.weight", D, 0);
-        L(P_GATE, "mlp.gate_proj.weight", I, D);
-        L(P_UP, "mlp.up_proj.weight", I, D);
-        L(P_DOWN, "mlp.down_proj.weight", D, I);
+        if (!E) {
+            L(P_GATE, "mlp.gate_proj.weight", I, D);
+            L(P_UP, "mlp.up_proj.weight", I, D);
+            L(P_DOWN, "mlp.down_proj.weight", D, I);
+        } else { /* the router, then each kind's experts side by side (Im * D is a multiple of 64: no gaps) */
+            if ((Im * D) % ALIGN_ELEMS) DIE("MoE: moe_intermediate_size x hidden_size must be a multiple of %d", ALIGN_ELEMS);
+            L(P_ROUTER, "mlp.gate.weight", E, D);
+            const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+            for (int k = 0; k < 3; k++)
+                for (int64_t e = 0; e < E; e++) {
+                    char sfx[48];
+                    snprintf(sfx, sizeof sfx, "mlp.experts.%lld.%s.weight", (long long)e, proj[k]);
+                    L((ParamKind)(P_EXP_GATE + k), sfx, k == 2 ? D : Im, k == 2 ? Im : D);
+                    t->p[t->n - 1].expert = e;
+                }
+        }
 #undef L
         if (l == 0) t->layer_stride = t->total - t->layer_begin;
     }
@@ -62,11 +80,22 @@ void params_free(ParamTable *t) {
 
 const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer) {
     if (kind == P_EMBED) return &t->p[0];
-    if (kind >= P_IN_NORM && kind <= P_DOWN) return &t->p[1 + layer * PER_LAYER + (kind - P_IN_NORM)];
-    int64_t nl = (t->n - 2) / PER_LAYER; /* layers */
-    const ParamInfo *fin = &t->p[1 + nl * PER_LAYER];
+    const ParamInfo *lay = &t->p[1 + layer * t->per_layer];
+    if (kind >= P_IN_NORM && kind <= P_POST_NORM) return lay + (kind - P_IN_NORM);
+    if (kind >= P_GATE && kind <= P_DOWN) {
+        if (t->experts) DIE("params_get: an MoE layer has no dense MLP tensor");
+        return lay + (kind - P_IN_NORM);
+    }
+    if (kind == P_ROUTER) return lay + (P_POST_NORM - P_IN_NORM + 1);
+    if (kind >= P_EXP_GATE) return params_expert(t, kind, layer, 0);
+    const ParamInfo *fin = &t->p[1 + t->layers * t->per_layer];
     if (kind == P_FINAL_NORM) return fin;
     return fin + 1 < t->p + t->n ? fin + 1 : &t->p[0]; /* lm_head, or the tied embedding */
+}
+
+const ParamInfo *params_expert(const ParamTable *t, ParamKind kind, int64_t layer, int64_t e) {
+    if (!t->experts || kind < P_EXP_GATE || e < 0 || e >= t->experts) DIE("params_expert: not an expert tensor");
+    return &t->p[1 + layer * t->per_layer + (P_POST_NORM - P_IN_NORM + 2) + (kind - P_EXP_GATE) * t->experts + e];
 }
 
 int params_decays(const ParamInfo *p) { return p->ndim == 2; }

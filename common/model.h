@@ -24,13 +24,22 @@ typedef enum {
     P_DOWN,         /* [hidden, intermediate] */
     P_FINAL_NORM,   /* [hidden] */
     P_LM_HEAD,      /* [vocab, hidden], absent when tied */
+    /* Qwen3 MoE layers hold these in place of P_GATE, P_UP, P_DOWN (after P_POST_NORM, in this order;
+     * each kind's E experts side by side, so expert e's matrix is expert 0's + e * its size) */
+    P_ROUTER,       /* [experts, hidden] mlp.gate */
+    P_EXP_GATE,     /* [experts] x [moe_intermediate, hidden] mlp.experts.E.gate_proj */
+    P_EXP_UP,       /* [experts] x [moe_intermediate, hidden] */
+    P_EXP_DOWN,     /* [experts] x [hidden, moe_intermediate] */
 } ParamKind;
-#define PER_LAYER (P_DOWN - P_IN_NORM + 1)
+#define PER_LAYER (P_DOWN - P_IN_NORM + 1) /* entries of a dense layer */
+/* is a kind one of a decoder layer's tensors? */
+static inline int params_in_layer(int kind) { return (kind >= P_IN_NORM && kind <= P_DOWN) || kind >= P_ROUTER; }
 
 typedef struct {
     char name[96];    /* HF name, e.g. model.layers.3.self_attn.q_proj.weight */
     ParamKind kind;
     int64_t layer;    /* -1 outside the decoder layers */
+    int64_t expert;   /* MoE experts' tensors: which expert; else -1 */
     int ndim;
     int64_t shape[2];
     int64_t numel;
@@ -43,12 +52,17 @@ typedef struct {
     int64_t total;        /* elements in the flat buffer (with alignment padding) */
     int64_t layer_begin;  /* offset of layer 0's block */
     int64_t layer_stride; /* elements per layer block */
+    int64_t layers;       /* decoder layers */
+    int64_t per_layer;    /* table entries per layer: PER_LAYER, or 9 + 3 x experts for MoE */
+    int64_t experts;      /* 0 when dense */
 } ParamTable;
 
 void params_build(const Qwen3Config *c, ParamTable *t);
 void params_free(ParamTable *t);
 /* The tensor of a kind (layer ignored outside layers). lm_head resolves to the embedding when tied. */
 const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer);
+/* An MoE layer's expert tensor (P_EXP_GATE, P_EXP_UP, P_EXP_DOWN) of expert e. */
+const ParamInfo *params_expert(const ParamTable *t, ParamKind kind, int64_t layer, int64_t e);
 /* Load every tensor from an HF directory / safetensors file into flat fp32 (padding zeroed). */
 int params_load(const ParamTable *t, const char *path, float *flat, char *err, size_t errlen);
 /* transformers-style init: matrices normal(0, std), norm weights 1. Deterministic in seed and the

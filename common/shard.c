@@ -10,7 +10,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void shard_build(const ParamTable *t, int P, ShardLayout *s) {
     memset(s, 0, sizeof *s);
-    const int64_t L = t->layer_stride ? (t->n - 2) / PER_LAYER : 0;
+    const int64_t L = t->layer_stride ? t->layers : 0;
     s->P = P;
     s->nunits = L + 2;
     s->u = xcalloc((size_t)s->nunits, sizeof(ShardUnit));

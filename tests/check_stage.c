@@ -167,7 +167,7 @@ static int cmd_grads(int argc, char **argv) {
         if (!strcmp(argv[i], "--seq")) S = atoll(argv[i + 1]);
     }
     argc = positional;
-    RefResult r = {0, 0};
+    RefResult r = {0};
     if (!tokfile) r = ref_forward_backward(&c, &pt, params, gd.tokens, NULL, S, 0, NULL, ref_g);
     else { /* the mean over the windows of P data-parallel ranks */
         TokenFile tf;

@@ -146,9 +146,129 @@ typedef struct {
     float *rstd2;    /* [S] */
     float *xn2;      /* [S,D] */
     float *g, *u, *h;        /* [S,I] */
+    /* MoE layers: the router's probabilities and choices, and each chosen expert's activations */
+    double *prob;    /* [S,E] softmax of the router's logits */
+    int64_t *sel;    /* [S,k] the chosen experts, by falling probability */
+    double *wsel;    /* [S,k] their weights (renormalised to sum 1 with norm_topk_prob) */
+    float *eg, *eu, *eh;     /* [S*k, Im] per (token, choice) */
+    float *ey;       /* [S*k, D] the expert's output, before its weight */
 } Saved;
 
 static float *zalloc(int64_t n) { return xcalloc((size_t)n, sizeof(float)); }
+
+/* ------------------------------------------------------------------ MoE (transformers' Qwen3MoeSparseMoeBlock) */
+/* y[S,D] += sum over the top-k experts of weight x expert(xn2), expert = down(silu(gate x) * up x) */
+static void moe_forward(const Qwen3Config *c, const ParamTable *pt, const float *params, int64_t l, Saved *s,
+                        float *y, int64_t S) {
+    const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
+    const float *Wr = params + params_get(pt, P_ROUTER, l)->offset;
+    s->prob = xcalloc((size_t)(S * E), sizeof(double));
+    s->sel = xcalloc((size_t)(S * k), sizeof(int64_t));
+    s->wsel = xcalloc((size_t)(S * k), sizeof(double));
+    s->eg = xcalloc((size_t)(S * k * Im), 4); s->eu = xcalloc((size_t)(S * k * Im), 4);
+    s->eh = xcalloc((size_t)(S * k * Im), 4); s->ey = xcalloc((size_t)(S * k * D), 4);
+    for (int64_t t = 0; t < S; t++) {
+        const float *x = s->xn2 + t * D;
+        double *p = s->prob + t * E, m = -INFINITY, z = 0, sum = 0;
+        for (int64_t e = 0; e < E; e++) {
+            double a = 0;
+            for (int64_t i = 0; i < D; i++) a += (double)x[i] * Wr[e * D + i];
+            p[e] = (float)a; /* the logits, as the fp32 linear gives them */
+            m = p[e] > m ? p[e] : m;
+        }
+        for (int64_t e = 0; e < E; e++) z += (p[e] = exp(p[e] - m));
+        for (int64_t e = 0; e < E; e++) p[e] /= z;
+        for (int64_t j = 0; j < k; j++) { /* the largest not yet taken; ties to the lower index */
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int64_t i = 0; i < j; i++) taken |= s->sel[t * k + i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            s->sel[t * k + j] = best;
+            sum += p[best];
+        }
+        for (int64_t j = 0; j < k; j++) s->wsel[t * k + j] = p[s->sel[t * k + j]] / (c->norm_topk ? sum : 1.0);
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t e = s->sel[t * k + j], r = t * k + j;
+            const float *Wg = params + params_expert(pt, P_EXP_GATE, l, e)->offset,
+                        *Wu = params + params_expert(pt, P_EXP_UP, l, e)->offset,
+                        *Wd = params + params_expert(pt, P_EXP_DOWN, l, e)->offset;
+            linear(s->eg + r * Im, x, Wg, 1, D, Im);
+            linear(s->eu + r * Im, x, Wu, 1, D, Im);
+            for (int64_t i = 0; i < Im; i++) {
+                const double g = s->eg[r * Im + i];
+                s->eh[r * Im + i] = (float)(g * sigmoid(g) * s->eu[r * Im + i]);
+            }
+            linear(s->ey + r * D, s->eh + r * Im, Wd, 1, Im, D);
+            for (int64_t i = 0; i < D; i++) y[t * D + i] += (float)(s->wsel[t * k + j] * s->ey[r * D + i]);
+        }
+    }
+}
+
+/* transformers' load_balancing_loss_func over all layers' router outputs (N = L*S rows):
+ * aux = E * sum_e (choices of e / N) * (mean probability of e); count[E] gets the choices */
+static double moe_aux(const Qwen3Config *c, const Saved *sv, int64_t S, double *count) {
+    const int64_t E = c->experts, k = c->top_k, L = c->layers;
+    const double N = (double)(L * S);
+    double aux = 0;
+    memset(count, 0, (size_t)E * sizeof(double));
+    for (int64_t l = 0; l < L; l++)
+        for (int64_t r = 0; r < S * k; r++) count[sv[l].sel[r]] += 1;
+    for (int64_t e = 0; e < E; e++) {
+        double pm = 0;
+        for (int64_t l = 0; l < L; l++)
+            for (int64_t t = 0; t < S; t++) pm += sv[l].prob[t * E + e];
+        aux += count[e] / N * (pm / N);
+    }
+    return aux * (double)E;
+}
+
+/* dy[S,D] = d(loss)/d(the block's output): experts, weights, renormalisation, softmax, router;
+ * d(xn2) into dxn (overwritten). aux_scale: d(loss)/d(prob[t,e]) from the aux loss is aux_scale * count[e]. */
+static void moe_backward(const Qwen3Config *c, const ParamTable *pt, const float *params, float *grads, int64_t l,
+                         const Saved *s, const float *dy, float *dxn, int64_t S, const double *count, double aux_scale) {
+    const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
+    const float *Wr = params + params_get(pt, P_ROUTER, l)->offset;
+    float *dWr = grads + params_get(pt, P_ROUTER, l)->offset;
+    float *dout = zalloc(D), *dh = zalloc(Im), *dg = zalloc(Im), *du = zalloc(Im), *dlogit = zalloc(E);
+    double *dw = xcalloc((size_t)k, sizeof(double)), *dp = xcalloc((size_t)E, sizeof(double));
+    memset(dxn, 0, (size_t)(S * D) * 4);
+    for (int64_t t = 0; t < S; t++) {
+        const float *x = s->xn2 + t * D;
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t e = s->sel[t * k + j], r = t * k + j;
+            const ParamInfo *pg = params_expert(pt, P_EXP_GATE, l, e), *pu = params_expert(pt, P_EXP_UP, l, e),
+                            *pd = params_expert(pt, P_EXP_DOWN, l, e);
+            double acc = 0;
+            for (int64_t i = 0; i < D; i++) {
+                acc += (double)dy[t * D + i] * s->ey[r * D + i];
+                dout[i] = (float)(s->wsel[t * k + j] * dy[t * D + i]);
+            }
+            dw[j] = acc;
+            memset(dh, 0, (size_t)Im * 4);
+            linear_bwd(dh, grads + pd->offset, dout, s->eh + r * Im, params + pd->offset, 1, Im, D);
+            for (int64_t i = 0; i < Im; i++) {
+                const double g = s->eg[r * Im + i], sg = sigmoid(g);
+                du[i] = (float)(dh[i] * g * sg);
+                dg[i] = (float)(dh[i] * s->eu[r * Im + i] * sg * (1.0 + g * (1.0 - sg)));
+            }
+            linear_bwd(dxn + t * D, grads + pg->offset, dg, x, params + pg->offset, 1, D, Im);
+            linear_bwd(dxn + t * D, grads + pu->offset, du, x, params + pu->offset, 1, D, Im);
+        }
+        /* the weights: w_j = p_j / sum (norm_topk_prob) or p_j, then the softmax */
+        const double *p = s->prob + t * E;
+        double sum = 0, dot = 0;
+        for (int64_t e = 0; e < E; e++) dp[e] = aux_scale * count[e];
+        for (int64_t j = 0; j < k; j++) sum += p[s->sel[t * k + j]], dot += dw[j] * s->wsel[t * k + j];
+        for (int64_t j = 0; j < k; j++) dp[s->sel[t * k + j]] += c->norm_topk ? (dw[j] - dot) / sum : dw[j];
+        double pdp = 0;
+        for (int64_t e = 0; e < E; e++) pdp += p[e] * dp[e];
+        for (int64_t e = 0; e < E; e++) dlogit[e] = (float)(p[e] * (dp[e] - pdp));
+        linear_bwd(dxn + t * D, dWr, dlogit, x, Wr, 1, D, E);
+    }
+    free(dout); free(dh); free(dg); free(du); free(dlogit); free(dw); free(dp);
+}
 
 RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
                                const uint32_t *tokens, const int64_t *pos, int64_t S, int64_t loss_chunk,
@@ -186,12 +306,16 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
         for (int64_t i = 0; i < S * D; i++) s->x_mid[i] += s->x[i];
         s->rstd2 = zalloc(S); s->xn2 = zalloc(S * D);
         rmsnorm(s->xn2, s->rstd2, s->x_mid, W(P_POST_NORM, l), S, D, c->eps);
-        s->g = zalloc(S * I); s->u = zalloc(S * I); s->h = zalloc(S * I);
-        linear(s->g, s->xn2, W(P_GATE, l), S, D, I);
-        linear(s->u, s->xn2, W(P_UP, l), S, D, I);
-        for (int64_t i = 0; i < S * I; i++) s->h[i] = (float)(s->g[i] * sigmoid(s->g[i]) * s->u[i]);
         x = zalloc(S * D);
-        linear(x, s->h, W(P_DOWN, l), S, I, D);
+        if (c->experts) {
+            moe_forward(c, pt, params, l, s, x, S);
+        } else {
+            s->g = zalloc(S * I); s->u = zalloc(S * I); s->h = zalloc(S * I);
+            linear(s->g, s->xn2, W(P_GATE, l), S, D, I);
+            linear(s->u, s->xn2, W(P_UP, l), S, D, I);
+            for (int64_t i = 0; i < S * I; i++) s->h[i] = (float)(s->g[i] * sigmoid(s->g[i]) * s->u[i]);
+            linear(x, s->h, W(P_DOWN, l), S, I, D);
+        }
         for (int64_t i = 0; i < S * D; i++) x[i] += s->x_mid[i];
     }
     float *rstdf = zalloc(S), *hf = zalloc(S * D);
@@ -218,6 +342,15 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
         if (grads) linear_bwd(dhf + c0 * D, G(P_LM_HEAD, 0), lg, hf + c0 * D, W(P_LM_HEAD, 0), n, D, V);
     }
     loss /= S;
+    /* MoE: transformers adds router_aux_loss_coef x the load-balancing loss when output_router_logits */
+    double *count = c->experts ? xcalloc((size_t)c->experts, sizeof(double)) : NULL, aux = 0, aux_scale = 0;
+    if (c->experts) {
+        aux = moe_aux(c, sv, S, count);
+        if (c->aux_loss) {
+            loss += c->aux_coef * aux;
+            aux_scale = c->aux_coef * (double)c->experts / ((double)(L * S) * (double)(L * S));
+        }
+    }
 
     if (grads) {
         /* backward, last layer first; dx holds d(loss)/d(residual stream) */
@@ -229,16 +362,20 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
         for (int64_t l = L - 1; l >= 0; l--) {
             Saved *s = &sv[l];
             /* MLP: x_out = x_mid + down(silu(g) * u); dx is d(x_out) and becomes d(x_mid) */
-            memset(dh, 0, (size_t)(S * I) * 4);
-            linear_bwd(dh, G(P_DOWN, l), dx, s->h, W(P_DOWN, l), S, I, D);
-            for (int64_t i = 0; i < S * I; i++) {
-                double sg = sigmoid(s->g[i]), silu = s->g[i] * sg;
-                du[i] = (float)(dh[i] * silu);
-                dg[i] = (float)(dh[i] * s->u[i] * sg * (1.0 + s->g[i] * (1.0 - sg)));
+            if (c->experts) {
+                moe_backward(c, pt, params, grads, l, s, dx, dxn, S, count, aux_scale);
+            } else {
+                memset(dh, 0, (size_t)(S * I) * 4);
+                linear_bwd(dh, G(P_DOWN, l), dx, s->h, W(P_DOWN, l), S, I, D);
+                for (int64_t i = 0; i < S * I; i++) {
+                    double sg = sigmoid(s->g[i]), silu = s->g[i] * sg;
+                    du[i] = (float)(dh[i] * silu);
+                    dg[i] = (float)(dh[i] * s->u[i] * sg * (1.0 + s->g[i] * (1.0 - sg)));
+                }
+                memset(dxn, 0, (size_t)(S * D) * 4);
+                linear_bwd(dxn, G(P_GATE, l), dg, s->xn2, W(P_GATE, l), S, D, I);
+                linear_bwd(dxn, G(P_UP, l), du, s->xn2, W(P_UP, l), S, D, I);
             }
-            memset(dxn, 0, (size_t)(S * D) * 4);
-            linear_bwd(dxn, G(P_GATE, l), dg, s->xn2, W(P_GATE, l), S, D, I);
-            linear_bwd(dxn, G(P_UP, l), du, s->xn2, W(P_UP, l), S, D, I);
             rmsnorm_bwd(dx, G(P_POST_NORM, l), dxn, s->x_mid, s->rstd2, W(P_POST_NORM, l), S, D);
             /* attention: x_mid = x + o_proj(att); dx is d(x_mid) and becomes d(x) */
             memset(datt, 0, (size_t)(S * Q) * 4);
@@ -270,11 +407,13 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
         free(s->x); free(s->rstd1); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->q_rstd);
         free(s->k_rstd); free(s->qr); free(s->kr); free(s->P); free(s->att); free(s->x_mid); free(s->rstd2);
         free(s->xn2); free(s->g); free(s->u); free(s->h);
+        free(s->prob); free(s->sel); free(s->wsel); free(s->eg); free(s->eu); free(s->eh); free(s->ey);
     }
+    free(count);
     free(sv); free(x); free(rstdf); free(hf); free(lg); free(dhf); free(cos_t); free(sin_t);
 #undef W
 #undef G
-    RefResult r = {loss, S};
+    RefResult r = {loss, S, aux};
     return r;
 }
 

@@ -1,5 +1,6 @@
 /* ref_model.h -- the Qwen3 reference in plain C, fp32 storage with fp64 accumulation: naive
- * causal GQA attention, forward and full backward to every parameter. It defines "correct"
+ * causal GQA attention, dense or MoE MLPs (router, top-k, load-balancing loss), forward and full
+ * backward to every parameter. It defines "correct"
  * for the project: it is checked against transformers' golden files, and the GPU trainers are
  * checked against it. Written to be read, not to be fast. */
 #ifndef LONGCTX_REF_MODEL_H
@@ -13,6 +14,8 @@
 typedef struct {
     double loss;       /* mean next-token NLL over the S predicted tokens */
     int64_t tokens;    /* S */
+    double aux;        /* MoE: transformers' load-balancing loss (added x router_aux_loss_coef when the
+                        * config's output_router_logits is true); 0 when dense */
 } RefResult;
 
 /* tokens[S+1]: inputs tokens[0..S), labels tokens[1..S]. pos[S]: RoPE positions (NULL: 0..S-1).

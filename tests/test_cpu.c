@@ -24,7 +24,7 @@
 #include "ref_model.h"
 #include "test.h"
 
-static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32"};
+static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2"};
 static char tmpdir[256];
 
 /* ------------------------------------------------------------------ golden files */
@@ -52,6 +52,12 @@ static void test_golden(const char *root) {
         double lerr = fabs(r.loss - gl) / fabs(gl);
         /* 1e-5: fp32 storage on both sides, fp64 accumulation here vs fp32 GEMMs in torch */
         EXPECT_LE(lerr, 1e-5, "%s: loss %.7f vs transformers %.7f (rel %.2e)", GOLDEN[k], r.loss, gl, lerr);
+        if (g.c.experts) { /* MoE: the load-balancing loss itself, as transformers computed it */
+            float aux = NAN;
+            const int64_t one[1] = {1};
+            EXPECT(!st_read_f32(&g.gold, "aux_loss", 1, one, &aux, err, sizeof err), "%s: %s", GOLDEN[k], err);
+            EXPECT_LE(fabs(r.aux - aux) / fabs(aux), 1e-5, "%s: aux loss %.7f vs transformers %.7f", GOLDEN[k], r.aux, aux);
+        }
         const int lrd = golden_logits(&g, want, err, sizeof err);
         EXPECT(!lrd, "%s: %s", GOLDEN[k], err);
         double e = lrd ? NAN : rel_err(logits, want, S * V);
@@ -245,9 +251,28 @@ static void test_config(const char *root) {
         EXPECT(r && strstr(err, refuse[i].field), "refuse %s (got: %s)", refuse[i].extra, r ? err : "accepted");
         printf("  config %-48.48s -> %s\n", refuse[i].extra + 1, err);
     }
-    const char *moe = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10}";
-    EXPECT(config_from_json_text(moe, strlen(moe), &c, err, sizeof err) && strstr(err, "MoE"), "qwen3_moe refused: %s", err);
-    printf("  config %-48s -> %s\n", "model_type qwen3_moe", err);
+    /* qwen3_moe: read (the CPU reference runs it), and what it can say that is not implemented refused by name */
+#define MOE_BASE "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":128," \
+                 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64," \
+                 "\"num_local_experts\":8,\"moe_intermediate_size\":48,\"norm_topk_prob\":true," \
+                 "\"output_router_logits\":true,\"router_aux_loss_coef\":0.05"
+    const char *moe = MOE_BASE ",\"num_experts_per_tok\":2}";
+    EXPECT(!config_from_json_text(moe, strlen(moe), &c, err, sizeof err) && c.experts == 8 && c.top_k == 2 &&
+           c.moe_intermediate == 48 && c.norm_topk && c.aux_loss && c.aux_coef == 0.05, "qwen3_moe read: %s", err);
+    const char *moe_bad[][2] = {
+        {MOE_BASE "}", "num_experts_per_tok"},
+        {MOE_BASE ",\"num_experts_per_tok\":2,\"decoder_sparse_step\":2}", "decoder_sparse_step"},
+        {MOE_BASE ",\"num_experts_per_tok\":2,\"mlp_only_layers\":[1]}", "mlp_only_layers"},
+        {MOE_BASE ",\"num_experts_per_tok\":2,\"shared_expert_intermediate_size\":64}", "shared_expert"},
+        {MOE_BASE ",\"num_experts_per_tok\":9}", "num_experts_per_tok 9"},
+        {"{\"model_type\":\"qwen3\",\"num_experts\":8}", "num_experts"},
+    };
+    for (size_t i = 0; i < sizeof moe_bad / sizeof moe_bad[0]; i++) {
+        EXPECT(config_from_json_text(moe_bad[i][0], strlen(moe_bad[i][0]), &c, err, sizeof err) &&
+               strstr(err, moe_bad[i][1]), "MoE config %zu refused naming %s: %s", i, moe_bad[i][1], err);
+        printf("  config MoE %-44s -> %s\n", moe_bad[i][1], err);
+    }
+#undef MOE_BASE
     const char *nohidden = "{\"model_type\":\"qwen3\",\"vocab_size\":10}";
     EXPECT(config_from_json_text(nohidden, strlen(nohidden), &c, err, sizeof err) && strstr(err, "hidden_size"),
            "missing hidden_size refused: %s", err);
