@@ -368,7 +368,7 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 0, err, sizeof err))
         DIE("%s", err);
     M->S = M->o.seq;
     M->attn = (SdpaShape){M->c.heads, M->c.kv_heads, M->S, M->S, M->c.head_dim, 1, 0};

@@ -489,7 +489,7 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 0, err, sizeof err))
         DIE("%s", err);
     if (zigzag_check(M->o.seq, M->P, err, sizeof err)) DIE("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */

@@ -86,6 +86,7 @@
 #include "common/gpu.h"
 #include "common/memplan.h"
 #include "common/model.h"
+#include "common/moe.h"
 #include "common/ranks.h"
 #include "common/sdpa.h"
 #include "common/shard.h"
@@ -328,6 +329,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *kv_g;       /* [2, S, KVg] one group's K then V: one ring message */
     bf16_t *o_g;        /* [S, Qg] one group's O (a copy of its columns of o) */
     bf16_t *d_o_g;      /* [S, Qg] one group's dO; then its dQ */
+    MoeTile moe;        /* MoE: B1 for an MoE model's tile (T rows), and the step's statistics (common/moe.h) */
     /* ---- end stage 5 ---- */
     /* library workspaces */
     void *sdpa_ws;
@@ -377,6 +379,7 @@ typedef struct {
     int64_t groups, hg, kg;         /* head groups; query and K/V heads per group */
     int64_t tile;                   /* MLP rows at a time */
     int64_t b2_bytes;               /* the attention backward's share of the working set (the plan's) */
+    double aux;                     /* MoE: the step's load-balancing loss */
     /* ---- end stage 5 ---- */
 } Model;
 
@@ -451,6 +454,7 @@ static void carve(Model *M) {
     w->loss_sum = arena_take(W, 8, "loss_sum");
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
+    if (c->experts) moe_carve_step(&w->moe, W, c); /* stage 5: MoE */
     const int64_t persistent = arena_mark(W);
     /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
      * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
@@ -490,9 +494,12 @@ static void carve(Model *M) {
     /* B1 (stage 5: one MLP tile) */
     w->xn2 = arena_take(W, BF(R * D), "xn2");
     w->rstd2 = arena_take(W, F32(S), "rstd2");
-    w->g = arena_take(W, BF(R * I), "g");
-    w->u = arena_take(W, BF(R * I), "u");
-    w->h = arena_take(W, BF(R * I), "h");
+    if (c->experts) moe_carve_tile(&w->moe, W, c, R); /* stage 5 */
+    else {
+        w->g = arena_take(W, BF(R * I), "g");
+        w->u = arena_take(W, BF(R * I), "u");
+        w->h = arena_take(W, BF(R * I), "h");
+    }
     w->dxn2 = arena_take(W, BF(R * D), "dxn2");
     arena_release(W, region_b);
     /* B2 */
@@ -539,7 +546,8 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+    /* stage 5: an MoE model too (the 1) */
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 1, err, sizeof err))
         DIE("%s", err);
     /* ---- stage 5: YaRN past the original context, unless the config or --yarn-factor says otherwise ---- */
     const int64_t orig = o->yarn_original > 0 ? o->yarn_original
@@ -590,7 +598,10 @@ static int64_t init_weights(Model *M) {
 /* --mlp-tile 0: as many rows as the attention backward's memory holds (at least 4096), so the MLP's
  * tiles add nothing to the peak; never [tile, I] above 2^31 elements (the kernels' int32 risk) */
 static void choose_tile(Model *M) {
-    const int64_t S = M->S, D = M->c.hidden, I = M->c.intermediate, most = (1ll << 31) / I;
+    const Qwen3Config *c = &M->c;
+    const int64_t S = M->S, D = c->hidden, E = c->experts, k = c->top_k,
+                  I = E ? k * c->moe_intermediate : c->intermediate, most = (1ll << 31) / (E ? k * D : I),
+                  row = E ? moe_tile_row_bytes(c) : BF(3 * I); /* bytes per row */
     if (M->o.mlp_tile) {
         if (M->o.mlp_tile > most) DIE("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements (at most %lld rows)",
                                       (long long)M->o.mlp_tile, (long long)I, (long long)most);
@@ -599,7 +610,7 @@ static void choose_tile(Model *M) {
     }
     M->tile = 1;
     plan_memory(M); /* measures the attention backward's region */
-    int64_t t = M->b2_bytes / (BF(3 * I) + BF(2 * D));
+    int64_t t = M->b2_bytes / (row + BF(2 * D));
     t = t < 4096 ? 4096 : t / 256 * 256;
     t = t < most ? t : most;
     M->tile = t < S ? t : S;
@@ -659,7 +670,7 @@ static void setup_rope(Model *M) {
 /* The unit holding a tensor (0 embedding, 1 + l layer l, last the tail) and its buffers: gathered
  * bf16 weights and full fp32 gradients. Layers alternate between two buffers (slots 0, 1). */
 static int64_t unit_of(const Model *M, ParamKind k, int64_t l) {
-    if (k >= P_IN_NORM && k <= P_DOWN) return 1 + l;
+    if (params_in_layer(k)) return 1 + l; /* stage 5: an MoE layer's router and experts too */
     if (k == P_EMBED || (k == P_LM_HEAD && M->c.tied)) return 0;
     return M->p.shards.nunits - 1;
 }
@@ -934,15 +945,32 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
 
+/* ---- stage 5: MoE (common/moe.c) ---- */
+static MoeWeights moe_weights(const Model *M, int64_t l) {
+    return (MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)};
+}
+static MoeGrads moe_grads(const Model *M, int64_t l) {
+    return (MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)};
+}
+/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
+static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
+/* ---- end stage 5 ---- */
+
 /* ---- stage 5: MLP tiles ---- */
-/* rows [t0, t0+n) of x_mid -> the tile's xn2, g, u and h (and rstd2 at those rows) */
-static void mlp_tile_forward(Model *M, int64_t l, int64_t t0, int64_t n) {
+/* rows [t0, t0+n) of x_mid -> the tile's xn2, g, u and h (and rstd2 at those rows); an MoE model's
+ * routed experts instead (fwd: the forward pass, which counts the choices) */
+static void mlp_tile_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_ELEM);
     rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
+    if (c->experts) {
+        const MoeWeights mw = moe_weights(M, l);
+        moe_forward(&M->gemm, &w->moe, c, &mw, w->xn2, n, fwd, st);
+        return;
+    }
     mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
     linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
@@ -961,7 +989,11 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     cudaStream_t st = M->gpu.stream;
     for (int64_t t0 = 0; t0 < M->S; t0 += M->tile) { /* stage 5 */
         const int64_t n = tile_rows(M, t0);
-        mlp_tile_forward(M, l, t0, n);
+        mlp_tile_forward(M, l, t0, n, 1);
+        if (c->experts) { /* MoE: the experts' outputs, weighted, join the residual */
+            moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st);
+            continue;
+        }
         mark(st, K_GEMM);
         linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
     }
@@ -1030,18 +1062,23 @@ static void mlp_backward(Model *M, int64_t l) {
     for (int64_t t0 = 0; t0 < M->S; t0 += M->tile) {
         const int64_t n = tile_rows(M, t0);
         bf16_t *dx = w->dx + t0 * D;
-        mlp_tile_forward(M, l, t0, n);
-        /* dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
-        mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
-        linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
-        mark(st, K_ELEM);
-        swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
-        mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
-        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
-        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
-        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
+        mlp_tile_forward(M, l, t0, n, 0);
+        if (c->experts) {
+            const MoeWeights mw = moe_weights(M, l);
+            const MoeGrads mg = moe_grads(M, l);
+            moe_backward(gm, &w->moe, c, &mw, &mg, w->xn2, dx, w->dxn2, n, st);
+        } else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+            mark(st, K_GEMM);
+            linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
+            linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
+            mark(st, K_ELEM);
+            swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
+            mark(st, K_GEMM);
+            linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
+            linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
+            linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
+            linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
+        }
         mark(st, K_ELEM);
         rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D,
                     st);
@@ -1263,7 +1300,9 @@ static void train(Model *M, const MemPlan *mp) {
         mark(st, K_OPTIM);
         zero_grads(M, 0); /* stage 2: layer gradients are zeroed per layer, shards overwritten */
         zero_grads(M, M->p.shards.nunits - 1);
+        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* stage 5: MoE's load-balancing statistics */
         forward(M);
+        if (M->c.experts) M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->o.seq), M->comm, st);
         loss_and_head_backward(M);
         backward(M);
         comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
@@ -1272,7 +1311,7 @@ static void train(Model *M, const MemPlan *mp) {
             double ls;
             gpu_download(&ls, M->w.loss_sum, 8, st);
             StateIO io = state_io(M);
-            state_dump(&io, M->o.dump_grads, ls / (double)tokens);
+            state_dump(&io, M->o.dump_grads, ls / (double)tokens + aux_term(M)); /* stage 5: + MoE's aux loss */
         }
         update(M, step, lr);
         mark(st, K_END);
@@ -1282,7 +1321,7 @@ static void train(Model *M, const MemPlan *mp) {
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
         float ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)tokens, sec = ms / 1e3;
+        const double loss = loss_sum / (double)tokens + aux_term(M), sec = ms / 1e3; /* stage 5: + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         if (M->progress) printf("\r\033[K"); /* stage 4: the progress line gives way to the step line */
         step_report(&(StepLog){.stage = 5, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,

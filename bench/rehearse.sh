@@ -40,5 +40,7 @@ s5_32b_2m) run stage5 s5_32b_2m 1 --gpus 8 --rehearse 0 --seq 2M --model 32B --k
 s5_06b_4m) run stage5 s5_06b_4m 1 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn 0 --gpu-gib 40 --data "$O/rand.tok" ;;
 s5_06b_4m_2) run stage5 s5_06b_4m 2 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn 0 --gpu-gib 40 --data "$O/rand.tok" ;;
 s5_8b_4m) run stage5 s5_8b_4m 1 --gpus 8 --rehearse 0 --seq 4M --model 8B --keep-attn 0 --gpu-gib 80 --data "$O/rand.tok" ;;
+s5_moe) two stage5 s5_moe 1 2 $J8 --model 30B-A3B --keep-attn 0 --gpu-gib 80 ;;
+s5_moe_keep) two stage5 s5_moe_keep 1 2 $J8 --model 30B-A3B --keep-attn --gpu-gib 80 ;;
 *) echo "unknown case $c" ;;
 esac; done

@@ -256,11 +256,11 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
 }
 
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
-                   int64_t yarn_original, char *err, size_t errlen) {
+                   int64_t yarn_original, int allow_moe, char *err, size_t errlen) {
     if (config_load(resume ? resume : model, c, err, errlen)) return -1;
-    if (c->experts) {
-        snprintf(err, errlen, "%s is a mixture of experts (MoE: %lld experts, top-%lld): common/ and the CPU reference "
-                 "read it, no trainer runs it yet", model, (long long)c->experts, (long long)c->top_k);
+    if (c->experts && !allow_moe) {
+        snprintf(err, errlen, "%s is a mixture of experts (MoE: %lld experts, top-%lld): stage 5 trains it, this stage "
+                 "does not", model, (long long)c->experts, (long long)c->top_k);
         return -1;
     }
     if (layers > 0) {
@@ -304,8 +304,16 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
                  c->yarn_beta_slow, c->yarn_truncate ? "" : ", \"truncate\": false");
     else
         snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %.17g}", c->rope_theta);
+    char moe[512] = "";
+    if (c->experts) /* Qwen3MoeConfig's fields */
+        snprintf(moe, sizeof moe,
+                 "  \"num_experts\": %lld,\n  \"num_experts_per_tok\": %lld,\n  \"moe_intermediate_size\": %lld,\n"
+                 "  \"norm_topk_prob\": %s,\n  \"output_router_logits\": %s,\n  \"router_aux_loss_coef\": %.17g,\n"
+                 "  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n",
+                 (long long)c->experts, (long long)c->top_k, (long long)c->moe_intermediate,
+                 c->norm_topk ? "true" : "false", c->aux_loss ? "true" : "false", c->aux_coef);
     fprintf(f,
-            "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
+            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n%s"
             "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
             "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n  \"num_key_value_heads\": %lld,\n"
             "  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %lld,\n"
@@ -313,6 +321,7 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
             "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n  \"rope_theta\": %.17g,\n"
             "  \"rope_scaling\": %s,\n  \"rope_parameters\": %s,\n  \"bos_token_id\": %s,\n"
             "  \"eos_token_id\": %s,\n  \"torch_dtype\": \"%s\",\n  \"use_cache\": true\n}\n",
+            c->experts ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM", c->experts ? "qwen3_moe" : "qwen3", moe,
             (long long)c->vocab, (long long)c->hidden, (long long)c->intermediate, (long long)c->layers,
             (long long)c->heads, (long long)c->kv_heads, (long long)c->head_dim, (long long)c->max_position, c->eps,
             c->init_std, c->tied ? "true" : "false", c->rope_theta, c->yarn ? rope : "null", rope,
@@ -321,14 +330,20 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
 }
 
 /* ---------------------------------------------------------------- counts */
+/* an MoE layer's MLP: the router and the top_k experts a token uses (active), or all experts (held) */
+static int64_t mlp_params(const Qwen3Config *c, int64_t experts) {
+    if (!c->experts) return 3 * c->hidden * c->intermediate;
+    return c->hidden * c->experts + experts * 3 * c->hidden * c->moe_intermediate;
+}
 int64_t config_matmul_params(const Qwen3Config *c) {
     int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
-    int64_t per_layer = c->hidden * q * 2 + c->hidden * kv * 2 + 3 * c->hidden * c->intermediate;
+    int64_t per_layer = c->hidden * q * 2 + c->hidden * kv * 2 + mlp_params(c, c->top_k);
     return c->layers * per_layer + c->hidden * c->vocab;
 }
 int64_t config_total_params(const Qwen3Config *c) {
     int64_t norms = c->layers * (2 * c->hidden + 2 * c->head_dim) + c->hidden;
-    return config_matmul_params(c) - c->hidden * c->vocab + c->vocab * c->hidden * (c->tied ? 1 : 2) + norms;
+    return config_matmul_params(c) - c->hidden * c->vocab + c->vocab * c->hidden * (c->tied ? 1 : 2) + norms +
+           c->layers * (mlp_params(c, c->experts) - mlp_params(c, c->top_k));
 }
 double config_step_flops(const Qwen3Config *c, int64_t T) {
     double linear = 2.0 * (double)T * (double)config_matmul_params(c);
@@ -342,6 +357,9 @@ void config_print(const Qwen3Config *c) {
            c->name, (long long)c->layers, (long long)c->hidden, (long long)c->intermediate, (long long)c->heads,
            (long long)c->kv_heads, (long long)c->head_dim, (long long)c->vocab, c->tied ? "tied" : "untied",
            (double)config_total_params(c) / 1e9);
+    if (c->experts)
+        printf(", MoE: %lld experts of %lld, top-%lld%s", (long long)c->experts, (long long)c->moe_intermediate,
+               (long long)c->top_k, c->aux_loss ? ", load-balancing loss" : "");
     if (c->yarn) printf(", YaRN x%g from %lld", c->yarn_factor, (long long)c->yarn_original_max);
     printf("\n");
 }

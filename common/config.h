@@ -49,7 +49,7 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen);
  * first layers, --yarn-factor (> 0) sets YaRN; refuses what the kernels cannot run (head_dim not a
  * multiple of 64, hidden not a multiple of 8). */
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
-                   int64_t yarn_original, char *err, size_t errlen);
+                   int64_t yarn_original, int allow_moe, char *err, size_t errlen);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */
 int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype);
 /* Apply YaRN from the command line (factor, original max positions); factor <= 1 disables. */

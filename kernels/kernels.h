@@ -89,6 +89,32 @@ void lse_merge(void *o, int o_f32, float *lse, const bf16_t *o_b, const float *l
 void add_bf16_into(void *acc, int acc_f32, const bf16_t *x, int64_t n, cudaStream_t st);
 void fill_f32(float *p, float v, int64_t n, cudaStream_t st);
 
+/* Mixture of experts (moe.cu). T tokens, E experts, k choices each, n = T*k (token, choice) pairs.
+ * route: prob[T,E] = softmax(logits[T,E]); sel[T,k] the k largest (ties to the lower index),
+ * w[T,k] their probabilities, divided by their sum when norm. */
+void moe_route(const float *logits, float *prob, int32_t *sel, float *w, int64_t T, int64_t E, int64_t k, int norm,
+               cudaStream_t st);
+/* count[E] pairs per expert, offsets[E+1] their prefix sums, pos[n] each pair's row when the pairs are
+ * sorted by expert (stable: in pair order within an expert) */
+void moe_sort(const int32_t *sel, int64_t n, int64_t E, int32_t *count, int32_t *offsets, int32_t *pos, cudaStream_t st);
+/* xs[pos[i], :] = x[i / k, :] */
+void moe_gather(bf16_t *xs, const bf16_t *x, const int32_t *pos, int64_t T, int64_t k, int64_t D, cudaStream_t st);
+/* out[t] = resid[t] + sum_j w[t,j] ys[pos[t,j]]  (out may be resid) */
+void moe_combine(bf16_t *out, const bf16_t *resid, const bf16_t *ys, const int32_t *pos, const float *w, int64_t T,
+                 int64_t k, int64_t D, cudaStream_t st);
+/* dw[t,j] = <dy[t], ys[pos[t,j]]>, then in place ys[pos[t,j]] <- w[t,j] dy[t] */
+void moe_combine_bwd(bf16_t *ys_to_dys, float *dw, const bf16_t *dy, const int32_t *pos, const float *w, int64_t T,
+                     int64_t k, int64_t D, cudaStream_t st);
+/* dx[t] = sum_j dxs[pos[t,j]] (overwrites) */
+void moe_scatter_bwd(bf16_t *dx, const bf16_t *dxs, const int32_t *pos, int64_t T, int64_t k, int64_t D, cudaStream_t st);
+/* dlogits[T,E] from dw[T,k] through the renormalisation and softmax; aux_grad[E] (or NULL) is added
+ * to every d(prob[t,e]) (the load-balancing loss) */
+void moe_router_bwd(bf16_t *dlogits, const float *prob, const int32_t *sel, const float *w, const float *dw,
+                    const float *aux_grad, int64_t T, int64_t E, int64_t k, int norm, cudaStream_t st);
+/* choices[e] += count[e]; psum[e] += sum over the T rows of prob[:, e] */
+void moe_stats(double *choices, double *psum, const int32_t *count, const float *prob, int64_t T, int64_t E,
+               cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

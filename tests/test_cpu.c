@@ -298,6 +298,19 @@ static void test_config(const char *root) {
                back.yarn == c.yarn && back.yarn_factor == c.yarn_factor && back.hidden == c.hidden &&
                back.head_dim == c.head_dim && back.tied == c.tied && back.rope_theta == c.rope_theta,
            "config.json write/read round trip: %s", err);
+    /* the MoE golden config and the 30B-A3B size (30.5B parameters, 3.3B active per token: the layers' 2.73B,
+     * lm_head's and the embedding's 0.31B each) */
+    snprintf(dir, sizeof dir, "%s/%s", root, GOLDEN[3]);
+    EXPECT(!config_load(dir, &c, err, sizeof err) && c.experts == 8 && c.top_k == 2 && c.moe_intermediate == 48 &&
+           c.norm_topk && c.aux_loss && c.aux_coef == 0.05, "golden MoE config: %s", err);
+    EXPECT(!config_write_json(&c, path, "bfloat16") && !config_from_file(path, &back, err, sizeof err) &&
+               back.experts == c.experts && back.top_k == c.top_k && back.moe_intermediate == c.moe_intermediate &&
+               back.norm_topk == c.norm_topk && back.aux_loss == c.aux_loss && back.aux_coef == c.aux_coef,
+           "MoE config.json write/read round trip: %s", err);
+    EXPECT(!config_from_name("30B-A3B", &c) && fabs((double)config_total_params(&c) / 1e9 - 30.532) < 0.005 &&
+           fabs((double)(config_matmul_params(&c) + c.hidden * c.vocab) / 1e9 - 3.35) < 0.005,
+           "30B-A3B: %.3fB params (published 30.5B), %.3fB active with the embedding (published 3.3B)",
+           (double)config_total_params(&c) / 1e9, (double)(config_matmul_params(&c) + c.hidden * c.vocab) / 1e9);
 }
 
 /* ------------------------------------------------------------------ RoPE / YaRN */

@@ -1,0 +1,132 @@
+/* moe.c -- the Qwen3 MoE block on the GPU: routing, the experts' GEMMs over contiguous rows, the
+ * backward, the load-balancing loss (moe.h). */
+#include "moe.h"
+
+#include <stdlib.h>
+
+#include "check.h"
+#include "gpu.h"
+#include "train.h"
+
+#define BF(n) ((int64_t)(n) * 2)
+#define F32(n) ((int64_t)(n) * 4)
+
+void moe_carve_tile(MoeTile *m, Arena *a, const Qwen3Config *c, int64_t T) {
+    const int64_t E = c->experts, k = c->top_k, n = T * k, D = c->hidden, Im = c->moe_intermediate;
+    m->logits = arena_take(a, F32(T * E), "router logits");
+    m->prob = arena_take(a, F32(T * E), "router probabilities");
+    m->sel = arena_take(a, 4 * T * k, "chosen experts");
+    m->w = arena_take(a, F32(T * k), "expert weights");
+    m->dw = arena_take(a, F32(T * k), "expert weight grads");
+    m->count = arena_take(a, 4 * E, "expert counts");
+    m->offsets = arena_take(a, 4 * (E + 1), "expert offsets");
+    m->pair_row = arena_take(a, 4 * n, "pair rows");
+    m->xs = arena_take(a, BF(n * D), "expert inputs");
+    m->ys = arena_take(a, BF(n * D), "expert outputs");
+    m->g = arena_take(a, BF(n * Im), "expert gate");
+    m->u = arena_take(a, BF(n * Im), "expert up");
+    m->h = arena_take(a, BF(n * Im), "expert h");
+    m->dlogits = arena_take(a, BF(T * E), "router logit grads");
+}
+
+void moe_carve_step(MoeTile *m, Arena *a, const Qwen3Config *c) {
+    m->choices = arena_take(a, 8 * c->experts, "expert choices");
+    m->psum = arena_take(a, 8 * c->experts, "expert probabilities");
+    m->aux_grad = arena_take(a, F32(c->experts), "load-balancing gradient");
+}
+
+int64_t moe_tile_row_bytes(const Qwen3Config *c) {
+    const int64_t E = c->experts, k = c->top_k;
+    return F32(2 * E) + BF(E) + 16 * k + BF(2 * k * c->hidden) + BF(3 * k * c->moe_intermediate);
+}
+
+void moe_step_begin(MoeTile *m, const Qwen3Config *c, cudaStream_t st) {
+    CUDA_CHECK(cudaMemsetAsync(m->choices, 0, (size_t)(8 * c->experts), st));
+    CUDA_CHECK(cudaMemsetAsync(m->psum, 0, (size_t)(8 * c->experts), st));
+    if (!m->rows) CUDA_CHECK(cudaMallocHost((void **)&m->rows, (size_t)(4 * (c->experts + 1))));
+}
+
+void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
+                 int stats, cudaStream_t st) {
+    const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
+    mark(st, K_GEMM);
+    linear_fwd(gm, m->logits, 1, xn, W->router, T, D, E, 0.f, st);
+    mark(st, K_ELEM);
+    moe_route(m->logits, m->prob, m->sel, m->w, T, E, k, c->norm_topk, st);
+    moe_sort(m->sel, T * k, E, m->count, m->offsets, m->pair_row, st);
+    if (stats) moe_stats(m->choices, m->psum, m->count, m->prob, T, E, st);
+    moe_gather(m->xs, xn, m->pair_row, T, k, D, st);
+    gpu_download(m->rows, m->offsets, 4 * (E + 1), st); /* the GEMMs' sizes */
+    const int32_t *r = m->rows;
+    mark(st, K_GEMM);
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t rows = r[e + 1] - r[e];
+        if (!rows) continue;
+        linear_fwd(gm, m->g + r[e] * Im, 0, m->xs + r[e] * D, W->gate + e * Im * D, rows, D, Im, 0.f, st);
+        linear_fwd(gm, m->u + r[e] * Im, 0, m->xs + r[e] * D, W->up + e * Im * D, rows, D, Im, 0.f, st);
+    }
+    mark(st, K_ELEM);
+    swiglu_fwd(m->h, m->g, m->u, T * k * Im, st);
+    mark(st, K_GEMM);
+    for (int64_t e = 0; e < E; e++)
+        if (r[e + 1] > r[e])
+            linear_fwd(gm, m->ys + r[e] * D, 0, m->h + r[e] * Im, W->down + e * D * Im, r[e + 1] - r[e], Im, D, 0.f, st);
+}
+
+void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *resid, int64_t T, cudaStream_t st) {
+    mark(st, K_ELEM);
+    moe_combine(out, resid, m->ys, m->pair_row, m->w, T, c->top_k, c->hidden, st);
+}
+
+void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
+                  const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st) {
+    const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
+    const int32_t *r = m->rows; /* moe_forward of this tile set them */
+    mark(st, K_ELEM);
+    moe_combine_bwd(m->ys, m->dw, dy, m->pair_row, m->w, T, k, D, st); /* ys <- d(ys) */
+    mark(st, K_GEMM);
+    for (int64_t e = 0; e < E; e++) { /* down: dW += d(ys)^T h, then h <- dh */
+        const int64_t rows = r[e + 1] - r[e];
+        if (!rows) continue;
+        linear_dw(gm, G->down + e * D * Im, m->ys + r[e] * D, m->h + r[e] * Im, rows, Im, D, st);
+        linear_dx(gm, m->h + r[e] * Im, m->ys + r[e] * D, W->down + e * D * Im, rows, Im, D, 0.f, st);
+    }
+    mark(st, K_ELEM);
+    swiglu_bwd(m->g, m->u, m->h, T * k * Im, st); /* g <- dg, u <- du */
+    mark(st, K_GEMM);
+    for (int64_t e = 0; e < E; e++) { /* gate and up: dW += d^T xs, then ys <- d(xs) */
+        const int64_t rows = r[e + 1] - r[e];
+        if (!rows) continue;
+        linear_dw(gm, G->gate + e * Im * D, m->g + r[e] * Im, m->xs + r[e] * D, rows, D, Im, st);
+        linear_dw(gm, G->up + e * Im * D, m->u + r[e] * Im, m->xs + r[e] * D, rows, D, Im, st);
+        linear_dx(gm, m->ys + r[e] * D, m->g + r[e] * Im, W->gate + e * Im * D, rows, D, Im, 0.f, st);
+        linear_dx(gm, m->ys + r[e] * D, m->u + r[e] * Im, W->up + e * Im * D, rows, D, Im, 1.f, st);
+    }
+    mark(st, K_ELEM);
+    moe_scatter_bwd(dxn, m->ys, m->pair_row, T, k, D, st);
+    moe_router_bwd(m->dlogits, m->prob, m->sel, m->w, m->dw, c->aux_loss ? m->aux_grad : NULL, T, E, k, c->norm_topk,
+                   st);
+    mark(st, K_GEMM);
+    linear_dw(gm, G->router, m->dlogits, xn, T, D, E, st);
+    linear_dx(gm, dxn, m->dlogits, W->router, T, D, E, 1.f, st);
+}
+
+/* transformers' load_balancing_loss_func over the concatenated router outputs of every layer:
+ * aux = E sum_e (choices_e / N)(sum of prob_e / N); d(aux)/d(prob[t, e]) = E choices_e / N^2 */
+double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, Comm *comm, cudaStream_t st) {
+    const int64_t E = c->experts;
+    comm_all_reduce_f64(comm, m->choices, E, st);
+    comm_all_reduce_f64(comm, m->psum, E, st);
+    double *ch = xmalloc((size_t)(16 * E)), *ps = ch + E, aux = 0;
+    float *grad = xmalloc((size_t)F32(E));
+    gpu_download(ch, m->choices, 8 * E, st);
+    gpu_download(ps, m->psum, 8 * E, st);
+    for (int64_t e = 0; e < E; e++) {
+        aux += (double)E * (ch[e] / N) * (ps[e] / N);
+        grad[e] = (float)(c->aux_coef * (double)E * ch[e] / (N * N));
+    }
+    gpu_upload(m->aux_grad, grad, F32(E), st);
+    free(ch);
+    free(grad);
+    return aux;
+}

@@ -1,0 +1,63 @@
+/* moe.h -- the Qwen3 MoE block on the GPU (transformers' Qwen3MoeSparseMoeBlock): a router over E
+ * experts, each token's top-k experts (weights renormalised with norm_topk_prob), each expert a
+ * SwiGLU of width moe_intermediate, their outputs weighted and summed; transformers' load-balancing
+ * loss over every layer's router outputs. Per tile of T rows (n = T*k (token, choice) pairs): route,
+ * sort the pairs by expert (stable), gather each expert's rows together, one GEMM per expert and
+ * projection over its contiguous rows; backward through the experts, the weights, the
+ * renormalisation, the softmax and the router. Kernels in kernels/moe.cu. */
+#ifndef LONGCTX_MOE_H
+#define LONGCTX_MOE_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "config.h"
+#include "gemm.h"
+#include "tensor.h"
+
+typedef struct {
+    /* one tile (T rows) */
+    float *logits;      /* [T, E] router logits (fp32) */
+    float *prob;        /* [T, E] their softmax */
+    int32_t *sel;       /* [T, k] the chosen experts */
+    float *w;           /* [T, k] their weights */
+    float *dw;          /* [T, k] d(loss)/d(weights) */
+    int32_t *count;     /* [E] pairs per expert */
+    int32_t *offsets;   /* [E+1] the experts' first rows in the sorted order */
+    int32_t *pair_row;  /* [n] each pair's row in the sorted order */
+    bf16_t *xs, *ys;    /* [n, D] the experts' inputs and outputs; backward: d(ys), then d(xs) */
+    bf16_t *g, *u, *h;  /* [n, Im] gate, up, silu(g)*u; backward: dg, du, dh */
+    bf16_t *dlogits;    /* [T, E] d(loss)/d(router logits) */
+    /* the step (persistent) */
+    double *choices;    /* [E] choices of each expert, every layer and tile of the step */
+    double *psum;       /* [E] sum of its probabilities over the same */
+    float *aux_grad;    /* [E] the load-balancing loss's d(loss)/d(prob[t, e]) */
+    int32_t *rows;      /* [E+1] host: the current tile's offsets (the experts' GEMM sizes) */
+} MoeTile;
+
+/* one layer's weights (or fp32 gradients): the router [E, D]; expert 0's gate and up [Im, D] and
+ * down [D, Im], the others following it (expert e at + e * Im * D) */
+typedef struct { const bf16_t *router, *gate, *up, *down; } MoeWeights;
+typedef struct { float *router, *gate, *up, *down; } MoeGrads;
+
+/* carve a tile's buffers of T rows / the step's statistics from an arena (a NULL base only measures) */
+void moe_carve_tile(MoeTile *m, Arena *a, const Qwen3Config *c, int64_t T);
+void moe_carve_step(MoeTile *m, Arena *a, const Qwen3Config *c);
+/* bytes a tile needs per row */
+int64_t moe_tile_row_bytes(const Qwen3Config *c);
+
+/* the step's statistics start at zero */
+void moe_step_begin(MoeTile *m, const Qwen3Config *c, cudaStream_t st);
+/* xn [T, D] -> the experts' outputs in m->ys (stats: count the choices, on the forward pass) */
+void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
+                 int stats, cudaStream_t st);
+/* out[T, D] = resid + the weighted sum of each token's experts' outputs */
+void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *resid, int64_t T, cudaStream_t st);
+/* after moe_forward of the same tile: dy [T, D] -> d(xn) into dxn (overwritten); gradients added to G */
+void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
+                  const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st);
+/* after the forward of every layer: the statistics summed over the ranks, the load-balancing loss
+ * over N = layers x tokens router rows (returned) and its gradient for the backward */
+double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, Comm *comm, cudaStream_t st);
+
+#endif
