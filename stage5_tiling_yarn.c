@@ -1302,7 +1302,8 @@ static void train(Model *M, const MemPlan *mp) {
         zero_grads(M, M->p.shards.nunits - 1);
         if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* stage 5: MoE's load-balancing statistics */
         forward(M);
-        if (M->c.experts) M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->o.seq), M->comm, st);
+        if (M->c.experts) /* its gradient x P: the reduce-scatter averages the ranks' shares */
+            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->o.seq), M->P, M->comm, st);
         loss_and_head_backward(M);
         backward(M);
         comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */

@@ -7,8 +7,8 @@ set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-bench_out}; mkdir -p "$O"
 echo "== ./stage5 --model 30B-A3B --layers 4 --seq 32768 --offload none"
-timeout 240 ./stage5 --model 30B-A3B --layers 4 --seq 32768 --steps 3 --offload none --log "$O/moe_stage5.jsonl" \
+timeout 240 ./stage5 --model 30B-A3B --layers 4 --seq 32768 --steps 3 --offload none --profile --log "$O/moe_stage5.jsonl" \
     > "$O/moe_stage5.txt" 2>&1 || echo "   (exit $?)"
-grep -E "^step|error|total \(peak\)|model 30B" "$O/moe_stage5.txt" | tail -5
+grep -E "^step|error|total \(peak\)|model 30B|profile:" "$O/moe_stage5.txt" | tail -9
 echo "== python3 bench/peer_moe.py --layers 4 --seq 32768 --steps 2"
 timeout 300 python3 bench/peer_moe.py --layers 4 --seq 32768 --steps 2 2>&1 | grep -v Warning | tee "$O/moe_peer.txt" | tail -3

@@ -15,7 +15,7 @@
 #include "train.h"
 
 #define MAX_LOCAL 16
-#define LOCAL_SCRATCH 64 /* doubles per rank for all-reduce */
+#define LOCAL_SCRATCH 1024 /* doubles per rank for all-reduce (MoE statistics: one per expert) */
 #define PENDING 1024     /* NCCL collectives in flight that a rank's watchdog follows */
 
 const char *COLL_NAMES[C_KINDS] = {"all-gather", "reduce-scatter", "all-reduce", "send/recv"};

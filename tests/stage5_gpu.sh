@@ -64,6 +64,20 @@ for g in tests/golden/moe*/; do
     done
 done
 
+echo "== MoE: saved as a qwen3_moe directory (per-expert tensors), loaded by transformers, the same loss"
+g=tests/golden/moe_e8_k2
+./build/check_stage random 256 20000 7 "$tmp/rand256.tok"
+R="--local-ranks 2 --model $g --data $tmp/rand256.tok --seq 400 --lr 1e-3 --warmup 2"
+./stage5 $R --steps 3 --log "$tmp/m.jsonl" > "$tmp/m1.log" 2>&1
+ok "stage5 MoE 3 steps run" "[ $? -eq 0 ]" || tail -5 "$tmp/m1.log"
+./stage5 $R --steps 2 --save "$tmp/mck" > "$tmp/m2.log" 2>&1
+ok "stage5 MoE saves" "[ $? -eq 0 ] && grep -q qwen3_moe $tmp/mck/config.json" || tail -5 "$tmp/m2.log"
+if python3 -c 'import transformers' 2>/dev/null; then
+    want=$(grep '"step":3,' "$tmp/m.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+    python3 tests/hf_check.py "$tmp/mck" "$tmp/rand256.tok" 400 2 "$want" 2>&1 | grep -v Loading | tee "$tmp/h.txt"
+    count "$tmp/h.txt" "transformers' loss of the saved MoE model"
+fi
+
 echo "== stage 5 against stage 4: 2 layers of Qwen3-0.6B at 16K tokens (MLP tiles of 3000 rows, 8 head groups)"
 for P in 1 2; do
     A="--local-ranks $P --model 0.6B --layers 2 --seq 16384 --steps 1 $HP"
