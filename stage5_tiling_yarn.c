@@ -106,6 +106,9 @@
 /* Qwen3's pretraining context: the model cards extend it with YaRN from 32768 positions
  * (max_position_embeddings says 40960) */
 #define QWEN3_ORIGINAL_CONTEXT 32768
+#define QWEN3_CONTEXT 40960
+/* --keep-attn not given: as many layers as the host holds when O is offloaded, else none */
+#define KEEP_AUTO (-2)
 /* ---- end stage 5 ---- */
 
 static const char *SUMMARY =
@@ -159,7 +162,7 @@ static Opts parse_opts(int argc, char **argv) {
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234,
               .ranks = {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}},
-              .merge = "fp32", .offload = "all", .keep_attn = -1 /* stage 5: every lever on */};
+              .merge = "fp32", .offload = "all", .keep_attn = KEEP_AUTO /* stage 5: every lever on */};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
@@ -175,7 +178,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon"},
         {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)"},
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time"},
-        {"--keep-attn", OPT_OPTINT, &o.keep_attn, "keep attention O and LSE of N layers (default or alone: as many as fit): no attention recompute"},
+        {"--keep-attn", OPT_OPTINT, &o.keep_attn, "keep attention O and LSE of N layers (alone: as many as fit; default: as many as the host holds when O is offloaded, else 0): no attention recompute"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)"},
         {"--seed", OPT_INT, &o.seed, "random init seed"},
         {"--save", OPT_STRING, &o.save, "write an HF model directory + trainer state here at the end"},
@@ -546,13 +549,18 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    /* stage 5: an MoE model too (the 1) */
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 1, err, sizeof err))
-        DIE("%s", err);
-    /* ---- stage 5: YaRN past the original context, unless the config or --yarn-factor says otherwise ---- */
-    const int64_t orig = o->yarn_original > 0 ? o->yarn_original
-                         : M->c.max_position < QWEN3_ORIGINAL_CONTEXT ? M->c.max_position : QWEN3_ORIGINAL_CONTEXT;
-    if (o->yarn_factor == 0 && !M->c.yarn && o->seq > orig) config_set_yarn(&M->c, (double)o->seq / (double)orig, orig);
+    /* stage 5: an MoE model too (the 1); YaRN applied below */
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, 1, err, sizeof err)) DIE("%s", err);
+    /* ---- stage 5: YaRN past the original context, unless the config or --yarn-factor says otherwise.
+     * The original context: --yarn-original, or the config's YaRN's, or 32768 for Qwen3's 40960
+     * (its cards extend from there), or max_position_embeddings of a model trained longer ---- */
+    const int64_t mp = M->c.max_position,
+                  orig = o->yarn_original > 0 ? o->yarn_original
+                         : M->c.yarn ? M->c.yarn_original_max
+                         : mp <= QWEN3_CONTEXT ? (mp < QWEN3_ORIGINAL_CONTEXT ? mp : QWEN3_ORIGINAL_CONTEXT) : mp;
+    if (o->yarn_factor > 0) config_set_yarn(&M->c, o->yarn_factor, orig);
+    else if (!M->c.yarn && o->seq > orig) config_set_yarn(&M->c, (double)o->seq / (double)orig, orig);
+    else if (M->c.yarn && o->yarn_original > 0) config_set_yarn(&M->c, M->c.yarn_factor, orig);
     /* ---- end stage 5 ---- */
     if (zigzag_check(M->o.seq, M->P, err, sizeof err)) DIE("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
@@ -600,7 +608,7 @@ static int64_t init_weights(Model *M) {
 static void choose_tile(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, E = c->experts, k = c->top_k,
-                  I = E ? k * c->moe_intermediate : c->intermediate, most = (1ll << 31) / (E ? k * D : I),
+                  I = E ? k * c->moe_intermediate : c->intermediate, most = ((1ll << 31) - 1) / (E ? k * D : I),
                   row = E ? moe_tile_row_bytes(c) : BF(3 * I); /* bytes per row */
     if (M->o.mlp_tile) {
         if (M->o.mlp_tile > most) DIE("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements (at most %lld rows)",
@@ -639,6 +647,7 @@ static double host_budget(const Model *M) { /* bytes per node: --host-gib, or wh
  * leaving a tenth of the host to the system */
 static void choose_kept(Model *M) {
     const int64_t L = M->c.layers;
+    if (M->o.keep_attn == KEEP_AUTO) M->o.keep_attn = M->off.attn ? -1 : 0; /* stage 5: the default */
     M->kept = M->o.keep_attn < 0 ? L : M->o.keep_attn < L ? M->o.keep_attn : L;
     if (M->o.keep_attn >= 0 || !M->off.attn) return;
     M->kept = 0;
@@ -1454,11 +1463,21 @@ static void refuse_unless_fits(const Model *M, const MemPlan *mp, int visible) {
     printf("this machine cannot run it -- short of\n");
     for (int i = 0; i < n; i++) printf("  %s\n", why[i]);
     const char *model = M->o.model;
-    const int64_t seq = M->o.seq, L = M->c.layers, gpus = visible < need ? visible : need;
+    Qwen3Config full; /* the model's own depth: the rehearsal's --layers is chosen from it */
+    char err[512];
+    if (config_load(model, &full, err, sizeof err)) full.layers = M->c.layers;
+    const int64_t seq = M->o.seq, L = full.layers, gpus = visible < need ? visible : need;
     if (!visible) {
-        printf("nearest: the plan, without a GPU: %s --model %s --seq %lld --gpus %d --dry-run; on a node of %d GPUs "
-               "with %.0f GiB free each and %.0f GiB of host memory, the same command runs as it is\n",
-               "./stage5", model, (long long)seq, need, need, ceil(peak / gib), ceil(host / gib));
+        char job[96]; /* the job as asked: its --dry-run plans the same ranks */
+        if (r->rehearse >= 0)
+            snprintf(job, sizeof job, "--gpus %lld --nnodes %lld --rehearse %lld", (long long)r->gpus,
+                     (long long)r->nnodes, (long long)r->rehearse);
+        else if (r->local_ranks > 0) snprintf(job, sizeof job, "--local-ranks %lld", (long long)r->local_ranks);
+        else snprintf(job, sizeof job, "--gpus %d", need);
+        if (M->o.layers) snprintf(job + strlen(job), sizeof job - strlen(job), " --layers %lld", (long long)M->o.layers);
+        printf("nearest: the plan, without a GPU: %s --model %s --seq %lld %s --dry-run; on a machine with %d GPU(s) "
+               "of %.0f GiB free and %.0f GiB of host memory, the same command runs as it is\n", "./stage5", model,
+               (long long)seq, job, need, ceil(peak / gib), ceil(host / gib));
         exit(1);
     }
     printf("nearest commands that fit here:\n");
@@ -1482,7 +1501,7 @@ static void refuse_unless_fits(const Model *M, const MemPlan *mp, int visible) {
                    (long long)gpus);
             break;
         }
-        below = below || !strcmp(smaller[i], model) || strcmp(M->c.name, model);
+        below = below || !strcmp(smaller[i], M->c.name);
     }
     exit(1);
 }

@@ -154,6 +154,10 @@ static int parse_moe(const JsonValue *root, Qwen3Config *c, char *err, size_t er
         snprintf(err, errlen, "config.json: \"shared_expert_intermediate_size\": shared experts are not supported");
         return -1;
     }
+    if (c->moe_intermediate % 8) { /* the experts' rows of [n, moe_intermediate] stay 16-byte aligned for cuBLASLt */
+        snprintf(err, errlen, "config.json: moe_intermediate_size %lld must be a multiple of 8", (long long)c->moe_intermediate);
+        return -1;
+    }
     if (c->top_k > c->experts || c->top_k > 32 || c->experts > 1024) {
         snprintf(err, errlen, "config.json: num_experts_per_tok %lld of num_experts %lld: supported are top-k <= 32 "
                  "of at most 1024 experts", (long long)c->top_k, (long long)c->experts);

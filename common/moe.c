@@ -49,6 +49,7 @@ void moe_step_begin(MoeTile *m, const Qwen3Config *c, cudaStream_t st) {
 void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
                  int stats, cudaStream_t st) {
     const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
+    if (T * k >= (1 << 24)) DIE("MoE tile of %lld pairs: the expert counts are exact below 2^24", (long long)(T * k));
     mark(st, K_GEMM);
     linear_fwd(gm, m->logits, 1, xn, W->router, T, D, E, 0.f, st);
     mark(st, K_ELEM);

@@ -89,6 +89,16 @@ if [ -x ./stage5 ]; then
     ok "stage5 --yarn-factor 1 turns YaRN off" "! grep -q YaRN <<< \"\$out\""
     out=$(./stage5 --model tests/golden/yarn4_orig32 --seq 96 --dry-run 2>&1)
     ok "stage5 keeps a config's own YaRN" "grep -q 'YaRN x4 from 32' <<< \"\$out\""
+    out=$(./stage5 --gpus 8 --yarn-factor 32 --dry-run 2>&1)
+    ok "stage5 --yarn-factor 32 scales from Qwen3's 32768 too" "grep -q 'YaRN x32 from 32768' <<< \"\$out\""
+    long=$(mktemp -d); sed 's/"max_position_embeddings": 4096/"max_position_embeddings": 262144/' \
+        tests/golden/untied_gqa4_s100/config.json > "$long/config.json"
+    out=$(./stage5 --model "$long" --seq 128K --dry-run 2>&1); rm -rf "$long"
+    ok "stage5 leaves RoPE alone for a model trained on 262144 positions at 128K" "grep -q '^model' <<< \"\$out\" && ! grep -q YaRN <<< \"\$out\""
+    out=$(./stage5 --gpus 8 --offload ckpt,states --dry-run 2>&1)
+    ok "stage5's default keeps no attention outputs when they would stay on the GPU" "grep -q \"0 layers' attention kept\" <<< \"\$out\""
+    out=$(./stage5 --gpus 8 --rehearse 0 --layers 4 2>&1)
+    ok "stage5 without a GPU: a rehearsal's advice plans the rehearsal" "grep -q -- '--gpus 8 --nnodes 1 --rehearse 0 --layers 4 --dry-run' <<< \"\$out\""
     out=$(./stage5 --model 0.6B --seq 128K --dry-run 2>&1)
     ok "stage5 0.6B at 128K tiles the MLP in 92160 rows and groups heads by 8" "grep -q '8 head groups, MLP tiles of 92160' <<< \"\$out\""
     out=$(./stage5 --model 32B --seq 1M --gpus 8 --mlp-tile 100000 --dry-run 2>&1); rc=$?
