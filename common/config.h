@@ -1,4 +1,4 @@
-/* config.h -- the Qwen3 model configuration (dense, and MoE as the CPU reference reads it): the official sizes by name, or an HF
+/* config.h -- the Qwen3 model configuration, dense or MoE: the official sizes by name, or an HF
  * config.json (transformers v4 "rope_theta"/"rope_scaling" or v5 "rope_parameters"), with
  * refusal of what the trainers do not implement, naming the field. */
 #ifndef LONGCTX_CONFIG_H

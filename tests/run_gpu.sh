@@ -12,13 +12,7 @@ set -u
 cd "$(dirname "$0")/.."
 # a hung rank must fail its case, not the whole run
 T="timeout ${CASE_TIMEOUT:-300}"
-pass=0; fail=0
-count() {
-    local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
-    if [ -z "$line" ]; then fail=$((fail + 1)); echo "FAIL $2 (no result line)"; return; fi
-    pass=$((pass + $(echo "$line" | cut -d' ' -f1))); fail=$((fail + $(echo "$line" | cut -d' ' -f3)))
-}
-ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; return 1; fi; }
+. tests/lib.sh # pass/fail counts, ok, count
 tmp=$(mktemp -d)
 echo "== kernels, GEMM, attention"
 ./build/test_gpu ${QUICK:+--quick} 2>&1 | tee "$tmp/unit.txt"; count "$tmp/unit.txt" test_gpu

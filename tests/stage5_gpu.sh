@@ -12,13 +12,22 @@
 set -u
 cd "$(dirname "$0")/.."
 T="timeout ${CASE_TIMEOUT:-300}"
-pass=0; fail=0
-count() {
-    local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
-    if [ -z "$line" ]; then fail=$((fail + 1)); echo "FAIL $2 (no result line)"; return; fi
-    pass=$((pass + $(echo "$line" | cut -d' ' -f1))); fail=$((fail + $(echo "$line" | cut -d' ' -f3)))
+# saved ARGS...: a 3-step run logged to $tmp/a.jsonl and a 2-step run saved to $tmp/ck (the step-3 loss
+# is what transformers must give on the saved weights); "stage5 ... runs" and "... saves" checks
+saved() {
+    rm -rf "$tmp/ck"
+    ./stage5 "$@" --steps 3 --log "$tmp/a.jsonl" > "$tmp/a.log" 2>&1
+    ok "stage5 $* runs" "[ $? -eq 0 ]" || tail -5 "$tmp/a.log"
+    ./stage5 "$@" --steps 2 --save "$tmp/ck" > "$tmp/b.log" 2>&1
+    ok "stage5 $* saves" "[ $? -eq 0 ]" || tail -5 "$tmp/b.log"
 }
-ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; return 1; fi; }
+# reloads TOKENS SEQ WHAT: transformers' loss of $tmp/ck on step 3's window equals the trainer's
+reloads() {
+    local want; want=$(grep '"step":3,' "$tmp/a.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+    python3 tests/hf_check.py "$tmp/ck" "$1" "$2" 2 "$want" 2>&1 | grep -v Loading | tee "$tmp/h.txt"
+    count "$tmp/h.txt" "transformers' loss of the saved $3 model"
+}
+. tests/lib.sh # pass/fail counts, ok, count
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
@@ -67,16 +76,9 @@ done
 echo "== MoE: saved as a qwen3_moe directory (per-expert tensors), loaded by transformers, the same loss"
 g=tests/golden/moe_e8_k2
 ./build/check_stage random 256 20000 7 "$tmp/rand256.tok"
-R="--local-ranks 2 --model $g --data $tmp/rand256.tok --seq 400 --lr 1e-3 --warmup 2"
-./stage5 $R --steps 3 --log "$tmp/m.jsonl" > "$tmp/m1.log" 2>&1
-ok "stage5 MoE 3 steps run" "[ $? -eq 0 ]" || tail -5 "$tmp/m1.log"
-./stage5 $R --steps 2 --save "$tmp/mck" > "$tmp/m2.log" 2>&1
-ok "stage5 MoE saves" "[ $? -eq 0 ] && grep -q qwen3_moe $tmp/mck/config.json" || tail -5 "$tmp/m2.log"
-if python3 -c 'import transformers' 2>/dev/null; then
-    want=$(grep '"step":3,' "$tmp/m.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
-    python3 tests/hf_check.py "$tmp/mck" "$tmp/rand256.tok" 400 2 "$want" 2>&1 | grep -v Loading | tee "$tmp/h.txt"
-    count "$tmp/h.txt" "transformers' loss of the saved MoE model"
-fi
+saved --local-ranks 2 --model $g --data $tmp/rand256.tok --seq 400 --lr 1e-3 --warmup 2
+ok "stage5 MoE saves a qwen3_moe config" "grep -q qwen3_moe $tmp/ck/config.json"
+if python3 -c 'import transformers' 2>/dev/null; then reloads "$tmp/rand256.tok" 400 MoE; fi
 
 echo "== stage 5 against stage 4: 2 layers of Qwen3-0.6B at 16K tokens (MLP tiles of 3000 rows, 8 head groups)"
 for P in 1 2; do
@@ -93,12 +95,8 @@ done
 echo "== YaRN from the sequence length: saved, reloaded by transformers, the same loss"
 g=tests/golden/untied_gqa4_s100
 ./build/check_stage random 320 20000 7 "$tmp/rand.tok"
-R="--local-ranks 2 --model $g --data $tmp/rand.tok --seq 1000 --yarn-original 250 --lr 1e-3 --warmup 2"
-./stage5 $R --steps 3 --log "$tmp/a.jsonl" > "$tmp/a.log" 2>&1
-ok "stage5 --seq 1000 --yarn-original 250 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/a.log"
+saved --local-ranks 2 --model $g --data $tmp/rand.tok --seq 1000 --yarn-original 250 --lr 1e-3 --warmup 2
 ok "stage5 turns YaRN x4 on by itself (1000 / 250)" "grep -q 'YaRN x4 from 250' $tmp/a.log"
-./stage5 $R --steps 2 --save "$tmp/ck" > "$tmp/b.log" 2>&1
-ok "stage5 saves" "[ $? -eq 0 ]" || tail -5 "$tmp/b.log"
 if python3 -c 'import transformers' 2>/dev/null; then
     python3 - "$tmp/ck" <<'EOF' 2>&1 | tee "$tmp/h.txt"
 import math, sys
@@ -117,9 +115,7 @@ n = sum(g for _, g in checks)
 print(f"{n} passed, {len(checks) - n} failed")
 EOF
     count "$tmp/h.txt" "transformers reads the saved YaRN config"
-    want=$(grep '"step":3,' "$tmp/a.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
-    python3 tests/hf_check.py "$tmp/ck" "$tmp/rand.tok" 1000 2 "$want" 2>&1 | tee "$tmp/h.txt"
-    count "$tmp/h.txt" "transformers' loss of the saved YaRN model"
+    reloads "$tmp/rand.tok" 1000 YaRN
 else
     echo "  (transformers not installed here: skipped)"
 fi
