@@ -154,6 +154,7 @@ typedef struct {
     /* ---- stage 5: tiling ---- */
     int64_t mlp_tile;        /* MLP rows at a time (0: from the plan) */
     int64_t attn_groups;     /* attention head groups (0: one per K/V head) */
+    const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     /* ---- end stage 5 ---- */
 } Opts;
 
@@ -162,7 +163,7 @@ static Opts parse_opts(int argc, char **argv) {
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234,
               .ranks = {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}},
-              .merge = "fp32", .offload = "all", .keep_attn = KEEP_AUTO /* stage 5: every lever on */};
+              .merge = "fp32", .offload = "all", .keep_attn = KEEP_AUTO /* stage 5: every lever on */, .moe_gemm = "loop"};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
@@ -212,6 +213,7 @@ static Opts parse_opts(int argc, char **argv) {
         /* ---- stage 5: tiling ---- */
         {"--mlp-tile", OPT_INT, &o.mlp_tile, "MLP rows at a time (0: as many as the attention backward's memory holds)"},
         {"--attn-groups", OPT_INT, &o.attn_groups, "attention in this many head groups, dividing the K/V heads (0: one per K/V head)"},
+        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         /* ---- end stage 5 ---- */
     };
     const int n = (int)(sizeof table / sizeof table[0]);
@@ -225,6 +227,7 @@ static Opts parse_opts(int argc, char **argv) {
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
     if (strcmp(o.merge, "fp32") && strcmp(o.merge, "bf16")) DIE("--merge is fp32 or bf16"); /* stage 3 */
     if (o.mlp_tile < 0 || o.attn_groups < 0) DIE("--mlp-tile and --attn-groups are positive (0: from the plan)"); /* stage 5 */
+    if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) DIE("--moe-gemm is loop or grouped"); /* stage 5 */
     ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
     return o;
 }
@@ -1272,6 +1275,7 @@ static void save_checkpoint(Model *M, const char *dir, int64_t step) {
 static void train(Model *M, const MemPlan *mp) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
+    M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* stage 5 */
     sdpa_init(&M->sdpa, M->gpu.stream);
     M->sdpa.verbose = 1;
     setup_rope(M);
@@ -1346,6 +1350,8 @@ static void train(Model *M, const MemPlan *mp) {
         const int64_t kv_bytes = BF(2 * M->S * M->kg * M->c.head_dim), acc = strcmp(M->o.merge, "fp32") ? 2 : 4;
         blocks_report(&M->blocks, 1e3 * comm_ring_hop_s(M->comm, kv_bytes), 1e3 * comm_ring_hop_s(M->comm, kv_bytes * acc / 2));
         prof_report(st);
+        if (M->o.profile && M->c.experts && rank_prints()) /* stage 5: the ragged GEMMs' algorithm lookups */
+            printf("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
         fflush(stdout);
         if (M->o.save && M->o.save_every > 0 && step % M->o.save_every == 0 && step < M->o.steps)
             save_checkpoint(M, M->o.save, step);

@@ -16,46 +16,92 @@ void gemm_init(Gemm *g, void *workspace, int64_t ws_bytes) {
     g->ws = workspace;
     g->ws_bytes = ws_bytes;
 }
-void gemm_destroy(Gemm *g) { cublasLtDestroy(g->lt); }
+void gemm_destroy(Gemm *g) {
+    cublasLtDestroy(g->lt);
+    if (g->blas) cublasDestroy(g->blas);
+}
 
-/* column-major D[m,n] = op(A) op(B) + beta C (C NULL: C = D); A, B bf16; C, D bf16 or fp32 */
+/* the rows of a ragged GEMM, rounded up to 16 x 2^j or 24 x 2^j: at most 1.5x, ~2 buckets per octave */
+static int64_t row_bucket(int64_t n) {
+    int64_t b = 16;
+    while (b < n) b = (b & (b - 1)) ? (b / 3) * 4 : (b / 2) * 3; /* 16, 24, 32, 48, 64, ... */
+    return b;
+}
+
+static GemmAlgo *cache_slot(Gemm *g, const int64_t key[9]) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the key */
+    for (int i = 0; i < 9; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
+    for (int64_t i = 0;; i++) {
+        GemmAlgo *s = &g->cache[(h + (uint64_t)i) % GEMM_CACHE];
+        if (!s->used || !memcmp(s->key, key, 9 * sizeof key[0])) return s;
+    }
+}
+
+/* the heuristic's first algorithm for op(A) m x k times op(B) k x n */
+static void heuristic(Gemm *g, cublasLtMatmulDesc_t op, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                      int64_t lda, int64_t ldb, int d_f32, int64_t ldd, cublasLtMatmulAlgo_t *algo) {
+    cublasLtMatrixLayout_t la, lb, ld;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d_f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, ldd));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t wsb = (uint64_t)g->ws_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, ld, ld, pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    if (!found)
+        DIE("cuBLASLt has no algorithm for %s%s m=%lld n=%lld k=%lld -> %s", ta ? "T" : "N", tb ? "T" : "N",
+            (long long)m, (long long)n, (long long)k, d_f32 ? "fp32" : "bf16");
+    *algo = res.algo;
+    g->queries++;
+}
+
+/* column-major D[m,n] = op(A) op(B) + beta C (C NULL: C = D); A, B bf16; C, D bf16 or fp32.
+ * rows: which of m (0), n (1), k (2) counts the rows of the row-major product (the ragged one) */
 static void gemm_cm(Gemm *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
-                    const void *B, int64_t ldb, const void *C, void *D, int d_f32, int64_t ldd, float beta,
+                    const void *B, int64_t ldb, const void *C, void *D, int d_f32, int64_t ldd, float beta, int rows,
                     cudaStream_t st) {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cudaDataType_t dt = d_f32 ? CUDA_R_32F : CUDA_R_16BF;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     /* stored shapes: op(A) is m x k, so A is k x m when transposed */
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd));
-    const int64_t key[9] = {ta, tb, m, n, k, lda, ldb, ldd, d_f32 * 2 + (beta != 0.f)};
-    GemmAlgo *hit = NULL;
-    for (int i = 0; i < g->ncache; i++)
-        if (!memcmp(g->cache[i].key, key, sizeof key)) hit = &g->cache[i];
-    if (!hit) {
-        cublasLtMatmulPreference_t pref;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-        uint64_t wsb = (uint64_t)g->ws_bytes;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
-        cublasLtMatmulHeuristicResult_t res;
-        int found = 0;
-        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, ld, ld, pref, 1, &res, &found));
-        cublasLtMatmulPreferenceDestroy(pref);
-        if (!found)
-            DIE("cuBLASLt has no algorithm for %s%s m=%lld n=%lld k=%lld -> %s", ta ? "T" : "N", tb ? "T" : "N",
-                (long long)m, (long long)n, (long long)k, d_f32 ? "fp32" : "bf16");
-        hit = &g->cache[g->ncache < GEMM_CACHE ? g->ncache++ : GEMM_CACHE - 1];
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d_f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, ldd));
+    int64_t dims[3] = {m, n, k}; /* the heuristic's shape: a ragged GEMM's rows by bucket */
+    if (g->ragged) dims[rows] = row_bucket(dims[rows]);
+    const int64_t key[9] = {ta, tb, dims[0], dims[1], dims[2], lda, ldb, ldd, d_f32 * 2 + (beta != 0.f)};
+    GemmAlgo *hit = cache_slot(g, key);
+    if (!hit->used) {
+        if (g->ncache == GEMM_CACHE / 2) { /* half full: start over (probing stays short) */
+            memset(g->cache, 0, sizeof g->cache);
+            g->ncache = 0;
+            hit = cache_slot(g, key);
+        }
+        heuristic(g, op, ta, tb, dims[0], dims[1], dims[2], lda, ldb, d_f32, ldd, &hit->algo);
         memcpy(hit->key, key, sizeof key);
-        hit->algo = res.algo;
+        hit->used = 1;
+        g->ncache++;
     }
     const float alpha = 1.f;
-    CUBLAS_CHECK(cublasLtMatmul(g->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &hit->algo, g->ws,
-                                (size_t)g->ws_bytes, st));
+    cublasStatus_t s = cublasLtMatmul(g->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &hit->algo, g->ws,
+                                      (size_t)g->ws_bytes, st);
+    if (s != CUBLAS_STATUS_SUCCESS && g->ragged) { /* the bucket's algorithm refuses this count: ask for it */
+        cublasLtMatmulAlgo_t exact;
+        heuristic(g, op, ta, tb, m, n, k, lda, ldb, d_f32, ldd, &exact);
+        s = cublasLtMatmul(g->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &exact, g->ws,
+                           (size_t)g->ws_bytes, st);
+    }
+    CUBLAS_CHECK(s);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);
@@ -66,22 +112,69 @@ static void gemm_cm(Gemm *g, int ta, int tb, int64_t m, int64_t n, int64_t k, co
 void linear_fwd(Gemm *g, void *y, int y_f32, const bf16_t *x, const bf16_t *W, int64_t S, int64_t I, int64_t O,
                 float beta, cudaStream_t st) {
     trace("gemm fwd S=%lld I=%lld O=%lld out=%s beta=%g", (long long)S, (long long)I, (long long)O, y_f32 ? "f32" : "bf16", beta);
-    gemm_cm(g, 1, 0, O, S, I, W, I, x, I, NULL, y, y_f32, O, beta, st);
+    gemm_cm(g, 1, 0, O, S, I, W, I, x, I, NULL, y, y_f32, O, beta, 1, st);
 }
 /* y[S,O] = resid[S,O] + x[S,I] W[O,I]^T: the residual add fused into the GEMM epilogue */
 void linear_fwd_add(Gemm *g, bf16_t *y, const bf16_t *resid, const bf16_t *x, const bf16_t *W, int64_t S, int64_t I,
                     int64_t O, cudaStream_t st) {
     trace("gemm fwd+residual S=%lld I=%lld O=%lld", (long long)S, (long long)I, (long long)O);
-    gemm_cm(g, 1, 0, O, S, I, W, I, x, I, resid, y, 0, O, 1.f, st);
+    gemm_cm(g, 1, 0, O, S, I, W, I, x, I, resid, y, 0, O, 1.f, 1, st);
 }
 /* dx[S,I] = dy[S,O] W[O,I]  ==  col-major dx'[I,S] = W'[I,O] dy'[O,S] */
 void linear_dx(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, int64_t S, int64_t I, int64_t O, float beta,
                cudaStream_t st) {
     trace("gemm dx S=%lld I=%lld O=%lld beta=%g", (long long)S, (long long)I, (long long)O, beta);
-    gemm_cm(g, 0, 0, I, S, O, W, I, dy, O, NULL, dx, 0, I, beta, st);
+    gemm_cm(g, 0, 0, I, S, O, W, I, dy, O, NULL, dx, 0, I, beta, 1, st);
 }
 /* dW[O,I] += dy^T[O,S] x[S,I]  ==  col-major dW'[I,O] += x'[I,S] (dy'[O,S])^T */
 void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S, int64_t I, int64_t O, cudaStream_t st) {
     trace("gemm dw S=%lld I=%lld O=%lld", (long long)S, (long long)I, (long long)O);
-    gemm_cm(g, 0, 1, I, O, S, x, I, dy, O, NULL, dW, 1, I, 1.f, st);
+    gemm_cm(g, 0, 1, I, O, S, x, I, dy, O, NULL, dW, 1, I, 1.f, 2, st);
+}
+
+/* ---- grouped: one cuBLAS call for every non-empty segment ---- */
+/* column-major, segment j: D_j[m, n_j] = op(A_j) B_j + beta D_j, n_j the segment's rows; A_j, B_j,
+ * D_j device pointers that segment_ptrs writes on the stream from r_dev */
+static void gemm_grouped(Gemm *g, int ta, int64_t m, int64_t k, const int32_t *r, int64_t E, int64_t lda,
+                         int64_t ldb, int64_t ldd, float beta, void **ptrs, cudaStream_t st) {
+    if (!g->blas) {
+        CUBLAS_CHECK(cublasCreate(&g->blas));
+        CUBLAS_CHECK(cublasSetWorkspace(g->blas, g->ws, (size_t)g->ws_bytes));
+    }
+    CUBLAS_CHECK(cublasSetStream(g->blas, st));
+    cublasOperation_t *opa = xmalloc((size_t)E * sizeof *opa), *opb = xmalloc((size_t)E * sizeof *opb);
+    int *mm = xmalloc((size_t)(7 * E) * sizeof(int)), *nn = mm + E, *kk = nn + E, *la = kk + E, *lb = la + E,
+        *ld = lb + E, *one = ld + E;
+    float *alpha = xmalloc((size_t)(2 * E) * sizeof(float)), *betas = alpha + E;
+    int j = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (r[e + 1] == r[e]) continue;
+        opa[j] = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb[j] = CUBLAS_OP_N;
+        mm[j] = (int)m, nn[j] = r[e + 1] - r[e], kk[j] = (int)k;
+        la[j] = (int)lda, lb[j] = (int)ldb, ld[j] = (int)ldd, one[j] = 1;
+        alpha[j] = 1.f, betas[j] = beta;
+        j++;
+    }
+    if (j)
+        CUBLAS_CHECK(cublasGemmGroupedBatchedEx(g->blas, opa, opb, mm, nn, kk, alpha, (const void *const *)ptrs,
+                                                CUDA_R_16BF, la, (const void *const *)(ptrs + E), CUDA_R_16BF, lb,
+                                                betas, ptrs + 2 * E, CUDA_R_16BF, ld, j, one, CUBLAS_COMPUTE_32F));
+    free(opa);
+    free(opb);
+    free(mm);
+    free(alpha);
+}
+
+void linear_fwd_grouped(Gemm *g, bf16_t *y, const bf16_t *x, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
+                        int64_t E, int64_t I, int64_t O, void **ptrs, cudaStream_t st) {
+    trace("gemm fwd grouped E=%lld rows=%d I=%lld O=%lld", (long long)E, r[E], (long long)I, (long long)O);
+    segment_ptrs(ptrs, r_dev, E, W, (int64_t)sizeof(bf16_t) * O * I, x, (int64_t)sizeof(bf16_t) * I, y, (int64_t)sizeof(bf16_t) * O, st);
+    gemm_grouped(g, 1, O, I, r, E, I, I, O, 0.f, ptrs, st);
+}
+
+void linear_dx_grouped(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
+                       int64_t E, int64_t I, int64_t O, float beta, void **ptrs, cudaStream_t st) {
+    trace("gemm dx grouped E=%lld rows=%d I=%lld O=%lld beta=%g", (long long)E, r[E], (long long)I, (long long)O, beta);
+    segment_ptrs(ptrs, r_dev, E, W, (int64_t)sizeof(bf16_t) * O * I, dy, (int64_t)sizeof(bf16_t) * O, dx, (int64_t)sizeof(bf16_t) * I, st);
+    gemm_grouped(g, 0, I, O, r, E, I, O, I, beta, ptrs, st);
 }

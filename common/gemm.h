@@ -4,28 +4,37 @@
  *   linear_fwd_add  y = r + x W^T (residual add in the epilogue; y may not alias r)
  *   linear_dx   dx = dy W         (+ beta dx)
  *   linear_dw   dW += dy^T x      (fp32 gradient, always accumulated: beta = 1)
- * Algorithms come from cuBLASLt's heuristic once per shape and are cached. */
+ * Algorithms come from cuBLASLt's heuristic once per shape and are cached. With g->ragged set (the
+ * MoE experts' GEMMs, whose row counts change every tile), one algorithm serves a bucket of row
+ * counts: asking the heuristic per exact count costs more than the small GEMM it picks for.
+ * linear_*_grouped: one call for E weight segments, rows [r[e], r[e+1]) of x with weight e
+ * (cuBLAS's grouped batched GEMM; --moe-gemm grouped). */
 #ifndef LONGCTX_GEMM_H
 #define LONGCTX_GEMM_H
 
+#include <cublas_v2.h>
 #include <cublasLt.h>
 #include <stdint.h>
 
 #include "../kernels/kernels.h"
 
-#define GEMM_CACHE 128
+#define GEMM_CACHE 1024 /* a hash table; full, it starts over */
 
 typedef struct {
-    int64_t key[9];
+    int64_t key[9];       /* transposes, m, n, k, leading dimensions, output type and beta; used[0] */
+    int used;
     cublasLtMatmulAlgo_t algo;
 } GemmAlgo;
 
 typedef struct {
     cublasLtHandle_t lt;
+    cublasHandle_t blas;  /* for the grouped GEMM (created on first use) */
     void *ws;             /* workspace (device) */
     int64_t ws_bytes;
     GemmAlgo cache[GEMM_CACHE];
     int ncache;
+    int ragged;           /* row counts vary call to call: algorithms per bucket of row counts */
+    int64_t queries;      /* heuristic queries so far (the profile prints them) */
 } Gemm;
 
 #define GEMM_WORKSPACE_BYTES (64ll << 20)
@@ -39,5 +48,15 @@ void linear_fwd_add(Gemm *g, bf16_t *y, const bf16_t *resid, const bf16_t *x, co
 void linear_dx(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, int64_t S, int64_t I, int64_t O, float beta,
                cudaStream_t st);
 void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S, int64_t I, int64_t O, cudaStream_t st);
+
+/* Grouped over E segments, r (host) [E+1] the segments' first rows and r_dev the same on the device,
+ * W's segment e at W + e*O*I, ptrs device scratch of 3E pointers:
+ *   linear_fwd_grouped  y[r_e.., O]  = x[r_e.., I] W_e^T
+ *   linear_dx_grouped   dx[r_e.., I] = dy[r_e.., O] W_e (+ beta dx)
+ * all bf16; empty segments skipped */
+void linear_fwd_grouped(Gemm *g, bf16_t *y, const bf16_t *x, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
+                        int64_t E, int64_t I, int64_t O, void **ptrs, cudaStream_t st);
+void linear_dx_grouped(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
+                       int64_t E, int64_t I, int64_t O, float beta, void **ptrs, cudaStream_t st);
 
 #endif

@@ -33,6 +33,7 @@ void moe_carve_step(MoeTile *m, Arena *a, const Qwen3Config *c) {
     m->choices = arena_take(a, 8 * c->experts, "expert choices");
     m->psum = arena_take(a, 8 * c->experts, "expert probabilities");
     m->aux_grad = arena_take(a, F32(c->experts), "load-balancing gradient");
+    m->ptrs = arena_take(a, 3 * 8 * c->experts, "grouped GEMM pointers");
 }
 
 int64_t moe_tile_row_bytes(const Qwen3Config *c) {
@@ -44,6 +45,42 @@ void moe_step_begin(MoeTile *m, const Qwen3Config *c, cudaStream_t st) {
     CUDA_CHECK(cudaMemsetAsync(m->choices, 0, (size_t)(8 * c->experts), st));
     CUDA_CHECK(cudaMemsetAsync(m->psum, 0, (size_t)(8 * c->experts), st));
     if (!m->rows) CUDA_CHECK(cudaMallocHost((void **)&m->rows, (size_t)(4 * (c->experts + 1))));
+}
+
+/* ---- the experts' GEMMs over their rows r[e]..r[e+1] (m->rows, from moe_forward), weight e at
+ * W + e*O*I: one cuBLASLt call per expert with rows (algorithms per bucket of row counts), or
+ * --moe-gemm grouped: one cuBLAS grouped call (the weight gradients stay per expert: fp32 output) */
+static void experts_fwd(Gemm *gm, const MoeTile *m, bf16_t *y, const bf16_t *x, const bf16_t *W, int64_t E, int64_t I,
+                        int64_t O, cudaStream_t st) {
+    const int32_t *r = m->rows;
+    if (m->grouped) {
+        linear_fwd_grouped(gm, y, x, W, r, m->offsets, E, I, O, m->ptrs, st);
+        return;
+    }
+    gm->ragged = 1;
+    for (int64_t e = 0; e < E; e++)
+        if (r[e + 1] > r[e]) linear_fwd(gm, y + r[e] * O, 0, x + r[e] * I, W + e * O * I, r[e + 1] - r[e], I, O, 0.f, st);
+    gm->ragged = 0;
+}
+static void experts_dx(Gemm *gm, const MoeTile *m, bf16_t *dx, const bf16_t *dy, const bf16_t *W, int64_t E, int64_t I,
+                       int64_t O, float beta, cudaStream_t st) {
+    const int32_t *r = m->rows;
+    if (m->grouped) {
+        linear_dx_grouped(gm, dx, dy, W, r, m->offsets, E, I, O, beta, m->ptrs, st);
+        return;
+    }
+    gm->ragged = 1;
+    for (int64_t e = 0; e < E; e++)
+        if (r[e + 1] > r[e]) linear_dx(gm, dx + r[e] * I, dy + r[e] * O, W + e * O * I, r[e + 1] - r[e], I, O, beta, st);
+    gm->ragged = 0;
+}
+static void experts_dw(Gemm *gm, const MoeTile *m, float *dW, const bf16_t *dy, const bf16_t *x, int64_t E, int64_t I,
+                       int64_t O, cudaStream_t st) {
+    const int32_t *r = m->rows;
+    gm->ragged = 1;
+    for (int64_t e = 0; e < E; e++)
+        if (r[e + 1] > r[e]) linear_dw(gm, dW + e * O * I, dy + r[e] * O, x + r[e] * I, r[e + 1] - r[e], I, O, st);
+    gm->ragged = 0;
 }
 
 void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
@@ -58,20 +95,13 @@ void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W
     if (stats) moe_stats(m->choices, m->psum, m->count, m->prob, T, E, st);
     moe_gather(m->xs, xn, m->pair_row, T, k, D, st);
     gpu_download(m->rows, m->offsets, 4 * (E + 1), st); /* the GEMMs' sizes */
-    const int32_t *r = m->rows;
     mark(st, K_GEMM);
-    for (int64_t e = 0; e < E; e++) {
-        const int64_t rows = r[e + 1] - r[e];
-        if (!rows) continue;
-        linear_fwd(gm, m->g + r[e] * Im, 0, m->xs + r[e] * D, W->gate + e * Im * D, rows, D, Im, 0.f, st);
-        linear_fwd(gm, m->u + r[e] * Im, 0, m->xs + r[e] * D, W->up + e * Im * D, rows, D, Im, 0.f, st);
-    }
+    experts_fwd(gm, m, m->g, m->xs, W->gate, E, D, Im, st);
+    experts_fwd(gm, m, m->u, m->xs, W->up, E, D, Im, st);
     mark(st, K_ELEM);
     swiglu_fwd(m->h, m->g, m->u, T * k * Im, st);
     mark(st, K_GEMM);
-    for (int64_t e = 0; e < E; e++)
-        if (r[e + 1] > r[e])
-            linear_fwd(gm, m->ys + r[e] * D, 0, m->h + r[e] * Im, W->down + e * D * Im, r[e + 1] - r[e], Im, D, 0.f, st);
+    experts_fwd(gm, m, m->ys, m->h, W->down, E, Im, D, st);
 }
 
 void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *resid, int64_t T, cudaStream_t st) {
@@ -82,27 +112,18 @@ void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *res
 void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
                   const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st) {
     const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
-    const int32_t *r = m->rows; /* moe_forward of this tile set them */
     mark(st, K_ELEM);
     moe_combine_bwd(m->ys, m->dw, dy, m->pair_row, m->w, T, k, D, st); /* ys <- d(ys) */
-    mark(st, K_GEMM);
-    for (int64_t e = 0; e < E; e++) { /* down: dW += d(ys)^T h, then h <- dh */
-        const int64_t rows = r[e + 1] - r[e];
-        if (!rows) continue;
-        linear_dw(gm, G->down + e * D * Im, m->ys + r[e] * D, m->h + r[e] * Im, rows, Im, D, st);
-        linear_dx(gm, m->h + r[e] * Im, m->ys + r[e] * D, W->down + e * D * Im, rows, Im, D, 0.f, st);
-    }
+    mark(st, K_GEMM); /* down: dW += d(ys)^T h, then h <- dh */
+    experts_dw(gm, m, G->down, m->ys, m->h, E, Im, D, st);
+    experts_dx(gm, m, m->h, m->ys, W->down, E, Im, D, 0.f, st);
     mark(st, K_ELEM);
     swiglu_bwd(m->g, m->u, m->h, T * k * Im, st); /* g <- dg, u <- du */
-    mark(st, K_GEMM);
-    for (int64_t e = 0; e < E; e++) { /* gate and up: dW += d^T xs, then ys <- d(xs) */
-        const int64_t rows = r[e + 1] - r[e];
-        if (!rows) continue;
-        linear_dw(gm, G->gate + e * Im * D, m->g + r[e] * Im, m->xs + r[e] * D, rows, D, Im, st);
-        linear_dw(gm, G->up + e * Im * D, m->u + r[e] * Im, m->xs + r[e] * D, rows, D, Im, st);
-        linear_dx(gm, m->ys + r[e] * D, m->g + r[e] * Im, W->gate + e * Im * D, rows, D, Im, 0.f, st);
-        linear_dx(gm, m->ys + r[e] * D, m->u + r[e] * Im, W->up + e * Im * D, rows, D, Im, 1.f, st);
-    }
+    mark(st, K_GEMM); /* gate and up: dW += d^T xs, then ys <- d(xs) */
+    experts_dw(gm, m, G->gate, m->g, m->xs, E, D, Im, st);
+    experts_dw(gm, m, G->up, m->u, m->xs, E, D, Im, st);
+    experts_dx(gm, m, m->ys, m->g, W->gate, E, D, Im, 0.f, st);
+    experts_dx(gm, m, m->ys, m->u, W->up, E, D, Im, 1.f, st);
     mark(st, K_ELEM);
     moe_scatter_bwd(dxn, m->ys, m->pair_row, T, k, D, st);
     moe_router_bwd(m->dlogits, m->prob, m->sel, m->w, m->dw, c->aux_loss ? m->aux_grad : NULL, T, E, k, c->norm_topk,

@@ -33,6 +33,8 @@ typedef struct {
     double *psum;       /* [E] sum of its probabilities over the same */
     float *aux_grad;    /* [E] the load-balancing loss's d(loss)/d(prob[t, e]) */
     int32_t *rows;      /* [E+1] host: the current tile's offsets (the experts' GEMM sizes) */
+    void **ptrs;        /* [3, E] a grouped GEMM's A, B, C pointers (device) */
+    int grouped;        /* the experts' bf16 GEMMs as one grouped call (--moe-gemm grouped) */
 } MoeTile;
 
 /* one layer's weights (or fp32 gradients): the router [E, D]; expert 0's gate and up [Im, D] and

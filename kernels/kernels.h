@@ -114,6 +114,10 @@ void moe_router_bwd(bf16_t *dlogits, const float *prob, const int32_t *sel, cons
 /* choices[e] += count[e]; psum[e] += sum over the T rows of prob[:, e] */
 void moe_stats(double *choices, double *psum, const int32_t *count, const float *prob, int64_t T, int64_t E,
                cudaStream_t st);
+/* a grouped GEMM's pointers, for each segment e with rows (r[e+1] > r[e]), j counting those only:
+ * ptrs[j] = A + e*a_seg, ptrs[E+j] = B + r[e]*b_row, ptrs[2E+j] = C + r[e]*c_row (bytes) */
+void segment_ptrs(void **ptrs, const int32_t *r, int64_t E, const void *A, int64_t a_seg, const void *B, int64_t b_row,
+                  void *C, int64_t c_row, cudaStream_t st);
 
 #ifdef __cplusplus
 }

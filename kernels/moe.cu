@@ -221,3 +221,22 @@ extern "C" void moe_stats(double *choices, double *psum, const int32_t *count, c
     moe_stats_kernel<<<(unsigned)E, 256, 0, st>>>(choices, psum, count, prob, T, (int)E);
     KCHECK();
 }
+
+/* one thread: E is small (<= 2^24, 128 in Qwen3-30B-A3B) and the order of the non-empty segments
+ * must be the host's (gemm.c counts the same way) */
+__global__ void segment_ptrs_kernel(void **ptrs, const int32_t *r, int64_t E, const char *A, int64_t a_seg,
+                                    const char *B, int64_t b_row, char *C, int64_t c_row) {
+    int64_t j = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (r[e + 1] == r[e]) continue;
+        ptrs[j] = (void *)(A + e * a_seg);
+        ptrs[E + j] = (void *)(B + (int64_t)r[e] * b_row);
+        ptrs[2 * E + j] = (void *)(C + (int64_t)r[e] * c_row);
+        j++;
+    }
+}
+extern "C" void segment_ptrs(void **ptrs, const int32_t *r, int64_t E, const void *A, int64_t a_seg, const void *B,
+                             int64_t b_row, void *C, int64_t c_row, cudaStream_t st) {
+    segment_ptrs_kernel<<<1, 1, 0, st>>>(ptrs, r, E, (const char *)A, a_seg, (const char *)B, b_row, (char *)C, c_row);
+    KCHECK();
+}

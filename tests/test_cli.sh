@@ -17,7 +17,7 @@ STAGE2_FLAGS=("${STAGE1_FLAGS[@]}" --gpus --local-ranks --nnodes --node-rank --r
               --rehearse --link-gbps --net-gbps)
 STAGE3_FLAGS=("${STAGE2_FLAGS[@]}" --merge)
 STAGE4_FLAGS=("${STAGE3_FLAGS[@]}" --offload --host-gib)
-STAGE5_FLAGS=("${STAGE4_FLAGS[@]}" --mlp-tile --attn-groups)
+STAGE5_FLAGS=("${STAGE4_FLAGS[@]}" --mlp-tile --attn-groups --moe-gemm)
 
 for s in stage[1-5]_*.c; do
     bin=./$(echo "$s" | cut -d_ -f1)
@@ -105,6 +105,8 @@ if [ -x ./stage5 ]; then
     ok "stage5 refuses an MLP tile past 2^31 elements" "[ $rc -ne 0 ] && grep -q '2^31' <<< \"\$out\""
     out=$(./stage5 --model 0.6B --attn-groups 3 --dry-run 2>&1); rc=$?
     ok "stage5 refuses head groups that do not divide the K/V heads" "[ $rc -ne 0 ] && grep -q 'must divide' <<< \"\$out\""
+    out=$(./stage5 --model 30B-A3B --moe-gemm batched --dry-run 2>&1); rc=$?
+    ok "stage5 refuses an unknown --moe-gemm" "[ $rc -ne 0 ] && grep -q 'loop or grouped' <<< \"\$out\""
 fi
 # the committed stage diffs are what `make diffs` writes from the stage files now
 prev=
