@@ -15,7 +15,7 @@ T="timeout ${CASE_TIMEOUT:-300}"
 # saved ARGS...: a 3-step run logged to $tmp/a.jsonl and a 2-step run saved to $tmp/ck (the step-3 loss
 # is what transformers must give on the saved weights); "stage5 ... runs" and "... saves" checks
 saved() {
-    rm -rf "$tmp/ck"
+    rm -rf "$tmp/ck" "$tmp/a.jsonl" # --log appends: one run's lines only
     ./stage5 "$@" --steps 3 --log "$tmp/a.jsonl" > "$tmp/a.log" 2>&1
     ok "stage5 $* runs" "[ $? -eq 0 ]" || tail -5 "$tmp/a.log"
     ./stage5 "$@" --steps 2 --save "$tmp/ck" > "$tmp/b.log" 2>&1
