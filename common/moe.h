@@ -3,8 +3,9 @@
  * SwiGLU of width moe_intermediate, their outputs weighted and summed; transformers' load-balancing
  * loss over every layer's router outputs. Per tile of T rows (n = T*k (token, choice) pairs): route,
  * sort the pairs by expert (stable), gather each expert's rows together, one GEMM per expert and
- * projection over its contiguous rows; backward through the experts, the weights, the
- * renormalisation, the softmax and the router. Kernels in kernels/moe.cu. */
+ * projection over its contiguous rows (or, m->grouped, one cuBLAS grouped call for the bf16 ones);
+ * backward through the experts, the weights, the renormalisation, the softmax and the router.
+ * Kernels in kernels/moe.cu. */
 #ifndef LONGCTX_MOE_H
 #define LONGCTX_MOE_H
 

@@ -433,6 +433,46 @@ static void test_gemm(Gemm *gm, int64_t S, int64_t I, int64_t O) {
     cudaFree(dx_d); cudaFree(ya_d);
 }
 
+/* grouped over row segments, one empty (--moe-gemm grouped), against each segment's product */
+static void test_gemm_grouped(Gemm *gm) {
+    const int64_t E = 5, I = 256, O = 384;
+    const int32_t r[6] = {0, 37, 37, 160, 161, 300}; /* segment 1 empty, segment 3 one row */
+    const int64_t S = r[E];
+    bf16_t *x_d, *w_d, *dy_d;
+    float *x = rand_bf16(&x_d, S * I, 1.0), *w = rand_bf16(&w_d, E * O * I, 1.0), *dy = rand_bf16(&dy_d, S * O, 1.0);
+    bf16_t *y_d = dalloc_poisoned(S * O * 2), *dx_d = dalloc_poisoned(S * I * 2);
+    int32_t *r_d;
+    void **ptrs;
+    CUDA_CHECK(cudaMalloc((void **)&r_d, sizeof r));
+    CUDA_CHECK(cudaMalloc((void **)&ptrs, (size_t)(3 * E) * sizeof(void *)));
+    gpu_upload(r_d, r, (int64_t)sizeof r, st);
+    linear_fwd_grouped(gm, y_d, x_d, w_d, r, r_d, E, I, O, ptrs, st);
+    linear_dx_grouped(gm, dx_d, dy_d, w_d, r, r_d, E, I, O, 0.f, ptrs, st);
+    double *y = xmalloc((size_t)(S * O) * 8), *dx = xmalloc((size_t)(S * I) * 8);
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t t = r[e]; t < r[e + 1]; t++) {
+            const float *we = w + e * O * I;
+            for (int64_t o = 0; o < O; o++) {
+                double a = 0;
+                for (int64_t i = 0; i < I; i++) a += (double)x[t * I + i] * we[o * I + i];
+                y[t * O + o] = a;
+            }
+            for (int64_t i = 0; i < I; i++) {
+                double a = 0;
+                for (int64_t o = 0; o < O; o++) a += (double)dy[t * O + o] * we[o * I + i];
+                dx[t * I + i] = a;
+            }
+        }
+    float *g;
+    REPORT("linear_fwd_grouped (5 segments, one empty)", rel_d(g = down_bf16(y_d, S * O), y, S * O), TOL_BF16); free(g);
+    REPORT("linear_dx_grouped", rel_d(g = down_bf16(dx_d, S * I), dx, S * I), TOL_BF16); free(g);
+    linear_dx_grouped(gm, dx_d, dy_d, w_d, r, r_d, E, I, O, 1.f, ptrs, st); /* beta 1: twice the product */
+    for (int64_t i = 0; i < S * I; i++) dx[i] *= 2;
+    REPORT("linear_dx_grouped, beta 1 (accumulates)", rel_d(g = down_bf16(dx_d, S * I), dx, S * I), TOL_BF16); free(g);
+    free(x); free(w); free(dy); free(y); free(dx);
+    cudaFree(x_d); cudaFree(w_d); cudaFree(dy_d); cudaFree(y_d); cudaFree(dx_d); cudaFree(r_d); cudaFree(ptrs);
+}
+
 /* ------------------------------------------------------------------ GEMM past 2^31 elements */
 /* Inputs from a hash of the element index (cheap to make on the host in parallel, every element
  * different): value in [-1, 1) x scale, rounded to bf16. */
@@ -744,6 +784,14 @@ int main(int argc, char **argv) {
     test_gemm(&gm, 300, 256, 384);
     test_gemm(&gm, 100, 96, 320);
     test_gemm_big(&gm); /* an operand past 2^31 elements */
+    /* ragged (the MoE experts' GEMMs): the algorithm chosen for a bucket of row counts (16 or 24 x
+     * 2^j) serves every count in it -- 17 rows run 24's algorithm, 700 run 768's, ... */
+    gm.ragged = 1;
+    for (int64_t S = 17; S <= 1500; S = S * 3 + 49) test_gemm(&gm, S, 256, 384); /* 17, 100, 349, 1096 */
+    test_gemm(&gm, 100, 2048, 768); /* Qwen3-30B-A3B's expert shapes */
+    test_gemm(&gm, 100, 768, 2048);
+    gm.ragged = 0;
+    test_gemm_grouped(&gm);
     printf("[attention]\n");
     Sdpa sd;
     sdpa_init(&sd, st);
