@@ -625,7 +625,7 @@ static void choose_tile(Model *M) {
     M->tile = 1;
     plan_memory(M); /* measures the attention backward's region */
     int64_t t = M->b2_bytes / (row + BF(2 * D));
-    const int64_t least = E ? 2048 * E / k : 4096;
+    int64_t least = E && 2048 * E / k > 4096 ? (2048 * E / k + 255) / 256 * 256 : 4096;
     t = t < least ? least : t / 256 * 256;
     t = t < most ? t : most;
     M->tile = t < S ? t : S;
@@ -1535,9 +1535,9 @@ int main(int argc, char **argv) {
     MemPlan mp = plan_memory(&M);
     char title[256];
     snprintf(title, sizeof title, "stage 5, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, %lld layers' "
-             "attention kept, %lld head groups, MLP tiles of %lld%s", M.c.name, (long long)M.o.seq, M.P, (long long)M.S,
-             M.o.merge, M.o.offload, (long long)M.kept, (long long)M.groups, (long long)M.tile,
-             M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
+             "attention kept, %lld head groups, MLP tiles of %lld%s%s%s", M.c.name, (long long)M.o.seq, M.P,
+             (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.groups, (long long)M.tile,
+             M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     /* ---- stage 4: offload: the host's plan, per node ---- */
     const double node_host = (double)memplan_host(&mp) * ranks_per_node(&M.o.ranks), budget = host_budget(&M);
     char host_line[256] = "";

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 #include <cublas_api.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -19,15 +21,18 @@ void gemm_init(Gemm *g, void *workspace, int64_t ws_bytes) {
 void gemm_destroy(Gemm *g) {
     cublasLtDestroy(g->lt);
     if (g->blas) cublasDestroy(g->blas);
+    free(g->group_host);
 }
 
 /* the rows of a ragged GEMM, rounded up to 16 x 2^j or 24 x 2^j: at most 1.5x, ~2 buckets per octave */
 static int64_t row_bucket(int64_t n) {
+    if (n > INT32_MAX) return n; /* not a row count of ours (int32); no bucket */
     int64_t b = 16;
     while (b < n) b = (b & (b - 1)) ? (b / 3) * 4 : (b / 2) * 3; /* 16, 24, 32, 48, 64, ... */
     return b;
 }
 
+/* the key's slot (open addressing; the table is never more than half full, so probing ends) */
 static GemmAlgo *cache_slot(Gemm *g, const int64_t key[9]) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a over the key */
     for (int i = 0; i < 9; i++) h = (h ^ (uint64_t)key[i]) * 1099511628211ull;
@@ -37,13 +42,22 @@ static GemmAlgo *cache_slot(Gemm *g, const int64_t key[9]) {
     }
 }
 
-/* the heuristic's first algorithm for op(A) m x k times op(B) k x n */
-static void heuristic(Gemm *g, cublasLtMatmulDesc_t op, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                      int64_t lda, int64_t ldb, int d_f32, int64_t ldd, cublasLtMatmulAlgo_t *algo) {
+/* the cached algorithm for the key, or the heuristic's first for that shape (cached); NULL when
+ * cuBLASLt has none */
+static const cublasLtMatmulAlgo_t *lookup(Gemm *g, cublasLtMatmulDesc_t op, const int64_t key[9]) {
+    GemmAlgo *hit = cache_slot(g, key);
+    if (hit->used) return &hit->algo;
+    if (g->ncache == GEMM_CACHE / 2) { /* half full: start over */
+        memset(g->cache, 0, sizeof g->cache);
+        g->ncache = 0;
+        hit = cache_slot(g, key);
+    }
+    const int ta = (int)key[0], tb = (int)key[1], d_f32 = (int)(key[8] >> 1 & 1);
+    const int64_t m = key[2], n = key[3], k = key[4];
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d_f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, key[5]));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, key[6]));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d_f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, key[7]));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t wsb = (uint64_t)g->ws_bytes;
@@ -55,15 +69,19 @@ static void heuristic(Gemm *g, cublasLtMatmulDesc_t op, int ta, int tb, int64_t 
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);
-    if (!found)
-        DIE("cuBLASLt has no algorithm for %s%s m=%lld n=%lld k=%lld -> %s", ta ? "T" : "N", tb ? "T" : "N",
-            (long long)m, (long long)n, (long long)k, d_f32 ? "fp32" : "bf16");
-    *algo = res.algo;
     g->queries++;
+    if (!found) return NULL;
+    memcpy(hit->key, key, 9 * sizeof key[0]);
+    hit->algo = res.algo;
+    hit->used = 1;
+    g->ncache++;
+    return &hit->algo;
 }
 
 /* column-major D[m,n] = op(A) op(B) + beta C (C NULL: C = D); A, B bf16; C, D bf16 or fp32.
- * rows: which of m (0), n (1), k (2) counts the rows of the row-major product (the ragged one) */
+ * rows: which of m (0), n (1), k (2) counts the rows of the row-major product (the ragged one).
+ * A ragged GEMM runs its bucket's algorithm; where that refuses the count (or there is none), the
+ * exact shape's, cached under the key marked exact (bit 2), which is looked up first from then on. */
 static void gemm_cm(Gemm *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
                     const void *B, int64_t ldb, const void *C, void *D, int d_f32, int64_t ldd, float beta, int rows,
                     cudaStream_t st) {
@@ -77,31 +95,35 @@ static void gemm_cm(Gemm *g, int ta, int tb, int64_t m, int64_t n, int64_t k, co
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, d_f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, ldd));
-    int64_t dims[3] = {m, n, k}; /* the heuristic's shape: a ragged GEMM's rows by bucket */
-    if (g->ragged) dims[rows] = row_bucket(dims[rows]);
-    const int64_t key[9] = {ta, tb, dims[0], dims[1], dims[2], lda, ldb, ldd, d_f32 * 2 + (beta != 0.f)};
-    GemmAlgo *hit = cache_slot(g, key);
-    if (!hit->used) {
-        if (g->ncache == GEMM_CACHE / 2) { /* half full: start over (probing stays short) */
-            memset(g->cache, 0, sizeof g->cache);
-            g->ncache = 0;
-            hit = cache_slot(g, key);
-        }
-        heuristic(g, op, ta, tb, dims[0], dims[1], dims[2], lda, ldb, d_f32, ldd, &hit->algo);
-        memcpy(hit->key, key, sizeof key);
-        hit->used = 1;
-        g->ncache++;
+    const int64_t flags = d_f32 * 2 + (beta != 0.f);
+    int64_t exact[9] = {ta, tb, m, n, k, lda, ldb, ldd, flags}, bucket[9];
+    const cublasLtMatmulAlgo_t *algo = NULL;
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (g->ragged) {
+        exact[8] |= 4;
+        memcpy(bucket, exact, sizeof bucket);
+        bucket[8] = flags;
+        bucket[2 + rows] = row_bucket(bucket[2 + rows]);
+        GemmAlgo *e = cache_slot(g, exact); /* this count refused its bucket's algorithm before */
+        algo = e->used ? &e->algo : lookup(g, op, bucket);
+    } else {
+        algo = lookup(g, op, exact);
     }
     const float alpha = 1.f;
-    cublasStatus_t s = cublasLtMatmul(g->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &hit->algo, g->ws,
-                                      (size_t)g->ws_bytes, st);
-    if (s != CUBLAS_STATUS_SUCCESS && g->ragged) { /* the bucket's algorithm refuses this count: ask for it */
-        cublasLtMatmulAlgo_t exact;
-        heuristic(g, op, ta, tb, m, n, k, lda, ldb, d_f32, ldd, &exact);
-        s = cublasLtMatmul(g->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &exact, g->ws,
+    if (algo)
+        s = cublasLtMatmul(g->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld, algo, g->ws,
                            (size_t)g->ws_bytes, st);
+    if (s != CUBLAS_STATUS_SUCCESS && g->ragged && !cache_slot(g, exact)->used) { /* the exact shape's own */
+        g->retries++;
+        algo = lookup(g, op, exact);
+        if (algo)
+            s = cublasLtMatmul(g->lt, op, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld, algo, g->ws,
+                               (size_t)g->ws_bytes, st);
     }
-    CUBLAS_CHECK(s);
+    if (!algo || s != CUBLAS_STATUS_SUCCESS)
+        DIE("cuBLASLt %s for %s%s m=%lld n=%lld k=%lld -> %s%s", algo ? cublasGetStatusString(s) : "has no algorithm",
+            ta ? "T" : "N", tb ? "T" : "N", (long long)m, (long long)n, (long long)k, d_f32 ? "fp32" : "bf16",
+            g->ragged ? " (ragged: its bucket's algorithm and the exact shape's tried)" : "");
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);
@@ -137,15 +159,17 @@ void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S,
  * D_j device pointers that segment_ptrs writes on the stream from r_dev */
 static void gemm_grouped(Gemm *g, int ta, int64_t m, int64_t k, const int32_t *r, int64_t E, int64_t lda,
                          int64_t ldb, int64_t ldd, float beta, void **ptrs, cudaStream_t st) {
-    if (!g->blas) {
-        CUBLAS_CHECK(cublasCreate(&g->blas));
-        CUBLAS_CHECK(cublasSetWorkspace(g->blas, g->ws, (size_t)g->ws_bytes));
+    if (!g->blas) CUBLAS_CHECK(cublasCreate(&g->blas));
+    CUBLAS_CHECK(cublasSetStream(g->blas, st)); /* resets the workspace to cuBLAS's own pool: ours again */
+    CUBLAS_CHECK(cublasSetWorkspace(g->blas, g->ws, (size_t)g->ws_bytes));
+    if (g->group_cap < E) { /* the call's host arrays, grown as needed */
+        free(g->group_host);
+        g->group_host = xmalloc((size_t)E * (2 * sizeof(cublasOperation_t) + 7 * sizeof(int) + 2 * sizeof(float)));
+        g->group_cap = E;
     }
-    CUBLAS_CHECK(cublasSetStream(g->blas, st));
-    cublasOperation_t *opa = xmalloc((size_t)E * sizeof *opa), *opb = xmalloc((size_t)E * sizeof *opb);
-    int *mm = xmalloc((size_t)(7 * E) * sizeof(int)), *nn = mm + E, *kk = nn + E, *la = kk + E, *lb = la + E,
-        *ld = lb + E, *one = ld + E;
-    float *alpha = xmalloc((size_t)(2 * E) * sizeof(float)), *betas = alpha + E;
+    cublasOperation_t *opa = g->group_host, *opb = opa + E;
+    int *mm = (int *)(opb + E), *nn = mm + E, *kk = nn + E, *la = kk + E, *lb = la + E, *ld = lb + E, *one = ld + E;
+    float *alpha = (float *)(one + E), *betas = alpha + E;
     int j = 0;
     for (int64_t e = 0; e < E; e++) {
         if (r[e + 1] == r[e]) continue;
@@ -159,22 +183,20 @@ static void gemm_grouped(Gemm *g, int ta, int64_t m, int64_t k, const int32_t *r
         CUBLAS_CHECK(cublasGemmGroupedBatchedEx(g->blas, opa, opb, mm, nn, kk, alpha, (const void *const *)ptrs,
                                                 CUDA_R_16BF, la, (const void *const *)(ptrs + E), CUDA_R_16BF, lb,
                                                 betas, ptrs + 2 * E, CUDA_R_16BF, ld, j, one, CUBLAS_COMPUTE_32F));
-    free(opa);
-    free(opb);
-    free(mm);
-    free(alpha);
 }
 
 void linear_fwd_grouped(Gemm *g, bf16_t *y, const bf16_t *x, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
                         int64_t E, int64_t I, int64_t O, void **ptrs, cudaStream_t st) {
     trace("gemm fwd grouped E=%lld rows=%d I=%lld O=%lld", (long long)E, r[E], (long long)I, (long long)O);
-    segment_ptrs(ptrs, r_dev, E, W, (int64_t)sizeof(bf16_t) * O * I, x, (int64_t)sizeof(bf16_t) * I, y, (int64_t)sizeof(bf16_t) * O, st);
+    const int64_t b = (int64_t)sizeof(bf16_t);
+    segment_ptrs(ptrs, r_dev, E, W, b * O * I, x, b * I, y, b * O, st);
     gemm_grouped(g, 1, O, I, r, E, I, I, O, 0.f, ptrs, st);
 }
 
 void linear_dx_grouped(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
                        int64_t E, int64_t I, int64_t O, float beta, void **ptrs, cudaStream_t st) {
     trace("gemm dx grouped E=%lld rows=%d I=%lld O=%lld beta=%g", (long long)E, r[E], (long long)I, (long long)O, beta);
-    segment_ptrs(ptrs, r_dev, E, W, (int64_t)sizeof(bf16_t) * O * I, dy, (int64_t)sizeof(bf16_t) * O, dx, (int64_t)sizeof(bf16_t) * I, st);
+    const int64_t b = (int64_t)sizeof(bf16_t);
+    segment_ptrs(ptrs, r_dev, E, W, b * O * I, dy, b * O, dx, b * I, st);
     gemm_grouped(g, 0, I, O, r, E, I, O, I, beta, ptrs, st);
 }

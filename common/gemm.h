@@ -18,10 +18,10 @@
 
 #include "../kernels/kernels.h"
 
-#define GEMM_CACHE 1024 /* a hash table; full, it starts over */
+#define GEMM_CACHE 1024 /* a hash table; half full, it starts over */
 
 typedef struct {
-    int64_t key[9];       /* transposes, m, n, k, leading dimensions, output type and beta; used[0] */
+    int64_t key[9];       /* transposes, m, n, k, leading dimensions, flags (fp32 out 2, beta 1, exact 4) */
     int used;
     cublasLtMatmulAlgo_t algo;
 } GemmAlgo;
@@ -35,6 +35,9 @@ typedef struct {
     int ncache;
     int ragged;           /* row counts vary call to call: algorithms per bucket of row counts */
     int64_t queries;      /* heuristic queries so far (the profile prints them) */
+    int64_t retries;      /* ragged calls whose bucket's algorithm refused their count */
+    void *group_host;     /* the grouped call's host arrays, for group_cap segments */
+    int64_t group_cap;
 } Gemm;
 
 #define GEMM_WORKSPACE_BYTES (64ll << 20)

@@ -66,8 +66,10 @@ for g in tests/golden/moe*/; do
         for tile in 80 7; do
             for gemm in loop grouped; do
                 A="--local-ranks $P --model $g --data $tmp/$name.tok --seq $S --steps 1 --loss-chunk 7 --mlp-tile $tile $HP"
+                rm -rf "$tmp/s5.grads" "$tmp/s5.ck" # a run that dies must not leave the last one's to check
                 $T ./stage5 $A --moe-gemm $gemm --dump-grads "$tmp/s5.grads" --save "$tmp/s5.ck" > "$tmp/s5.log" 2>&1
                 ok "stage5 $name P=$P tile $tile --moe-gemm $gemm runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s5.log"
+                ok "stage5 $name says its MoE GEMMs are $gemm" "grep -q 'MoE GEMMs $gemm' $tmp/s5.log"
                 ./build/check_stage grads "$g" "$tmp/s5.grads" "$tmp/s5.ck" $HPV 2>&1 | tail -4 > "$tmp/c.txt"; cat "$tmp/c.txt"
                 count "$tmp/c.txt" "stage5 $name P=$P tile $tile --moe-gemm $gemm vs the CPU reference"
             done
@@ -82,6 +84,7 @@ A="--model 30B-A3B --layers 1 --seq 8192 --steps 1 --mlp-tile 3000 --offload non
 for gemm in loop grouped; do
     $T ./stage5 $A --moe-gemm $gemm --dump-grads "$tmp/a3b.$gemm" > "$tmp/s5.log" 2>&1
     ok "stage5 30B-A3B 1 layer 8K --moe-gemm $gemm runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s5.log"
+    ok "stage5 30B-A3B says its MoE GEMMs are $gemm" "grep -q 'MoE GEMMs $gemm' $tmp/s5.log"
 done
 ./build/check_stage same "$tmp/a3b.loop" "$tmp/a3b.grouped" $TIGHT 2>&1 | tail -4 > "$tmp/c.txt"; cat "$tmp/c.txt"
 count "$tmp/c.txt" "stage5 30B-A3B --moe-gemm loop vs grouped"

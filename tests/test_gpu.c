@@ -785,11 +785,18 @@ int main(int argc, char **argv) {
     test_gemm(&gm, 100, 96, 320);
     test_gemm_big(&gm); /* an operand past 2^31 elements */
     /* ragged (the MoE experts' GEMMs): the algorithm chosen for a bucket of row counts (16 or 24 x
-     * 2^j) serves every count in it -- 17 rows run 24's algorithm, 700 run 768's, ... */
+     * 2^j) serves every count in it -- 17 rows run 24's algorithm, 349 run 384's, ...; a second count
+     * of a bucket asks the heuristic nothing, and no count needs the exact shape's algorithm */
     gm.ragged = 1;
     for (int64_t S = 17; S <= 1500; S = S * 3 + 49) test_gemm(&gm, S, 256, 384); /* 17, 100, 349, 1096 */
+    const int64_t asked = gm.queries;
+    test_gemm(&gm, 20, 256, 384); /* 24's bucket again */
+    test_gemm(&gm, 1200, 256, 384); /* 1096's, 1536 */
+    EXPECT_LE((double)(gm.queries - asked), 0, "ragged GEMMs asked the heuristic %lld more times for counts of known buckets",
+              (long long)(gm.queries - asked));
     test_gemm(&gm, 100, 2048, 768); /* Qwen3-30B-A3B's expert shapes */
     test_gemm(&gm, 100, 768, 2048);
+    EXPECT_LE((double)gm.retries, 0, "%lld ragged GEMMs fell back to their exact shape's algorithm", (long long)gm.retries);
     gm.ragged = 0;
     test_gemm_grouped(&gm);
     printf("[attention]\n");
