@@ -62,6 +62,7 @@ typedef struct {
     int64_t seed;
     const char *save;        /* HF directory + trainer state */
     int64_t save_every;
+    int64_t save_keep;       /* newest DIR/step-N directories kept (0: all) */
     const char *resume;
     int dry_run;
     const char *log;         /* JSON lines */
@@ -76,7 +77,7 @@ typedef struct {
 static Opts parse_opts(int argc, char **argv) {
     Opts o = {.model = "0.6B", .data = "data/books.tok", .seq = 16384, .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234};
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
@@ -95,9 +96,10 @@ static Opts parse_opts(int argc, char **argv) {
         {"--keep-attn", OPT_FLAG, &o.keep_attn, "keep attention O and LSE per layer: no attention recompute"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)"},
         {"--seed", OPT_INT, &o.seed, "random init seed"},
-        {"--save", OPT_STRING, &o.save, "write an HF model directory + trainer state here at the end"},
+        {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
         {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)"},
-        {"--resume", OPT_STRING, &o.resume, "continue from a directory written by --save"},
+        {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)"},
+        {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
         {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
@@ -114,6 +116,8 @@ static Opts parse_opts(int argc, char **argv) {
     if (rc) { fprintf(stderr, "error: %s\n", err); exit(2); }
     if (o.seq < 2) DIE("--seq must be at least 2 (got %lld)", (long long)o.seq);
     if (o.steps < 0 || (o.steps == 0 && !o.save)) DIE("--steps must be at least 1 (0 only with --save: write the initial weights)");
+    if (o.save_keep < 0) DIE("--save-keep must be at least 0 (0: keep every save)");
+    if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
     if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
     return o;
@@ -536,7 +540,7 @@ static void data_load(Data *d, Model *M, int64_t step) {
 /* ============================================================ main */
 static void save_checkpoint(Model *M, const char *dir, int64_t step) {
     StateIO io = state_io(M);
-    state_save(&io, dir, step, M->S, M->o.data);
+    state_save(&io, dir, step, M->S, M->o.data, M->o.save_keep);
 }
 
 /* one GPU's training run: allocate as planned, initialise, loop */

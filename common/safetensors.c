@@ -433,6 +433,20 @@ int st_plan_fill(const StPlan *p, int64_t i, int64_t byte0, const void *src, int
     return 0;
 }
 
+int st_plan_sync(const StPlan *p, char *err, size_t errlen) {
+    for (int f = 0; f <= p->nfiles; f++) {
+        const char *path = f < p->nfiles ? p->paths[f] : p->index_path;
+        if (!path) continue;
+        const int fd = open(path, O_RDONLY);
+        if (fd < 0 || fsync(fd) || close(fd)) {
+            snprintf(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+            if (fd >= 0) close(fd);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void st_plan_free(StPlan *p) {
     for (int f = 0; f < p->nfiles; f++) { free(p->paths[f]); free(p->headers[f]); }
     free(p->paths); free(p->headers); free(p->header_len); free(p->size);

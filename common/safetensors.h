@@ -77,6 +77,8 @@ void st_plan_dir(StPlan *p, const char *dir, const StWrite *t, int64_t n, int64_
 int st_plan_create(const StPlan *p, char *err, size_t errlen);
 /* bytes [byte0, byte0 + bytes) of tensor i's data */
 int st_plan_fill(const StPlan *p, int64_t i, int64_t byte0, const void *src, int64_t bytes, char *err, size_t errlen);
+/* fsync every file of the plan (and its index): what this writer filled is on disk */
+int st_plan_sync(const StPlan *p, char *err, size_t errlen);
 void st_plan_free(StPlan *p);
 
 /* Write one file. metadata: NULL or a flat JSON object text for "__metadata__" (string values). */

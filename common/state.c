@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "ckpt.h"
 #include "safetensors.h"
 
 #define CHUNK (8ll << 20) /* elements per transfer: 32 MiB of fp32 staging per rank */
@@ -87,10 +88,6 @@ int64_t state_load(StateIO *s, const char *model, const char *resume, double ini
 }
 
 /* ---------------------------------------------------------------- save */
-static void ensure_dir(const char *dir) {
-    if (mkdir(dir, 0755) && errno != EEXIST) DIE("cannot create %s: %s", dir, strerror(errno));
-}
-
 /* the tensors of the two files: [n] bf16 weights, and [3n] fp32 master, m, v */
 static void specs(const StateIO *s, StWrite *model, StWrite *state, char (*names)[112]) {
     const ParamTable *t = s->t;
@@ -108,28 +105,10 @@ static void specs(const StateIO *s, StWrite *model, StWrite *state, char (*names
  * stream, offloaded states updated by the host): everything queued on the device lands first. */
 static void settle(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-void state_save(StateIO *s, const char *dir, int64_t step, int64_t seq, const char *data) {
+/* this rank's pieces of every tensor into both files' byte ranges */
+static void fill_files(const StateIO *s, const StPlan *pm, const StPlan *ps) {
     const ParamTable *t = s->t;
-    settle();
-    char path[4200], tmp[4300], err[512], meta[1200];
-    StWrite *mw = xcalloc((size_t)t->n, sizeof(StWrite)), *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
-    char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
-    specs(s, mw, sw, names);
-    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step, (long long)seq,
-             data);
-    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
-    snprintf(tmp, sizeof tmp, "%s.partial", path);
-    StPlan pm, ps;
-    st_plan_dir(&pm, dir, mw, t->n, 4ll << 30);
-    st_plan_file(&ps, tmp, sw, 3 * t->n, meta);
-    if (s->rank == 0) {
-        ensure_dir(dir);
-        char cfg[4200];
-        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-        if (config_write_json(s->c, cfg, "bfloat16")) DIE("cannot write %s", cfg);
-        if (st_plan_create(&pm, err, sizeof err) || st_plan_create(&ps, err, sizeof err)) DIE("%s", err);
-    }
-    barrier(s); /* the files exist: every rank fills its pieces */
+    char err[512];
     float *buf = xmalloc((size_t)CHUNK * 4);
     uint16_t *bf = xmalloc((size_t)CHUNK * 2);
     const float *src[3] = {s->master, s->m, s->v};
@@ -140,22 +119,55 @@ void state_save(StateIO *s, const char *dir, int64_t step, int64_t seq, const ch
             const int64_t n = pc->numel - off < CHUNK ? pc->numel - off : CHUNK, e = pc->elem0 + off;
             for (int k = 0; k < 3; k++) {
                 copy(s, buf, src[k] + pc->at + off, 4 * n);
-                if (st_plan_fill(&ps, k * t->n + ti, 4 * e, buf, 4 * n, err, sizeof err)) DIE("%s", err);
+                if (st_plan_fill(ps, k * t->n + ti, 4 * e, buf, 4 * n, err, sizeof err)) DIE("%s", err);
                 if (k) continue;
                 for (int64_t j = 0; j < n; j++) bf[j] = f32_to_bf16(buf[j]);
-                if (st_plan_fill(&pm, ti, 2 * e, bf, 2 * n, err, sizeof err)) DIE("%s", err);
+                if (st_plan_fill(pm, ti, 2 * e, bf, 2 * n, err, sizeof err)) DIE("%s", err);
             }
         }
     }
-    barrier(s); /* every piece is written: the state file is complete */
+    free(buf); free(bf);
+}
+
+/* A save is DIR/step-N (common/ckpt.h): rank 0 makes DIR/step-N.partial and lays out its files,
+ * every rank fills and fsyncs its pieces, and only then does rank 0 rename it to step-N and point
+ * DIR/latest at it. A crash at any moment leaves the previous complete save as it was. */
+void state_save(StateIO *s, const char *root, int64_t step, int64_t seq, const char *data, int64_t keep) {
+    const ParamTable *t = s->t;
+    settle();
+    char dir[CKPT_PATH], path[CKPT_PATH + 64], err[CKPT_PATH + 512], meta[1200];
+    StWrite *mw = xcalloc((size_t)t->n, sizeof(StWrite)), *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
+    char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
+    specs(s, mw, sw, names);
+    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step, (long long)seq,
+             data);
+    ckpt_partial_dir(root, step, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
+    StPlan pm, ps;
+    st_plan_dir(&pm, dir, mw, t->n, 4ll << 30);
+    st_plan_file(&ps, path, sw, 3 * t->n, meta);
+    char cfg[CKPT_PATH + 64];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     if (s->rank == 0) {
-        if (rename(tmp, path)) DIE("cannot rename %s: %s", tmp, strerror(errno));
-        printf("saved step %lld to %s (HF model + trainer state)\n", (long long)step, dir);
+        if (ckpt_begin(root, step, err, sizeof err)) DIE("%s", err);
+        if (config_write_json(s->c, cfg, "bfloat16") || fsync_path(cfg)) DIE("cannot write %s", cfg);
+        if (st_plan_create(&pm, err, sizeof err) || st_plan_create(&ps, err, sizeof err)) DIE("%s", err);
+    }
+    barrier(s); /* the files exist: every rank fills its pieces */
+    fill_files(s, &pm, &ps);
+    /* what this rank wrote is on disk before anyone may call the save complete */
+    if (st_plan_sync(&pm, err, sizeof err) || st_plan_sync(&ps, err, sizeof err)) DIE("%s", err);
+    barrier(s); /* every piece of every rank is durable */
+    if (s->rank == 0) {
+        if (ckpt_commit(root, step, keep, err, sizeof err)) DIE("%s", err);
+        ckpt_step_dir(root, step, dir, sizeof dir);
+        printf("saved step %lld to %s (HF model + trainer state; %s/" CKPT_LATEST " points at it)\n", (long long)step, dir,
+               root);
     }
     barrier(s);
     st_plan_free(&pm);
     st_plan_free(&ps);
-    free(buf); free(bf); free(mw); free(sw); free(names);
+    free(mw); free(sw); free(names);
 }
 
 /* ---------------------------------------------------------------- dump */

@@ -5,10 +5,13 @@
  * cudaMemcpyDefault.
  *   load:  fp32 master weights from an HF directory (config.json + safetensors, any float dtype,
  *          sharded or not) or a random init (the same values whatever the pieces), m and v zero;
- *          or, with resume, master, m, v and the step from a directory written by state_save
- *   save:  DIR/config.json + bf16 model safetensors (sharded over 4 GiB with an index: transformers
- *          loads it) + DIR/trainer_state.safetensors (fp32 master.*, adam_m.*, adam_v.*; metadata
- *          step, seq, data), written to .partial and renamed once complete
+ *          or, with resume, master, m, v and the step from a step directory written by state_save
+ *          (the stage resolves --resume DIR to it first: ckpt_resume_dir)
+ *   save:  DIR/step-N/ (common/ckpt.h): config.json + bf16 model safetensors (sharded over 4 GiB
+ *          with an index: transformers loads it) + trainer_state.safetensors (fp32 master.*,
+ *          adam_m.*, adam_v.*; metadata step, seq, data), written as DIR/step-N.partial, fsync'd
+ *          by every rank, renamed once complete; DIR/latest then points at it; the newest `keep`
+ *          saves stay (0: all)
  *   dump:  a step's loss and fp32 gradients (the GPU tests compare them with the CPU reference)
  * With several ranks, rank 0 lays out and creates the files, every rank fills its pieces (pwrite),
  * and comm_barrier separates the phases. */
@@ -18,6 +21,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "config.h"
 #include "model.h"
@@ -37,7 +41,7 @@ typedef struct {
 
 /* returns the step training continues after (0 unless resume) */
 int64_t state_load(StateIO *s, const char *model, const char *resume, double init_std, uint64_t seed);
-void state_save(StateIO *s, const char *dir, int64_t step, int64_t seq, const char *data);
+void state_save(StateIO *s, const char *root, int64_t step, int64_t seq, const char *data, int64_t keep);
 void state_dump(StateIO *s, const char *path, double loss);
 
 #endif

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "../common/check.h"
+#include "../common/ckpt.h"
 #include "../common/config.h"
 #include "../common/model.h"
 #include "../common/safetensors.h"
@@ -132,6 +133,13 @@ static void print_worst(int64_t n, const Worst *w) {
            w->cos_name, w->ratio, w->ratio_name);
 }
 
+/* a --save DIR (its latest complete save) or a step directory: its trainer_state.safetensors */
+static void state_path(const char *dir, char *out, size_t n) {
+    char step[CKPT_PATH], note[4096], err[CKPT_PATH + 512];
+    if (ckpt_resolve(dir, step, sizeof step, note, sizeof note, err, sizeof err)) DIE("%s", err);
+    snprintf(out, n, "%s/trainer_state.safetensors", step);
+}
+
 static void load_golden(const char *dir, Golden *g) {
     char err[512];
     if (golden_load(dir, g, err, sizeof err)) DIE("%s", err);
@@ -204,7 +212,7 @@ static int cmd_grads(int argc, char **argv) {
     print_worst(pt.n, &w);
     if (argc >= 11) {
         char path[4200];
-        snprintf(path, sizeof path, "%s/trainer_state.safetensors", argv[4]);
+        state_path(argv[4], path, sizeof path);
         SafeTensors st;
         if (st_open(path, &st, err, sizeof err)) DIE("%s", err);
         float *master = read_all(&st, &pt, "master.");
@@ -267,8 +275,8 @@ static int cmd_same(int argc, char **argv) {
 static int cmd_states(int argc, char **argv) {
     SafeTensors a, b;
     char err[512], pa[4200], pb[4200];
-    snprintf(pa, sizeof pa, "%s/trainer_state.safetensors", argv[2]);
-    snprintf(pb, sizeof pb, "%s/trainer_state.safetensors", argv[3]);
+    state_path(argv[2], pa, sizeof pa);
+    state_path(argv[3], pb, sizeof pb);
     if (st_open(pa, &a, err, sizeof err) || st_open(pb, &b, err, sizeof err)) DIE("%s", err);
     /* the moments are proportional to the gradients, so they carry the gradients' own run-to-run
      * noise (fp32 atomics in three kernels sum in any order): their tolerance is separate */

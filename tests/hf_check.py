@@ -4,7 +4,7 @@ window of a token file; it must match the trainer's loss for that step (the step
 within 2% (bf16 weights, bf16 vs fp32 compute differences). Dense Qwen3 or Qwen3MoE (whose loss
 adds router_aux_loss_coef x the load-balancing loss when output_router_logits, as transformers does).
   python3 tests/hf_check.py DIR TOKENS.tok SEQ STEP0 TRAINER_LOSS"""
-import struct, sys
+import os, struct, sys
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +13,8 @@ from transformers import AutoModelForCausalLM
 
 def main():
     d, tok, seq, step0, want = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    if not os.path.exists(os.path.join(d, "config.json")):  # a --save DIR: its newest complete save
+        d = os.path.join(d, "latest")
     with open(tok, "rb") as f:
         head = f.read(24)
         count = struct.unpack("<q", head[16:])[0]

@@ -10,7 +10,8 @@ two loss curves can be compared step by step.
 transformers side: fp32 master weights (the trainer's fp32 master, not the bf16 export), bf16
 autocast, SDPA attention, AdamW (decay on matrices only), global-norm clipping, the trainer's
 warmup + cosine schedule."""
-import argparse, json, math, struct, sys
+import argparse
+import os, json, math, struct, sys
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,8 @@ def main():
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
     a = ap.parse_args()
+    if not os.path.exists(os.path.join(a.init_dir, "config.json")):  # a --save DIR: its newest save
+        a.init_dir = os.path.join(a.init_dir, "latest")
     cfg = AutoConfig.from_pretrained(a.init_dir)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)

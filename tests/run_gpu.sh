@@ -45,10 +45,10 @@ echo "== save + resume gives the uninterrupted run's next loss, bit for bit"
 g=tests/golden/untied_gqa4_s100
 ./build/check_stage random 320 20000 7 "$tmp/rand.tok"
 R="--model $g --data $tmp/rand.tok --seq 1000 --lr 1e-3 --warmup 2 --steps 4"
-# the step a --save directory's trainer_state.safetensors holds (its header's __metadata__ "step")
+# the step a --save directory's latest save holds (its trainer_state header's __metadata__ "step")
 state_step() {
     python3 -c 'import json, struct, sys
-f = open(sys.argv[1] + "/trainer_state.safetensors", "rb")
+f = open(sys.argv[1] + "/latest/trainer_state.safetensors", "rb")
 print(json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]["step"])' "$1" 2>/dev/null || echo none
 }
 ./stage1 $R --log "$tmp/a.jsonl" > "$tmp/a.log" 2>&1
@@ -56,11 +56,12 @@ ok "uninterrupted 4-step run exits 0" "[ $? -eq 0 ]" || tail -5 "$tmp/a.log"
 ./stage1 $R --steps 4 --save-every 2 --save "$tmp/ck" --log "$tmp/b.jsonl" > "$tmp/b.log" 2>&1
 ok "--save-every 2 run exits 0" "[ $? -eq 0 ]" || tail -5 "$tmp/b.log"
 grep '^saved step' "$tmp/b.log" | sed 's/^/  /'
-ok "--save-every 2 --steps 4 logs a save at step 2" "grep -q '^saved step 2 to $tmp/ck ' '$tmp/b.log'"
-ok "--save-every 2 --steps 4 logs the final save at step 4" "grep -q '^saved step 4 to $tmp/ck ' '$tmp/b.log'"
+ok "--save-every 2 --steps 4 logs a save at step 2" "grep -q '^saved step 2 to $tmp/ck/step-2 ' '$tmp/b.log'"
+ok "--save-every 2 --steps 4 logs the final save at step 4" "grep -q '^saved step 4 to $tmp/ck/step-4 ' '$tmp/b.log'"
 ck_step=$(state_step "$tmp/ck")
-echo "  $tmp/ck/trainer_state.safetensors: step $ck_step"
-ok "the --save directory's trainer_state holds step 4 after --steps 4 (got $ck_step)" "[ '$ck_step' = 4 ]"
+echo "  $tmp/ck/latest/trainer_state.safetensors: step $ck_step"
+ok "the --save directory's latest holds step 4 after --steps 4 (got $ck_step)" "[ '$ck_step' = 4 ]"
+ok "--save-keep 1 (the default) removed step-2 once step-4 was complete" "[ ! -e '$tmp/ck/step-2' ] && [ -d '$tmp/ck/step-4' ]"
 # the directory now holds step 4; make a clean step-2 save to resume from
 ./stage1 $R --steps 2 --save "$tmp/ck2" > "$tmp/b2.log" 2>&1
 ck2_step=$(state_step "$tmp/ck2")
@@ -68,7 +69,7 @@ ok "a --steps 2 save holds step 2 (got $ck2_step)" "[ '$ck2_step' = 2 ]"
 ./stage1 $R --resume "$tmp/ck2" --log "$tmp/c.jsonl" > "$tmp/c.log" 2>&1
 ok "resumed run exits 0" "[ $? -eq 0 ]" || tail -5 "$tmp/c.log"
 grep '^resumed from' "$tmp/c.log" | sed 's/^/  /'
-ok "the resumed run logs \"resumed from $tmp/ck2 after step 2\"" "grep -q '^resumed from $tmp/ck2 after step 2\$' '$tmp/c.log'"
+ok "the resumed run logs \"resumed from $tmp/ck2/step-2 after step 2\"" "grep -q '^resumed from $tmp/ck2/step-2 after step 2\$' '$tmp/c.log'"
 first_json=$(head -1 "$tmp/c.jsonl" 2>/dev/null | grep -o '"step":[0-9]*' | cut -d: -f2)
 first_line=$(grep -m1 -oE '^step +[0-9]+' "$tmp/c.log" | awk '{print $2}')
 echo "  resumed run: first step logged ${first_json:-none} (--log), ${first_line:-none} (stdout)"

@@ -94,7 +94,7 @@ echo "== MoE: saved as a qwen3_moe directory (per-expert tensors), loaded by tra
 g=tests/golden/moe_e8_k2
 ./build/check_stage random 256 20000 7 "$tmp/rand256.tok"
 saved --local-ranks 2 --model $g --data $tmp/rand256.tok --seq 400 --lr 1e-3 --warmup 2
-ok "stage5 MoE saves a qwen3_moe config" "grep -q qwen3_moe $tmp/ck/config.json"
+ok "stage5 MoE saves a qwen3_moe config" "grep -q qwen3_moe $tmp/ck/latest/config.json"
 if python3 -c 'import transformers' 2>/dev/null; then reloads "$tmp/rand256.tok" 400 MoE; fi
 
 echo "== stage 5 against stage 4: 2 layers of Qwen3-0.6B at 16K tokens (MLP tiles of 3000 rows, 8 head groups)"
@@ -115,7 +115,7 @@ g=tests/golden/untied_gqa4_s100
 saved --local-ranks 2 --model $g --data $tmp/rand.tok --seq 1000 --yarn-original 250 --lr 1e-3 --warmup 2
 ok "stage5 turns YaRN x4 on by itself (1000 / 250)" "grep -q 'YaRN x4 from 250' $tmp/a.log"
 if python3 -c 'import transformers' 2>/dev/null; then
-    python3 - "$tmp/ck" <<'EOF' 2>&1 | tee "$tmp/h.txt"
+    python3 - "$tmp/ck/latest" <<'EOF' 2>&1 | tee "$tmp/h.txt"
 import math, sys
 from transformers import AutoConfig, Qwen3ForCausalLM
 cfg = AutoConfig.from_pretrained(sys.argv[1])

@@ -11,7 +11,7 @@ ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAI
 # plus its own. A flag added to a stage must be added here (to the first stage that has it), and
 # one removed or renamed must be changed here, or the --help checks below fail.
 STAGE1_FLAGS=(--model --data --seq --steps --lr --warmup --schedule --min-lr-frac --wd --beta1 --beta2 --eps
-              --clip --loss-chunk --keep-attn --layers --seed --save --save-every --resume --dry-run --gpu-gib
+              --clip --loss-chunk --keep-attn --layers --seed --save --save-every --save-keep --resume --dry-run --gpu-gib
               --log --dump-grads --profile --trace --yarn-factor --yarn-original --help)
 STAGE2_FLAGS=("${STAGE1_FLAGS[@]}" --gpus --local-ranks --nnodes --node-rank --rendezvous --run-id --comm-timeout
               --rehearse --link-gbps --net-gbps)
@@ -54,6 +54,10 @@ for s in stage[1-5]_*.c; do
     check_refusal "a model directory with a MoE config" "MoE" --model tests/bad_configs/moe --dry-run
     check_refusal "a model directory with sliding windows" "use_sliding_window" --model tests/bad_configs/sliding --dry-run
     check_refusal "a too-long layer count" "--layers" --layers 99 --dry-run
+    check_refusal "resuming from an incomplete save, by name" "step-3.partial: an incomplete save" \
+        --resume /tmp/nowhere/step-3.partial --dry-run
+    check_refusal "resuming from a missing directory" "no such directory" --resume /tmp/nowhere/ck --dry-run
+    check_refusal "a negative --save-keep" "save-keep must be" --save-keep -1 --dry-run
     gpus=
     [[ " ${want[*]} " == *" --gpus "* ]] && gpus="--gpus 1" # several-GPU stages: name the ranks so no GPU is counted
     [[ " ${want[*]} " == *" --attn-groups "* ]] && gpus="$gpus --attn-groups 1" # stage 5: all heads in one call

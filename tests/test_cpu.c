@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../common/check.h"
+#include "../common/ckpt.h"
 #include "../common/cli.h"
 #include "../common/config.h"
 #include "../common/cpu_adam.h"
@@ -843,6 +844,103 @@ static void test_rendezvous(void) {
     EXPECT(stat(path, &sb) != 0, "node 0 removes the file once everyone joined");
 }
 
+
+/* ------------------------------------------------------------------ checkpoint directories */
+/* a save's stand-in: DIR/step-N.partial with a trainer_state file, as state_save leaves it */
+static int fake_save(const char *root, int64_t step, int commit, int64_t keep) {
+    char err[CKPT_PATH + 512], dir[CKPT_PATH], f[CKPT_PATH + 64];
+    if (ckpt_begin(root, step, err, sizeof err)) { printf("  %s\n", err); return -1; }
+    ckpt_partial_dir(root, step, dir, sizeof dir);
+    snprintf(f, sizeof f, "%s/trainer_state.safetensors", dir);
+    FILE *fp = fopen(f, "w");
+    if (!fp || fprintf(fp, "step %lld\n", (long long)step) < 0 || fclose(fp)) return -1;
+    if (commit && ckpt_commit(root, step, keep, err, sizeof err)) { printf("  %s\n", err); return -1; }
+    return 0;
+}
+static int exists(const char *root, const char *name) {
+    char p[CKPT_PATH + 64];
+    snprintf(p, sizeof p, "%s/%s", root, name);
+    struct stat sb;
+    return !lstat(p, &sb);
+}
+
+static void test_ckpt(void) {
+    char root[CKPT_PATH], out[CKPT_PATH], want[CKPT_PATH], note[4096], err[CKPT_PATH + 512], p[CKPT_PATH + 64];
+    snprintf(root, sizeof root, "%s/ck", tmpdir);
+    EXPECT(ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && strstr(err, "no such directory"),
+           "--resume of a missing directory is refused: %s", err);
+    EXPECT(!fake_save(root, 1, 1, 2), "a first save commits");
+    EXPECT(exists(root, "step-1") && !exists(root, "step-1.partial"), "the partial directory became step-1");
+    const ssize_t len = readlink(strcat(strcpy(p, root), "/latest"), out, sizeof out - 1);
+    if (len > 0) out[len] = 0;
+    EXPECT(len > 0 && !strcmp(out, "step-1"), "latest is a link to step-1 (got %s)", len > 0 ? out : "none");
+    ckpt_step_dir(root, 1, want, sizeof want);
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want) && !note[0],
+           "--resume DIR takes DIR/latest: %s", out);
+    /* a crash in the middle of step 2's save: its partial directory stays, step 1 is untouched */
+    EXPECT(!fake_save(root, 2, 0, 2), "step 2's save begins (and is never committed)");
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want),
+           "after a crash mid-save --resume DIR still takes step-1: %s", out);
+    EXPECT(strstr(note, "ignoring") && strstr(note, "step-2.partial"), "the partial save is ignored with a message: %s",
+           note);
+    ckpt_partial_dir(root, 2, p, sizeof p);
+    EXPECT(ckpt_resolve(p, out, sizeof out, note, sizeof note, err, sizeof err) && strstr(err, "incomplete save") &&
+               strstr(err, "step-2.partial"),
+           "--resume of the partial directory is refused by name: %s", err);
+    strcat(p, "/");
+    EXPECT(ckpt_resolve(p, out, sizeof out, note, sizeof note, err, sizeof err) && strstr(err, "incomplete save"),
+           "... with a trailing slash too");
+    /* the next save of step 2 starts from an empty partial directory */
+    ckpt_partial_dir(root, 2, p, sizeof p);
+    strcat(p, "/stale");
+    FILE *fp = fopen(p, "w");
+    if (fp) fclose(fp);
+    EXPECT(!fake_save(root, 2, 1, 2), "step 2 saved again after the crash");
+    EXPECT(!exists(root, "step-2/stale") && !exists(root, "step-2.partial"), "the stale partial's files are gone");
+    EXPECT(exists(root, "step-1") && exists(root, "step-2"), "--save-keep 2: both saves kept");
+    EXPECT(!fake_save(root, 3, 1, 2), "step 3 saved");
+    EXPECT(!exists(root, "step-1") && exists(root, "step-2") && exists(root, "step-3"),
+           "--save-keep 2: step-1 removed once step-3 is complete");
+    ckpt_step_dir(root, 3, want, sizeof want);
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want),
+           "latest follows the newest save: %s", out);
+    /* re-saving a step that exists (a run resumed from an earlier step) replaces it */
+    EXPECT(!fake_save(root, 3, 1, 2), "step 3 saved over an existing step-3");
+    EXPECT(exists(root, "step-3") && !exists(root, "step-3.old"), "no step-3.old is left behind");
+    /* latest pointing nowhere (deleted by hand): the newest complete save, with a message */
+    snprintf(p, sizeof p, "%s/latest", root);
+    unlink(p);
+    EXPECT(!symlink("step-9", p), "latest made to point at a missing step-9");
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want) &&
+               strstr(note, "not a complete save"),
+           "a broken latest falls back to the newest complete save (%s): %s", out, note);
+    unlink(p);
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want),
+           "no latest at all: the newest complete save");
+    /* a step directory without its trainer state is not a save; a step directory resolves to itself */
+    snprintf(p, sizeof p, "%s/step-7", root);
+    mkdir(p, 0755);
+    int64_t steps[8];
+    const int64_t n = ckpt_list(root, steps, 8);
+    EXPECT(n == 2 && steps[0] == 3 && steps[1] == 2, "complete saves newest first: 3, 2 (got %lld: %lld %lld)",
+           (long long)n, (long long)(n > 0 ? steps[0] : -1), (long long)(n > 1 ? steps[1] : -1));
+    EXPECT(!ckpt_resolve(want, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want),
+           "--resume DIR/step-3 is that step");
+    /* an older partial save (a crash long ago) goes when a newer save completes */
+    EXPECT(!fake_save(root, 1, 0, 0), "a stale step-1.partial");
+    EXPECT(!fake_save(root, 4, 1, 0), "step 4 saved with --save-keep 0");
+    EXPECT(!exists(root, "step-1.partial") && exists(root, "step-2") && exists(root, "step-3") && exists(root, "step-4"),
+           "the older partial is removed, --save-keep 0 keeps every complete save");
+    snprintf(p, sizeof p, "%s/empty", tmpdir);
+    mkdir(p, 0755);
+    EXPECT(ckpt_resolve(p, out, sizeof out, note, sizeof note, err, sizeof err) && strstr(err, "no complete save"),
+           "a directory with no save is refused: %s", err);
+    snprintf(p, sizeof p, "%s/file", tmpdir);
+    fp = fopen(p, "w");
+    if (fp) fclose(fp);
+    EXPECT(fake_save(p, 1, 0, 0), "--save onto a file is refused");
+}
+
 int main(int argc, char **argv) {
     const char *golden = argc > 1 ? argv[1] : "tests/golden";
     snprintf(tmpdir, sizeof tmpdir, "/tmp/longctx_test_%d", (int)getpid());
@@ -871,6 +969,8 @@ int main(int argc, char **argv) {
     test_cpu_adam();
     printf("[rendezvous]\n");
     test_rendezvous();
+    printf("[checkpoint directories]\n");
+    test_ckpt();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", tmpdir);

@@ -1,0 +1,248 @@
+/* ckpt.c -- checkpoint directories: partial, complete, latest, kept (ckpt.h). */
+#define _GNU_SOURCE /* nftw's FTW_DEPTH / FTW_PHYS */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define STATE_FILE "trainer_state.safetensors"
+
+void ckpt_step_dir(const char *root, int64_t step, char *out, size_t n) {
+    snprintf(out, n, "%s/step-%lld", root, (long long)step);
+}
+void ckpt_partial_dir(const char *root, int64_t step, char *out, size_t n) {
+    snprintf(out, n, "%s/step-%lld" CKPT_PARTIAL, root, (long long)step);
+}
+
+/* ---------------------------------------------------------------- file system helpers */
+int fsync_path(const char *path) {
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    const int r = fsync(fd);
+    return close(fd) || r ? -1 : 0;
+}
+
+static int unlink_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb; (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+int remove_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb)) return errno == ENOENT ? 0 : -1;
+    return nftw(path, unlink_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return !stat(p, &sb) && S_ISDIR(sb.st_mode);
+}
+static int has_state(const char *dir) {
+    char p[2 * CKPT_PATH];
+    if (snprintf(p, sizeof p, "%s/" STATE_FILE, dir) >= (int)sizeof p) return 0;
+    struct stat sb;
+    return !stat(p, &sb) && S_ISREG(sb.st_mode);
+}
+static int ends_with(const char *s, const char *tail) {
+    const size_t a = strlen(s), b = strlen(tail);
+    return a >= b && !strcmp(s + a - b, tail);
+}
+
+/* "step-N" -> N; "step-N.partial" -> N with *partial = 1; anything else -> -1 */
+static int64_t step_of(const char *name, int *partial) {
+    if (strncmp(name, "step-", 5)) return -1;
+    char *end;
+    errno = 0;
+    const long long v = strtoll(name + 5, &end, 10);
+    if (errno || end == name + 5 || v < 0) return -1;
+    *partial = !strcmp(end, CKPT_PARTIAL);
+    return *end && !*partial ? -1 : v;
+}
+
+/* ---------------------------------------------------------------- listing */
+static int cmp_desc(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* steps of the complete (want_partial 0) or partial (1) step directories, newest first */
+static int64_t list(const char *root, int want_partial, int64_t *steps, int64_t max) {
+    DIR *d = opendir(root);
+    if (!d) return 0;
+    int64_t n = 0;
+    char p[2 * CKPT_PATH];
+    for (struct dirent *e; (e = readdir(d));) {
+        int partial = 0;
+        const int64_t s = step_of(e->d_name, &partial);
+        if (s < 0 || partial != want_partial) continue;
+        snprintf(p, sizeof p, "%s/%s", root, e->d_name);
+        if (!is_dir(p) || (!partial && !has_state(p))) continue;
+        if (n < max) steps[n] = s;
+        n++;
+    }
+    closedir(d);
+    qsort(steps, (size_t)(n < max ? n : max), sizeof *steps, cmp_desc);
+    return n < max ? n : max;
+}
+int64_t ckpt_list(const char *root, int64_t *steps, int64_t max) { return list(root, 0, steps, max); }
+
+/* ---------------------------------------------------------------- writing */
+int ckpt_begin(const char *root, int64_t step, char *err, size_t errlen) {
+    char tmp[CKPT_PATH];
+    ckpt_partial_dir(root, step, tmp, sizeof tmp);
+    if (mkdir(root, 0755) && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create the save directory %s: %s", root, strerror(errno));
+        return -1;
+    }
+    if (!is_dir(root)) {
+        snprintf(err, errlen, "--save %s is not a directory", root);
+        return -1;
+    }
+    if (remove_tree(tmp)) { /* an earlier run stopped while writing this step */
+        snprintf(err, errlen, "cannot remove the stale %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    if (mkdir(tmp, 0755)) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* root/latest -> step-N, replaced atomically: a new link under a temporary name, then rename */
+static int point_latest(const char *root, int64_t step, char *err, size_t errlen) {
+    char link[CKPT_PATH + 32], tmp[CKPT_PATH + 48], target[64];
+    snprintf(link, sizeof link, "%s/" CKPT_LATEST, root);
+    snprintf(tmp, sizeof tmp, "%s/." CKPT_LATEST ".new", root);
+    snprintf(target, sizeof target, "step-%lld", (long long)step);
+    unlink(tmp);
+    if (symlink(target, tmp) || rename(tmp, link)) {
+        snprintf(err, errlen, "cannot point %s at %s: %s", link, target, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* all but the newest `keep` complete saves, and partial ones older than `step` (crash leftovers) */
+static void prune(const char *root, int64_t step, int64_t keep) {
+    enum { MAX = 1 << 16 };
+    int64_t *s = xmalloc(sizeof(int64_t) * MAX);
+    char p[CKPT_PATH];
+    const int64_t n = list(root, 0, s, MAX);
+    for (int64_t i = keep > 0 ? keep : n; i < n; i++) {
+        if (s[i] == step) continue; /* never the save just made */
+        ckpt_step_dir(root, s[i], p, sizeof p);
+        if (remove_tree(p)) fprintf(stderr, "warning: could not remove %s: %s\n", p, strerror(errno));
+        else printf("removed %s (--save-keep %lld)\n", p, (long long)keep);
+    }
+    const int64_t m = list(root, 1, s, MAX);
+    for (int64_t i = 0; i < m; i++) {
+        if (s[i] >= step) continue;
+        ckpt_partial_dir(root, s[i], p, sizeof p);
+        if (!remove_tree(p)) printf("removed %s (an incomplete save of an earlier run)\n", p);
+    }
+    free(s);
+}
+
+int ckpt_commit(const char *root, int64_t step, int64_t keep, char *err, size_t errlen) {
+    char tmp[CKPT_PATH], dir[CKPT_PATH], old[CKPT_PATH + 16];
+    ckpt_partial_dir(root, step, tmp, sizeof tmp);
+    ckpt_step_dir(root, step, dir, sizeof dir);
+    if (fsync_path(tmp)) { /* the directory's entries: its files' names are durable before the rename */
+        snprintf(err, errlen, "cannot fsync %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    /* a complete step-N already there (a run resumed from an earlier step): move it aside first, so
+     * the rename below cannot fail on a non-empty directory; latest never names the moved one */
+    snprintf(old, sizeof old, "%s.old", dir);
+    if (is_dir(dir) && (remove_tree(old) || rename(dir, old))) {
+        snprintf(err, errlen, "cannot move the older %s aside: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (rename(tmp, dir) || fsync_path(root)) {
+        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+        return -1;
+    }
+    if (point_latest(root, step, err, errlen) || fsync_path(root)) {
+        if (!err[0]) snprintf(err, errlen, "cannot fsync %s: %s", root, strerror(errno));
+        return -1;
+    }
+    remove_tree(old);
+    prune(root, step, keep);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- resuming */
+/* the partial saves under root, one note line each */
+static void note_partials(const char *root, char *note, size_t n) {
+    int64_t s[64];
+    const int64_t m = list(root, 1, s, 64);
+    char p[CKPT_PATH];
+    for (int64_t i = 0; i < m; i++) {
+        ckpt_partial_dir(root, s[i], p, sizeof p);
+        const size_t at = strlen(note);
+        snprintf(note + at, n - at, "ignoring %s: an incomplete save (its writer stopped before it was complete)\n", p);
+    }
+}
+
+int ckpt_resolve(const char *path, char *out, size_t n, char *note, size_t notelen, char *err, size_t errlen) {
+    note[0] = 0;
+    char trimmed[CKPT_PATH];
+    snprintf(trimmed, sizeof trimmed, "%s", path);
+    for (size_t l = strlen(trimmed); l > 1 && trimmed[l - 1] == '/'; l--) trimmed[l - 1] = 0;
+    if (ends_with(trimmed, CKPT_PARTIAL)) {
+        snprintf(err, errlen, "--resume %s: an incomplete save (its writer stopped before every rank's pieces were on "
+                 "disk); resume from the directory above it (its latest complete save) or a step-N directory", path);
+        return -1;
+    }
+    if (!is_dir(trimmed)) {
+        snprintf(err, errlen, "--resume %s: no such directory", path);
+        return -1;
+    }
+    if (has_state(trimmed)) { /* a step directory (or a save of an older layout) */
+        snprintf(out, n, "%s", trimmed);
+        return 0;
+    }
+    /* a root: latest, else the newest complete step directory */
+    note_partials(trimmed, note, notelen);
+    char latest[CKPT_PATH + 32], target[CKPT_PATH];
+    snprintf(latest, sizeof latest, "%s/" CKPT_LATEST, trimmed);
+    const ssize_t len = readlink(latest, target, sizeof target - 1);
+    if (len > 0) {
+        target[len] = 0;
+        if (target[0] == '/') snprintf(out, n, "%s", target);
+        else snprintf(out, n, "%s/%s", trimmed, target);
+        int partial = 0;
+        const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+        if (step_of(base, &partial) >= 0 && !partial && has_state(out)) return 0;
+        const size_t at = strlen(note);
+        snprintf(note + at, notelen - at, "%s points at %s, which is not a complete save: taking the newest one\n",
+                 latest, out);
+    }
+    int64_t s[1];
+    if (list(trimmed, 0, s, 1) < 1) {
+        snprintf(err, errlen, "--resume %s: no complete save there (no %s, no step-N directory holding " STATE_FILE ")",
+                 path, CKPT_LATEST);
+        return -1;
+    }
+    ckpt_step_dir(trimmed, s[0], out, n);
+    return 0;
+}
+
+const char *ckpt_resume_dir(const char *path) {
+    static char out[CKPT_PATH];
+    char note[4096], err[CKPT_PATH + 512];
+    if (ckpt_resolve(path, out, sizeof out, note, sizeof note, err, sizeof err)) DIE("%s", err);
+    fputs(note, stdout);
+    if (strcmp(out, path)) printf("--resume %s: %s\n", path, out);
+    return out;
+}
