@@ -7,7 +7,8 @@
 # ranks (shape traces), the failure drills (skipped/stopped collectives, joins, fit), and the saved
 # directory loaded by transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention
 # case; QUICK=2 also the stage-2 cases, stage 3's bf16 merges and its 16K slice (a re-check after
-# changes outside stages 2-3); SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
+# changes outside stages 2-3); SKIP_KILL=1 leaves out tests/kill_save_gpu.sh (SIGKILL mid-save, ~2 minutes);
+# SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
 # the two fits one device command); CASE_TIMEOUT (s, default 300) bounds each multi-rank run.
 set -u
 cd "$(dirname "$0")/.."
@@ -204,6 +205,11 @@ fi
 
 if [ -x ./stage5 ] && [ -z "${SKIP_STAGE5:-}" ]; then
     bash tests/stage5_gpu.sh 2>&1 | tee "$tmp/s5.txt"; count "$tmp/s5.txt" "stage 5"
+fi
+if [ -x ./stage5 ] && [ -z "${SKIP_KILL:-}" ]; then
+    echo "== SIGKILL in the middle of a save at 2 local ranks (tests/kill_save_gpu.sh)"
+    KILL_TMP="$tmp/kill" bash tests/kill_save_gpu.sh 2>&1 | tee "$tmp/kill.txt"; count "$tmp/kill.txt" "kill during save"
+    rm -rf "$tmp/kill"
 fi
 
 echo "== the plan is what a rank allocates: measured GPU memory within 5% of the plan (33 GiB plans: the loss chunk dominates)"
