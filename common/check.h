@@ -16,15 +16,24 @@ extern _Thread_local int longctx_rank;
 extern int longctx_print_rank;
 static inline int rank_prints(void) { return longctx_rank < 0 || longctx_rank == longctx_print_rank; }
 
-/* die: print "file:line: message" and exit(1). The single exit path for fatal errors: exit ends
- * every rank's thread of the process, so a failing rank never leaves the others hanging. */
+/* The one way out on a fatal error, from any thread: the first caller runs the registered hooks
+ * (abort every NCCL communicator of the process, so no other rank's kernels keep spinning; remove
+ * the rendezvous file), flushes stdio and _exits(1); a second caller (another rank failing at the
+ * same moment) waits for it. exit() would run atexit handlers and CUDA's teardown while other
+ * ranks' kernels and threads still run. Defined in tensor.c. */
+_Noreturn void longctx_die(void);
+/* run fn once on the fatal path, before the process exits (at most 8; fn must not DIE) */
+void longctx_on_fatal(void (*fn)(void));
+
+/* die: print "file:line: message" and leave through longctx_die(): every rank's thread of the
+ * process ends with it, so a failing rank never leaves the others hanging. */
 #define DIE(...)                                                            \
     do {                                                                    \
         if (longctx_rank >= 0) fprintf(stderr, "rank %d: ", longctx_rank);  \
         fprintf(stderr, "error %s:%d: ", __FILE__, __LINE__);               \
         fprintf(stderr, __VA_ARGS__);                                       \
         fputc('\n', stderr);                                                \
-        exit(1);                                                            \
+        longctx_die();                                                      \
     } while (0)
 
 /* libc calls that return -1 on failure and set errno */
@@ -40,7 +49,7 @@ static inline void *xmalloc_at(size_t n, const char *file, int line) {
     void *p = malloc(n ? n : 1);
     if (!p) {
         fprintf(stderr, "error %s:%d: malloc(%zu bytes) failed: %s\n", file, line, n, strerror(errno));
-        exit(1);
+        longctx_die();
     }
     return p;
 }
@@ -48,7 +57,7 @@ static inline void *xcalloc_at(size_t n, size_t s, const char *file, int line) {
     void *p = calloc(n ? n : 1, s ? s : 1);
     if (!p) {
         fprintf(stderr, "error %s:%d: calloc(%zu x %zu bytes) failed: %s\n", file, line, n, s, strerror(errno));
-        exit(1);
+        longctx_die();
     }
     return p;
 }

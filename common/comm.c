@@ -39,7 +39,6 @@ struct CommWorld {
     int gpus, nnodes, node_rank;
     int rehearse_rank;
     CommOpts opt;
-    char rdv_path[4096];   /* several nodes: node 0 removes it once everyone joined */
     ncclUniqueId id;
     Sync sync;
     int joined;            /* NCCL ranks of this process whose communicator is up */
@@ -180,6 +179,48 @@ static void sync_wait(Comm *c, const char *what, double timeout_s) {
 }
 
 /* ---------------------------------------------------------------- NCCL */
+/* Every live NCCL communicator of the process, so that the fatal path (check.h: longctx_die) aborts
+ * them all: a rank that stops must not leave the other ranks' kernels spinning in a collective
+ * that will never complete. A slot is taken back with an atomic exchange, so each communicator is
+ * aborted (or destroyed) exactly once, whichever thread gets there first. */
+#define MAX_LIVE 64
+static ncclComm_t live[MAX_LIVE];
+static char live_rdv[4096]; /* node 0's rendezvous file while it may still be joined */
+static uint64_t live_rdv_nonce;
+
+static void abort_all(void) {
+    for (int i = 0; i < MAX_LIVE; i++) {
+        ncclComm_t c = __atomic_exchange_n(&live[i], NULL, __ATOMIC_ACQ_REL);
+        if (c) ncclCommAbort(c);
+    }
+    if (live_rdv[0]) rdv_remove_own(live_rdv, live_rdv_nonce);
+}
+static void hook_fatal(void) {
+    static int hooked;
+    if (!__atomic_exchange_n(&hooked, 1, __ATOMIC_ACQ_REL)) longctx_on_fatal(abort_all);
+}
+static void register_live(ncclComm_t c) {
+    hook_fatal();
+    for (int i = 0; i < MAX_LIVE; i++) {
+        ncclComm_t none = NULL;
+        if (__atomic_compare_exchange_n(&live[i], &none, c, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+    }
+    DIE("more than %d NCCL communicators in one process", MAX_LIVE);
+}
+/* take c out of the registry: 1 if this caller now owns it (to abort or destroy), 0 if the fatal
+ * path already aborted it */
+static int unregister_live(ncclComm_t c) {
+    for (int i = 0; i < MAX_LIVE; i++) {
+        ncclComm_t want = c;
+        if (__atomic_compare_exchange_n(&live[i], &want, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 1;
+    }
+    return 0;
+}
+/* abort this rank's communicator before dying: the fatal path then aborts the others */
+static void abort_own(Comm *c) {
+    if (unregister_live(c->nccl)) ncclCommAbort(c->nccl);
+}
+
 /* A nonblocking communicator may answer ncclInProgress: wait until NCCL is done with the call,
  * for at most the timeout, then check the result. */
 static void nccl_wait(Comm *c, ncclResult_t r, const char *call, const char *file, int line) {
@@ -187,14 +228,14 @@ static void nccl_wait(Comm *c, ncclResult_t r, const char *call, const char *fil
     while (r == ncclInProgress) {
         if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
         if (limit > 0 && now_s() - t0 > limit) {
-            ncclCommAbort(c->nccl);
-            DIE("%s:%d: %s still in progress after %.0f s (--comm-timeout): communicator aborted", file, line, call, limit);
+            abort_own(c);
+            DIE("%s:%d: %s still in progress after %.0f s (--comm-timeout): communicators aborted", file, line, call, limit);
         }
         usleep(1000);
     }
     if (r != ncclSuccess) {
         const char *last = ncclGetLastError(c->nccl);
-        ncclCommAbort(c->nccl);
+        abort_own(c);
         DIE("%s:%d: %s: %s | %s -- hint: NCCL_DEBUG=WARN shows NCCL's view", file, line, call, ncclGetErrorString(r),
             last ? last : "");
     }
@@ -214,7 +255,6 @@ static void *watchdog_main(void *arg) {
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         ncclResult_t async = ncclSuccess;
         if (ncclCommGetAsyncError(c->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
-            ncclCommAbort(c->nccl);
             DIE("NCCL asynchronous error on rank %d: %s (a peer failed or the network broke)", c->rank,
                 ncclGetErrorString(async));
         }
@@ -224,11 +264,9 @@ static void *watchdog_main(void *arg) {
             Pending *p = &c->pend[i % PENDING];
             if (cudaEventQuery(p->end) == cudaSuccess || cudaEventQuery(p->start) != cudaSuccess) continue;
             if (p->began == 0) p->began = now_s();
-            else if (now_s() - p->began > limit) {
-                ncclCommAbort(c->nccl);
+            else if (now_s() - p->began > limit) /* DIE aborts every communicator of the process, then exits */
                 DIE("collective #%lld (%s) has not completed %.0f s after it could start: a peer stopped, or the ranks "
-                    "disagree on the collectives (--comm-timeout); communicator aborted", (long long)p->seq, p->what, limit);
-            }
+                    "disagree on the collectives (--comm-timeout); communicators aborted", (long long)p->seq, p->what, limit);
         }
         pthread_mutex_unlock(&c->mu);
         usleep(100000);
@@ -308,35 +346,42 @@ CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rend
     w->node_rank = node_rank;
     char err[512];
     const double started = rdv_wall_s();
+    const char *run_id = rdv_run_id(o->run_id);
     if (node_rank == 0) NCCL_CHECK(ncclGetUniqueId(&w->id));
     if (nnodes > 1 && node_rank == 0) {
-        if (rdv_publish(rendezvous, o->run_id, nnodes, gpus, &w->id, err, sizeof err)) DIE("%s", err);
-        snprintf(w->rdv_path, sizeof w->rdv_path, "%s", rendezvous);
+        hook_fatal();
+        if (rdv_publish(rendezvous, run_id, nnodes, gpus, &w->id, &live_rdv_nonce, err, sizeof err)) DIE("%s", err);
+        snprintf(live_rdv, sizeof live_rdv, "%s", rendezvous); /* every exit path removes it from now on */
+        rdv_remove_on_signal(live_rdv, live_rdv_nonce);
     } else if (nnodes > 1 &&
-               rdv_await(rendezvous, o->run_id, nnodes, gpus, started, o->timeout_s > 0 ? o->timeout_s : 1e9, &w->id, err,
+               rdv_await(rendezvous, run_id, nnodes, gpus, started, o->timeout_s > 0 ? o->timeout_s : 1e9, &w->id, err,
                          sizeof err))
         DIE("node %d: %s", node_rank, err);
     return w;
 }
 
 /* ---------------------------------------------------------------- ranks */
+/* poll a nonblocking communicator until NCCL is done with the last call; 0, or -1 after limit s */
+static int nccl_settle(ncclComm_t comm, double limit, ncclResult_t *r) {
+    const double t0 = now_s();
+    while (*r == ncclInProgress) {
+        if (ncclCommGetAsyncError(comm, r) != ncclSuccess || *r != ncclInProgress) break;
+        if (limit > 0 && now_s() - t0 > limit) return -1;
+        usleep(10000);
+    }
+    return 0;
+}
+
 /* the NCCL communicator, nonblocking so a join that cannot complete times out */
 static void nccl_join(Comm *c) {
     CommWorld *w = c->w;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&c->nccl, c->size, w->id, c->rank, &cfg);
-    const double t0 = now_s(), limit = w->opt.timeout_s;
-    while (r == ncclInProgress) {
-        if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
-        if (limit > 0 && now_s() - t0 > limit) {
-            ncclCommAbort(c->nccl);
-            if (w->rdv_path[0]) rdv_remove(w->rdv_path); /* nobody may join this run's file later */
-            DIE("could not join the job of %d ranks within %.0f s: a node is missing, or joined from another run's "
-                "rendezvous file (--comm-timeout, --run-id)", c->size, limit);
-        }
-        usleep(10000);
-    }
+    if (r == ncclSuccess || r == ncclInProgress) register_live(c->nccl); /* the fatal path aborts it */
+    if (nccl_settle(c->nccl, w->opt.timeout_s, &r)) /* DIE aborts it and removes the rendezvous file */
+        DIE("could not join the job of %d ranks within %.0f s: a node is missing, or joined from another run's "
+            "rendezvous file (--comm-timeout, --run-id)", c->size, w->opt.timeout_s);
     if (r != ncclSuccess) DIE("joining the job of %d ranks failed: %s | %s", c->size, ncclGetErrorString(r), ncclGetLastError(c->nccl));
     for (int i = 0; i < PENDING; i++) {
         CUDA_CHECK(cudaEventCreateWithFlags(&c->pend[i].start, cudaEventDisableTiming));
@@ -346,7 +391,10 @@ static void nccl_join(Comm *c) {
     if (pthread_create(&c->watchdog, NULL, watchdog_main, c)) DIE("cannot start the NCCL watchdog thread");
     /* once every rank of this process is in, every node is (init is collective): the rendezvous
      * file has done its work and must not outlive it */
-    if (__atomic_add_fetch(&w->joined, 1, __ATOMIC_ACQ_REL) == w->P && w->rdv_path[0]) rdv_remove(w->rdv_path);
+    if (__atomic_add_fetch(&w->joined, 1, __ATOMIC_ACQ_REL) == w->P && live_rdv[0]) {
+        rdv_remove_own(live_rdv, live_rdv_nonce);
+        live_rdv[0] = 0;
+    }
 }
 
 Comm *comm_rank(CommWorld *w, int local_rank) {
@@ -361,11 +409,29 @@ Comm *comm_rank(CommWorld *w, int local_rank) {
     return c;
 }
 
+/* NCCL's teardown for a nonblocking communicator: finalize (flushes its last operations; answers
+ * ncclInProgress), poll it to completion within the timeout, then destroy. A communicator the fatal
+ * path already aborted is not touched again. */
+static void nccl_leave(Comm *c) {
+    if (!unregister_live(c->nccl)) return;
+    ncclResult_t r = ncclCommFinalize(c->nccl);
+    const double limit = c->w->opt.timeout_s > 0 ? c->w->opt.timeout_s : 600;
+    if (nccl_settle(c->nccl, limit, &r) || r != ncclSuccess) {
+        fprintf(stderr, "rank %d: warning: NCCL finalize %s (%s): communicator aborted instead\n", c->rank,
+                r == ncclInProgress ? "did not complete" : "failed", ncclGetErrorString(r));
+        ncclCommAbort(c->nccl);
+        return;
+    }
+    r = ncclCommDestroy(c->nccl);
+    if (r != ncclSuccess && r != ncclInProgress)
+        fprintf(stderr, "rank %d: warning: ncclCommDestroy: %s\n", c->rank, ncclGetErrorString(r));
+}
+
 void comm_rank_free(Comm *c) {
     if (c->w->kind == COMM_NCCL) {
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
         pthread_join(c->watchdog, NULL);
-        ncclCommDestroy(c->nccl);
+        nccl_leave(c);
         for (int i = 0; i < PENDING; i++) { cudaEventDestroy(c->pend[i].start); cudaEventDestroy(c->pend[i].end); }
     }
     free(c);

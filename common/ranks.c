@@ -23,18 +23,31 @@ void ranks_check_opts(const RankOpts *o, int saves) {
     if (o->comm.timeout_s < 0) DIE("--comm-timeout must be >= 0 (0: wait forever)");
 }
 
-int ranks_in_job(const RankOpts *o, int dry_run) {
+static int cuda_device_count(void) {
+    int n = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&n));
+    return n;
+}
+int (*ranks_device_count)(void) = cuda_device_count;
+
+/* --gpus 0 means every visible GPU: resolved here once, into o->gpus, so that every later count
+ * (ranks here, ranks per node: the host plan divides the node's memory by it) reads one number */
+int ranks_in_job(RankOpts *o, int dry_run) {
     if (o->local_ranks > 0) return (int)o->local_ranks;
-    int gpus = (int)o->gpus;
-    if (gpus <= 0 && dry_run) gpus = 1;
-    if (gpus <= 0) CUDA_CHECK(cudaGetDeviceCount(&gpus));
-    return gpus * (int)o->nnodes;
+    if (o->gpus <= 0) o->gpus = dry_run ? 1 : ranks_device_count();
+    if (o->gpus <= 0) DIE("no GPU visible (--dry-run plans without one)");
+    return (int)(o->gpus * o->nnodes);
+}
+
+static int gpus_per_node(const RankOpts *o) {
+    if (o->gpus <= 0) DIE("internal: ranks_in_job() resolves --gpus before the ranks are counted");
+    return (int)o->gpus;
 }
 
 int ranks_here(const RankOpts *o) {
     if (o->local_ranks > 0) return (int)o->local_ranks;
     if (o->rehearse >= 0) return 1;
-    return ranks_in_job(o, 0) / (int)o->nnodes;
+    return gpus_per_node(o);
 }
 
 typedef struct {
@@ -79,7 +92,7 @@ static void *rank_thread(void *p) {
 
 int ranks_per_node(const RankOpts *o) {
     if (o->local_ranks > 0) return (int)o->local_ranks;
-    return o->gpus > 0 ? (int)o->gpus : ranks_in_job(o, 1) / (int)o->nnodes;
+    return gpus_per_node(o);
 }
 
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {

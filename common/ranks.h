@@ -31,8 +31,11 @@ typedef struct {                 /* what a rank's thread is given */
 
 /* Refuse contradictory options (a message naming the flags) */
 void ranks_check_opts(const RankOpts *o, int saves);
-/* ranks in the job; dry_run: --gpus 0 counts as 1 (no GPU to count) */
-int ranks_in_job(const RankOpts *o, int dry_run);
+/* ranks in the job. Resolves --gpus 0 (every visible GPU; under dry_run: 1, no GPU to count) into
+ * o->gpus: call it once before ranks_here / ranks_per_node, which read the resolved count. */
+int ranks_in_job(RankOpts *o, int dry_run);
+/* the GPUs visible to this process (cudaGetDeviceCount; tests replace it to stub a node) */
+extern int (*ranks_device_count)(void);
 /* rank threads this process runs */
 int ranks_here(const RankOpts *o);
 /* ranks on one node of the job (a rehearsal's node too, though only one rank runs here) */

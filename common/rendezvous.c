@@ -2,6 +2,9 @@
 #include "rendezvous.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,9 +16,21 @@ double rdv_wall_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int rdv_publish(const char *path, const char *run_id, int nnodes, int gpus, const void *id, char *err, size_t n) {
+static uint64_t fresh_nonce(void) {
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&v, sizeof v, 1, f) != 1) v = 0;
+    if (f) fclose(f);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t); /* never 0, and distinct even without /dev/urandom */
+    return (v ^ ((uint64_t)t.tv_nsec << 20) ^ (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 40)) | 1;
+}
+
+int rdv_publish(const char *path, const char *run_id, int nnodes, int gpus, const void *id, uint64_t *nonce, char *err,
+                size_t n) {
     RdvFile r;
     memset(&r, 0, sizeof r);
+    r.nonce = *nonce = fresh_nonce();
     memcpy(r.magic, RDV_MAGIC, sizeof r.magic);
     snprintf(r.run_id, sizeof r.run_id, "%s", run_id ? run_id : "");
     r.nnodes = nnodes;
@@ -82,3 +97,36 @@ int rdv_await(const char *path, const char *run_id, int nnodes, int gpus, double
 }
 
 void rdv_remove(const char *path) { unlink(path); }
+
+void rdv_remove_own(const char *path, uint64_t nonce) {
+    RdvFile r;
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    const ssize_t got = read(fd, &r, sizeof r);
+    close(fd);
+    if (got == (ssize_t)sizeof r && !memcmp(r.magic, RDV_MAGIC, sizeof r.magic) && r.nonce == nonce) unlink(path);
+}
+
+static const char *sig_path;
+static uint64_t sig_nonce;
+static void on_signal(int sig) {
+    if (sig_path) rdv_remove_own(sig_path, sig_nonce);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+void rdv_remove_on_signal(const char *path, uint64_t nonce) {
+    sig_path = path;
+    sig_nonce = nonce;
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) signal(sigs[i], on_signal);
+}
+
+const char *rdv_run_id(const char *given) {
+    static char id[64];
+    if (given && given[0]) return given;
+    const char *env = getenv("LONGCTX_RUN_ID"), *job = getenv("SLURM_JOB_ID"), *st = getenv("SLURM_STEP_ID");
+    if (env && env[0]) snprintf(id, sizeof id, "%s", env);
+    else if (job && job[0]) snprintf(id, sizeof id, "slurm-%s%s%s", job, st && st[0] ? "." : "", st ? st : "");
+    else id[0] = 0;
+    return id;
+}

@@ -3,8 +3,34 @@
 
 #include "check.h"
 
+#include <unistd.h>
+
 _Thread_local int longctx_rank = -1;
 int longctx_print_rank = 0;
+
+/* ---------------------------------------------------------------- the fatal path (check.h) */
+#define MAX_FATAL_HOOKS 8
+static void (*fatal_hooks[MAX_FATAL_HOOKS])(void);
+static int fatal_nhooks, dying;
+
+void longctx_on_fatal(void (*fn)(void)) {
+    const int i = __atomic_fetch_add(&fatal_nhooks, 1, __ATOMIC_ACQ_REL);
+    if (i >= MAX_FATAL_HOOKS) { fprintf(stderr, "error: more than %d fatal hooks\n", MAX_FATAL_HOOKS); _exit(1); }
+    __atomic_store_n(&fatal_hooks[i], fn, __ATOMIC_RELEASE);
+}
+
+_Noreturn void longctx_die(void) {
+    if (__atomic_exchange_n(&dying, 1, __ATOMIC_ACQ_REL)) /* another thread is taking the process down */
+        for (;;) pause();
+    alarm(60); /* a hook that blocks (an abort waiting on a dead network) must not keep the process */
+    const int n = __atomic_load_n(&fatal_nhooks, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n && i < MAX_FATAL_HOOKS; i++) {
+        void (*fn)(void) = __atomic_load_n(&fatal_hooks[i], __ATOMIC_ACQUIRE);
+        if (fn) fn();
+    }
+    fflush(NULL);
+    _exit(1);
+}
 
 void arenas_plan(Arena *a, const ArenaSpec *spec, int n) {
     for (int i = 0; i < n; i++) a[i] = (Arena){spec[i].name, spec[i].place, NULL, 0, 0, 0};

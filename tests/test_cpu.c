@@ -9,6 +9,10 @@
 #include <sys/stat.h>
 #include <errno.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <sys/wait.h>
 
 #include "../common/check.h"
 #include "../common/ckpt.h"
@@ -821,27 +825,107 @@ static void test_rendezvous(void) {
     char path[1100], err[512];
     snprintf(path, sizeof path, "%s/rdv", tmpdir);
     unsigned char id[RDV_ID_BYTES], got[RDV_ID_BYTES];
+    uint64_t nonce = 0;
     for (int i = 0; i < RDV_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + 1);
     const double t0 = rdv_wall_s();
     EXPECT(rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "no rendezvous file"),
            "no file: a reader gives up after its timeout with a message (%s)", err);
-    EXPECT(!rdv_publish(path, "job41", 2, 8, id, err, sizeof err), "node 0 publishes: %s", err);
+    EXPECT(!rdv_publish(path, "job41", 2, 8, id, &nonce, err, sizeof err), "node 0 publishes: %s", err);
     EXPECT(rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "another run"),
            "another run's file (run id job41) is not joined: %s", err);
-    EXPECT(!rdv_publish(path, "job42", 2, 8, id, err, sizeof err), "node 0 replaces the old file: %s", err);
+    EXPECT(!rdv_publish(path, "job42", 2, 8, id, &nonce, err, sizeof err), "node 0 replaces the old file: %s", err);
     memset(got, 0, sizeof got);
     EXPECT(!rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && !memcmp(got, id, sizeof id),
            "this run's file is joined and carries node 0's id");
     EXPECT(rdv_await(path, "job42", 4, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "--nnodes 4"),
            "a file describing another job shape is an error: %s", err);
     /* no run id: only a file written after the reader started (less the clock allowance) */
-    EXPECT(!rdv_publish(path, "", 2, 8, id, err, sizeof err), "published without a run id");
+    EXPECT(!rdv_publish(path, "", 2, 8, id, &nonce, err, sizeof err), "published without a run id");
     EXPECT(!rdv_await(path, "", 2, 8, rdv_wall_s(), 0.5, got, err, sizeof err), "a fresh file without run id is joined");
     EXPECT(rdv_await(path, "", 2, 8, rdv_wall_s() + 2 * RDV_SKEW_S, 0.5, got, err, sizeof err),
            "a file written long before the reader started is stale: %s", err);
     rdv_remove(path);
     struct stat sb;
     EXPECT(stat(path, &sb) != 0, "node 0 removes the file once everyone joined");
+    /* the nonce: a process removes only the file it published */
+    uint64_t mine = 0, newer = 0;
+    EXPECT(!rdv_publish(path, "job43", 2, 8, id, &mine, err, sizeof err), "an old launch publishes");
+    EXPECT(!rdv_publish(path, "job43", 2, 8, id, &newer, err, sizeof err) && newer != mine,
+           "a newer launch publishes with another nonce");
+    rdv_remove_own(path, mine);
+    EXPECT(stat(path, &sb) == 0, "the old launch dying does not remove the newer launch's file");
+    rdv_remove_own(path, newer);
+    EXPECT(stat(path, &sb) != 0, "the newer launch removes its own");
+    /* a signal (SIGTERM from the scheduler, Ctrl-C) before everyone joined removes the file */
+    const pid_t child = fork();
+    if (child == 0) {
+        uint64_t n1 = 0;
+        char e[512];
+        if (rdv_publish(path, "job44", 2, 8, id, &n1, e, sizeof e)) _exit(3);
+        rdv_remove_on_signal(path, n1);
+        raise(SIGTERM);
+        _exit(4); /* not reached: SIGTERM's own action ends the process */
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && stat(path, &sb) != 0,
+           "node 0 killed by SIGTERM leaves no rendezvous file (status %d)", status);
+    /* the run id every node of one launch shares without --run-id */
+    setenv("SLURM_JOB_ID", "77", 1);
+    setenv("SLURM_STEP_ID", "3", 1);
+    EXPECT(!strcmp(rdv_run_id(NULL), "slurm-77.3"), "no --run-id under Slurm: slurm-77.3 (got %s)", rdv_run_id(NULL));
+    setenv("LONGCTX_RUN_ID", "mine", 1);
+    EXPECT(!strcmp(rdv_run_id(""), "mine") && !strcmp(rdv_run_id("given"), "given"),
+           "LONGCTX_RUN_ID before Slurm's, --run-id before both");
+    unsetenv("SLURM_JOB_ID"); unsetenv("SLURM_STEP_ID"); unsetenv("LONGCTX_RUN_ID");
+    EXPECT(!strcmp(rdv_run_id(NULL), ""), "no id anywhere: none (the file's time binds it)");
+}
+
+/* ------------------------------------------------------------------ the fatal path */
+static char fatal_mark[1100];
+static void fatal_hook(void) { /* counts its runs: one line each; slow, so a second DIE overlaps it */
+    FILE *f = fopen(fatal_mark, "a");
+    if (f) { fputs("hook\n", f); fclose(f); }
+    usleep(300000);
+}
+static void *die_now(void *arg) {
+    (void)arg;
+    DIE("a rank fails (test)");
+    return NULL;
+}
+static void *spin(void *arg) {
+    (void)arg;
+    for (;;) pause();
+    return NULL;
+}
+
+/* DIE from one thread while others run (or DIE too): the hooks run once, the process exits 1 at once */
+static void test_fatal(void) {
+    snprintf(fatal_mark, sizeof fatal_mark, "%s/fatal", tmpdir);
+    for (int both = 0; both < 2; both++) {
+        unlink(fatal_mark);
+        const double t0 = (double)time(NULL);
+        const pid_t child = fork();
+        if (child == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(5);
+            longctx_on_fatal(fatal_hook);
+            pthread_t t[4];
+            for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, i == 0 || (both && i == 1) ? die_now : spin, NULL);
+            for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+            _exit(6); /* not reached */
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        int lines = 0;
+        char line[64];
+        FILE *f = fopen(fatal_mark, "r");
+        while (f && fgets(line, sizeof line, f)) lines++;
+        if (f) fclose(f);
+        EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1 && (double)time(NULL) - t0 < 30,
+               "%s: the process exits 1 promptly while other threads still run (status %d)",
+               both ? "two ranks DIE at once" : "one rank DIEs", status);
+        EXPECT(lines == 1, "%s: the fatal hooks ran once (%d)", both ? "two ranks DIE at once" : "one rank DIEs", lines);
+    }
 }
 
 
@@ -969,6 +1053,8 @@ int main(int argc, char **argv) {
     test_cpu_adam();
     printf("[rendezvous]\n");
     test_rendezvous();
+    printf("[fatal path]\n");
+    test_fatal();
     printf("[checkpoint directories]\n");
     test_ckpt();
     char cmd[300];
