@@ -873,6 +873,9 @@ static void train(Model *M, const MemPlan *mp) {
     CUDA_CHECK(cudaEventCreate(&ev1));
     printf("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
            M->P, (long long)M->S, flops / 1e12);
+    /* stage 2: untimed -- ranks finish allocating (pinning), loading and planning minutes apart, and the
+     * first collective's --comm-timeout clock would start on the fastest */
+    comm_barrier(M->comm, M->gpu.stream);
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
         cudaStream_t st = M->gpu.stream;

@@ -557,6 +557,16 @@ static void choose_kept(Model *M) {
                  room = 0.9 * host_budget(M) / ranks_per_node(&M->o.ranks) - (double)memplan_host(&mp);
     M->kept = room <= 0 ? 0 : (int64_t)(room / per_layer) < L ? (int64_t)(room / per_layer) : L;
 }
+/* Every rank must keep the same layers: backward re-runs the ring's forward (its send/recvs) for
+ * the others, so two nodes that chose from their own free memory would pair different messages
+ * and hang. The fewest any rank chose holds everywhere; its plan only shrinks. */
+static void agree_kept(Model *M) {
+    const int64_t k = comm_min_i64(M->comm, M->kept, M->gpu.stream);
+    if (k == M->kept) return;
+    if (rank_prints()) printf("keeping %lld layers' attention (not %lld): another node holds fewer\n", (long long)k, (long long)M->kept);
+    M->kept = k;
+    plan_memory(M); /* the arenas of the fewer kept layers */
+}
 /* ---- end stage 4 ---- */
 
 static void setup_rope(Model *M) {
@@ -1097,6 +1107,9 @@ static void train(Model *M, const MemPlan *mp) {
                      (long long)(l < M->c.layers ? l + 1 : 2 * M->c.layers - l), (long long)M->c.layers);
     }
     /* ---- end stage 4 ---- */
+    /* stage 2: untimed -- ranks finish allocating (pinning), loading and planning minutes apart, and the
+     * first collective's --comm-timeout clock would start on the fastest */
+    comm_barrier(M->comm, M->gpu.stream);
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
         cudaStream_t st = M->gpu.stream;
@@ -1179,6 +1192,7 @@ static void rank_main(const Rank *r, void *arg) {
     for (int k = 0; k < 3; k++) offloaded_events(hs[k]);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     M->threads = cores > r->here ? (int)(cores / r->here) : 1;
+    agree_kept(M);
     /* ---- end stage 4 ---- */
     M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->rank, &M->p.pieces);
     train(M, a->mp);

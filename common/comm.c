@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gpu.h"
 #include "rendezvous.h"
 #include "train.h"
 
@@ -61,6 +62,7 @@ struct Comm {
     int local, rank, size, device;
     int64_t seq;           /* collectives issued by this rank */
     ncclComm_t nccl;
+    size_t free_before;    /* device memory free before the communicator existed */
     pthread_t watchdog;
     int stop;
     pthread_mutex_t mu;    /* guards pend, head, tail */
@@ -127,7 +129,12 @@ int64_t nccl_buffers_estimate(int P, int64_t nnodes) {
     const int64_t MiB = 1 << 20, conn = 12 * MiB;
     const int64_t ring = (nnodes > 1 ? 16 : 24) * conn;   /* collective channels (8x H100 logs: 24; multi-node: 16) */
     const int64_t p2p = 32 * conn;                        /* send/recv to the ring's neighbours: 32 p2p channels */
-    const int64_t nvls = 32 * MiB * (P < 8 ? P : 8);      /* NVLink SHARP buffers (NCCL_NVLS_ENABLE=0: none) */
+    /* NVLink SHARP (NVSwitch nodes, 2+ GPUs per node): published 8-GPU H100 logs show ~2.25 GiB per
+     * GPU of NVLS buffers once all-gathers and reduce-scatters run; none with NCCL_NVLS_ENABLE=0.
+     * Measured after the warm-up (comm_warm_up) and checked against this before the arenas. */
+    const char *nvls_env = getenv("NCCL_NVLS_ENABLE");
+    const int64_t per_node = P / (nnodes > 0 ? nnodes : 1);
+    const int64_t nvls = per_node >= 2 && !(nvls_env && !strcmp(nvls_env, "0")) ? 2304 * MiB : 0;
     return ring + p2p + nvls + 64 * MiB;                  /* + an allowance for NCCL's own bookkeeping */
 }
 
@@ -377,6 +384,8 @@ static void nccl_join(Comm *c) {
     CommWorld *w = c->w;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
+    size_t total;
+    CUDA_CHECK(cudaMemGetInfo(&c->free_before, &total)); /* what NCCL takes is measured from here */
     ncclResult_t r = ncclCommInitRankConfig(&c->nccl, c->size, w->id, c->rank, &cfg);
     if (r == ncclSuccess || r == ncclInProgress) register_live(c->nccl); /* the fatal path aborts it */
     if (nccl_settle(c->nccl, w->opt.timeout_s, &r)) /* DIE aborts it and removes the rendezvous file */
@@ -586,4 +595,51 @@ void comm_barrier(Comm *c, cudaStream_t st) {
         cudaFree(d);
     }
     if (w->kind != COMM_REHEARSE) sync_wait(c, "barrier", 0);
+}
+
+/* ---------------------------------------------------------------- setup */
+/* NCCL connects lazily: a kind of collective (and each algorithm and protocol it picks by size)
+ * allocates its buffers the first time it runs. Run each kind this trainer issues once, small and
+ * large, in the ring's direction, right after the join and before the arenas are allocated, so that
+ * NCCL's memory is taken (and measured) now rather than inside the first step, after the plan's
+ * arenas, and under the watchdog's clock. Untracked by the watchdog: every rank is here together
+ * (the join was collective); an async error still stops it. Returns NCCL's device bytes: the
+ * device's free memory before the join less after the warm-up (0 for the other backends). */
+int64_t comm_warm_up(Comm *c, cudaStream_t st) {
+    if (c->w->kind != COMM_NCCL || c->size < 2) return 0;
+    const int64_t P = c->size, big = 2 << 20; /* elements per rank: 4 MiB bf16, 8 MiB fp32 shards */
+    char *buf = gpu_malloc(P * big * 4 + big * 4, "NCCL warm-up");
+    const int to = (c->rank + 1) % c->size, from = (c->rank + c->size - 1) % c->size;
+    for (int k = 0; k < 2; k++) {
+        const int64_t n = k ? big : 64;
+        NCCL_DO(c, ncclAllGather(buf + P * big * 4, buf, (size_t)n, ncclBfloat16, c->nccl, st));
+        NCCL_DO(c, ncclReduceScatter(buf, buf + P * big * 4, (size_t)n, ncclFloat32, ncclSum, c->nccl, st));
+        NCCL_DO(c, ncclAllReduce(buf, buf, (size_t)(k ? 1024 : 1), ncclFloat64, ncclSum, c->nccl, st));
+        NCCL_DO(c, ncclGroupStart());
+        NCCL_DO(c, ncclSend(buf, (size_t)(4 * n), ncclInt8, to, c->nccl, st));
+        NCCL_DO(c, ncclRecv(buf + P * big * 4, (size_t)(4 * n), ncclInt8, from, c->nccl, st));
+        NCCL_DO(c, ncclGroupEnd());
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cudaFree(buf));
+    size_t free_now, total;
+    CUDA_CHECK(cudaMemGetInfo(&free_now, &total));
+    return c->free_before > free_now ? (int64_t)(c->free_before - free_now) : 0;
+}
+
+/* the smallest v over the ranks: each rank's value in its own slot of a [size] vector, summed (one
+ * non-zero per slot: exact in fp64 below 2^53), the minimum read off on the host */
+int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st) {
+    if (c->w->kind == COMM_REHEARSE || c->size < 2) return v; /* the rehearsal's one rank is the job's every rank */
+    const int64_t P = c->size;
+    double *h = xcalloc((size_t)P, sizeof(double)), *d = gpu_malloc(8 * P, "comm_min_i64");
+    h[c->rank] = (double)v;
+    gpu_upload(d, h, 8 * P, st);
+    comm_all_reduce_f64(c, d, P, st);
+    gpu_download(h, d, 8 * P, st);
+    int64_t m = v;
+    for (int64_t q = 0; q < P; q++) m = (int64_t)h[q] < m ? (int64_t)h[q] : m;
+    CUDA_CHECK(cudaFree(d));
+    free(h);
+    return m;
 }

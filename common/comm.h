@@ -85,6 +85,13 @@ void comm_stats(Comm *c, CommStats *out, int reset);
 /* Once per step: under the rehearsal, print what the collectives moved and their modelled time
  * against the step's measured time; every backend starts the next step's counts afresh. */
 void comm_step_report(Comm *c, double step_s);
+/* After comm_rank, before the arenas: run every kind of collective once (small and large, the
+ * ring's send/recv too) so NCCL's lazily made connections exist now; returns the device bytes NCCL
+ * holds (measured; 0 for the local and rehearsal backends) */
+int64_t comm_warm_up(Comm *c, cudaStream_t st);
+/* the smallest v over every rank of the job (a choice that shapes the collectives, made from a
+ * node's own facts, must come out the same everywhere); the rehearsal returns v */
+int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st);
 /* NCCL's own GPU memory for one rank of a job of P ranks over nnodes nodes: an estimate from its
  * documented buffer sizes and channel counts (README: NCCL buffers), until several GPUs measure it */
 int64_t nccl_buffers_estimate(int P, int64_t nnodes);

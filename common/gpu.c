@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "numa.h"
+
 void gpu_init(Gpu *g, int device) {
     memset(g, 0, sizeof *g);
     int n = 0;
@@ -90,4 +92,15 @@ int plan_fits(const MemPlan *mp, int share, int host_share, double cap_gib, cons
         return -1;
     }
     return 0;
+}
+
+void gpu_bind_numa(int device, int report) {
+    char bus[64], desc[128];
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) { (void)cudaGetLastError(); return; }
+    unsigned char *mask = xcalloc(NUMA_MAX_CPUS, 1);
+    int node = -1;
+    const int cpus = numa_device_cpus("/sys", bus, mask, &node);
+    if (cpus > 0 && numa_bind_thread(mask, desc, sizeof desc) && report)
+        printf("GPU %d (%s): NUMA node %d, rank thread %s\n", device, bus, node, desc);
+    free(mask);
 }

@@ -34,4 +34,8 @@ int plan_fits(const MemPlan *mp, int share, int host_share, double cap_gib, cons
 void gpu_upload(void *dst, const void *src, int64_t bytes, cudaStream_t st);
 void gpu_download(void *dst, const void *src, int64_t bytes, cudaStream_t st);
 
+/* Bind the calling (rank) thread to the CPUs of GPU device's NUMA node (common/numa.h), before it
+ * pins host memory or starts its host threads; report: print where it went */
+void gpu_bind_numa(int device, int report);
+
 #endif

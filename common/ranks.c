@@ -63,6 +63,24 @@ typedef struct {
     int local;
 } Thread;
 
+/* NCCL has made its connections (comm_warm_up measured them): the rest of the plan must still fit
+ * beside them, else stop now, before the arenas, rather than inside NCCL in the first step */
+static void nccl_fits(const Thread *t, int64_t nccl, int device) {
+    if (!nccl) return;
+    const double G = 1 << 30;
+    const int64_t planned = nccl_buffers_estimate((int)(t->o->gpus * t->o->nnodes), t->o->nnodes),
+                  rest = memplan_peak(t->mp) - planned;
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (longctx_rank == 0)
+        printf("NCCL holds %.2f GiB on GPU %d after every collective ran once (planned %.2f GiB)\n", nccl / G, device,
+               planned / G);
+    if (rest > (int64_t)free_b || (t->gpu_gib > 0 && rest + nccl > (int64_t)(t->gpu_gib * G)))
+        DIE("GPU %d: NCCL took %.2f GiB (the plan allowed %.2f); the plan's other %.2f GiB no longer fit (%.2f GiB free%s): "
+            "shorten --seq, keep fewer layers' attention, or set NCCL_NVLS_ENABLE=0 / a smaller NCCL_BUFFSIZE", device,
+            nccl / G, planned / G, rest / G, free_b / G, t->gpu_gib > 0 ? ", within --gpu-gib" : "");
+}
+
 static void *rank_thread(void *p) {
     const Thread *t = p;
     const RankOpts *o = t->o;
@@ -70,6 +88,8 @@ static void *rank_thread(void *p) {
     Rank r = {t->local, shared ? 0 : t->local, t->here, NULL};
     longctx_rank = o->rehearse >= 0 ? (int)o->rehearse : (int)o->node_rank * t->here + t->local;
     CUDA_CHECK(cudaSetDevice(r.device));
+    /* before anything is pinned or a host thread started: this GPU's side of the node */
+    gpu_bind_numa(r.device, (!shared || t->local == 0) && (o->node_rank == 0 || shared));
     /* before any communicator: NCCL's own buffers must not be what pushes a rank over */
     char name[64];
     snprintf(name, sizeof name, "GPU %d", r.device);
@@ -85,6 +105,7 @@ static void *rank_thread(void *p) {
             pause(); /* rank 0's exit ends the process */
         }
     r.comm = comm_rank(t->world, t->local);
+    if (!shared) nccl_fits(t, comm_warm_up(r.comm, 0), r.device);
     t->fn(&r, t->arg);
     comm_rank_free(r.comm);
     return NULL;

@@ -12,6 +12,8 @@ count() { # add the last "N passed, M failed" line of a log
 log=$(mktemp -d)
 echo "== C tests (build/test_cpu)"
 ./build/test_cpu tests/golden | tee "$log/c.txt"; count "$log/c.txt" test_cpu
+echo "== rank counting with a stubbed device count (build/test_ranks)"
+./build/test_ranks | tee "$log/r.txt"; count "$log/r.txt" test_ranks
 echo "== check_stage's checks on the reference's own dump and broken copies (tests/check_stage_cpu.sh)"
 bash tests/check_stage_cpu.sh | tee "$log/k.txt"; count "$log/k.txt" check_stage_cpu
 echo "== data tests (tests/test_data.py)"

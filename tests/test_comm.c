@@ -129,6 +129,14 @@ static void *rank_main(void *arg) {
         for (int64_t i = 0; i < n; i++) ok &= bf16_to_f32(h[i]) == val(from + round, i);
     }
     record(ok, "send/recv ring", P, r);
+    /* the job-wide minimum of a per-rank choice (kept layers chosen from each node's memory) */
+    const int64_t mine = 40 - 3 * ((r + 1) % P), least = 40 - 3 * (P - 1);
+    const int64_t m = comm_min_i64(c, mine, st);
+    record(m == (P > 1 ? least : mine), "comm_min_i64: every rank gets the smallest value", P, r);
+    /* the warm-up: NCCL's memory measured after every kind ran once; none for the local backend */
+    const int64_t nccl = comm_warm_up(c, st);
+    record(comm_kind(c) == COMM_NCCL && P > 1 ? nccl > 0 : nccl == 0, "comm_warm_up measures NCCL's memory only", P, r);
+    if (r == 0 && comm_kind(c) == COMM_NCCL) printf("  NCCL at %d rank(s): %.3f GiB after the warm-up\n", P, nccl / (double)(1 << 30));
     comm_barrier(c, st);
     cudaFree(in); cudaFree(out); cudaFree(fin); cudaFree(fout); cudaFree(dd);
     free(h); free(f);

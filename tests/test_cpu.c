@@ -20,6 +20,7 @@
 #include "../common/config.h"
 #include "../common/cpu_adam.h"
 #include "../common/model.h"
+#include "../common/numa.h"
 #include "../common/rendezvous.h"
 #include "../common/safetensors.h"
 #include "../common/shard.h"
@@ -881,6 +882,42 @@ static void test_rendezvous(void) {
     EXPECT(!strcmp(rdv_run_id(NULL), ""), "no id anywhere: none (the file's time binds it)");
 }
 
+/* ------------------------------------------------------------------ NUMA */
+static void test_numa(void) {
+    unsigned char m[64];
+    EXPECT(cpulist_parse("0-3,8,10-11\n", m, 64) == 7 && m[0] && m[3] && !m[4] && m[8] && !m[9] && m[11],
+           "cpulist 0-3,8,10-11: 7 CPUs");
+    EXPECT(cpulist_parse("5", m, 64) == 1 && m[5], "one CPU");
+    EXPECT(cpulist_parse("0-1,1-2", m, 64) == 3, "overlapping ranges count once");
+    EXPECT(cpulist_parse("3-1", m, 64) < 0 && cpulist_parse("a", m, 64) < 0 && cpulist_parse("0-99", m, 64) < 0 &&
+               cpulist_parse("1,,2", m, 64) < 0,
+           "malformed lists and CPUs past the mask are refused");
+    /* a fake sysfs: the GPU's bus id as CUDA prints it (upper case) finds sysfs's lower-case entry */
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/sys/bus/pci/devices/0000:1a:00.0", tmpdir);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    EXPECT(!system(cmd), "fake sysfs made");
+    snprintf(path, sizeof path, "%s/local_cpulist", dir);
+    FILE *f = fopen(path, "w");
+    if (f) { fputs("0-27,56-83\n", f); fclose(f); }
+    snprintf(path, sizeof path, "%s/numa_node", dir);
+    f = fopen(path, "w");
+    if (f) { fputs("1\n", f); fclose(f); }
+    snprintf(dir, sizeof dir, "%s/sys", tmpdir);
+    unsigned char *mask = xcalloc(NUMA_MAX_CPUS, 1);
+    int node = -9;
+    EXPECT(numa_device_cpus(dir, "0000:1A:00.0", mask, &node) == 56 && node == 1 && mask[27] && !mask[28] && mask[56],
+           "GPU 0000:1A:00.0: NUMA node 1, 56 CPUs (node %d)", node);
+    EXPECT(numa_device_cpus(dir, "0000:99:00.0", mask, &node) < 0, "a device sysfs does not list: -1");
+    /* binding to CPUs this thread may not use leaves it as it was */
+    memset(mask, 0, NUMA_MAX_CPUS);
+    mask[NUMA_MAX_CPUS - 1] = 1;
+    char desc[128];
+    EXPECT(numa_bind_thread(mask, desc, sizeof desc) == 0, "no CPU in common: left as it was (%s)", desc);
+    free(mask);
+}
+
 /* ------------------------------------------------------------------ the fatal path */
 static char fatal_mark[1100];
 static void fatal_hook(void) { /* counts its runs: one line each; slow, so a second DIE overlaps it */
@@ -1053,6 +1090,8 @@ int main(int argc, char **argv) {
     test_cpu_adam();
     printf("[rendezvous]\n");
     test_rendezvous();
+    printf("[NUMA]\n");
+    test_numa();
     printf("[fatal path]\n");
     test_fatal();
     printf("[checkpoint directories]\n");
