@@ -8,7 +8,8 @@
 # directory loaded by transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention
 # case; QUICK=2 also the stage-2 cases, stage 3's bf16 merges and its 16K slice (a re-check after
 # changes outside stages 2-3); SKIP_KILL=1 leaves out tests/kill_save_gpu.sh (SIGKILL mid-save, ~2 minutes);
-# SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
+# LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
+# transformers), for a device call after the rest ran; SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
 # the two fits one device command); CASE_TIMEOUT (s, default 300) bounds each multi-rank run.
 set -u
 cd "$(dirname "$0")/.."
@@ -16,15 +17,19 @@ cd "$(dirname "$0")/.."
 T="timeout ${CASE_TIMEOUT:-300}"
 . tests/lib.sh # pass/fail counts, ok, count
 tmp=$(mktemp -d)
+early() { [ -z "${LATE_ONLY:-}" ]; } # LATE_ONLY=1: only save/resume and the sections after stage 4's
+if early; then
 echo "== kernels, GEMM, attention"
 ./build/test_gpu ${QUICK:+--quick} 2>&1 | tee "$tmp/unit.txt"; count "$tmp/unit.txt" test_gpu
 echo "== communicator: local backend (2-4 ranks on one GPU) and NCCL"
 $T ./build/test_comm 2>&1 | tee "$tmp/comm.txt"; count "$tmp/comm.txt" test_comm
+fi
 
 # one AdamW step: constant lr, no warmup, the hyper-parameters check_stage replays
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
 HPV="1e-3 0.1 0.9 0.95 1e-8 1.0"
 for g in tests/golden/*/; do
+    early || break
     g=${g%/}; name=$(basename "$g")
     case $name in moe*) continue ;; esac # MoE: stage 5 only (tests/stage5_gpu.sh)
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
@@ -84,7 +89,7 @@ ok "resumed step 3 loss is bit-for-bit the uninterrupted one" "[ -n '$a3' ] && [
 ok "resumed run writes no step <= 2" "! grep -q '\"step\":[12],' $tmp/c.jsonl"
 
 ./build/check_stage random 384 20000 8 "$tmp/rand384.tok"
-if [ -x ./stage2 ] && [ "${QUICK:-}" != 2 ]; then
+if [ -x ./stage2 ] && [ "${QUICK:-}" != 2 ] && early; then
     echo "== stage 2 (FSDP) on P local ranks against the reference mean over the P windows"
     for spec in "untied_gqa4_s100 rand.tok" "tied_gqa2_hd128 rand384.tok"; do
         set -- $spec; g=tests/golden/$1
@@ -106,7 +111,7 @@ if [ -x ./stage2 ] && [ "${QUICK:-}" != 2 ]; then
     count "$tmp/c.txt" "stage2 nccl vs local"
 fi
 
-if [ -x ./stage3 ]; then
+if [ -x ./stage3 ] && early; then
     echo "== stage 3 (ring attention) on P local ranks against the reference on the same full sequence"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
@@ -139,7 +144,7 @@ if [ -x ./stage3 ]; then
     done; done
 fi
 
-if [ -x ./stage4 ]; then
+if [ -x ./stage4 ] && early; then
     # Gradients are not bit-reproducible from one run to the next: the embedding and norm-weight
     # backward kernels add in fp32 atomics, and cuDNN's attention backward accumulates dQ with atomics,
     # in any order; that noise reaches every gradient upstream of the last attention backward. So
