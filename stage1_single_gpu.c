@@ -551,6 +551,9 @@ static void train(Model *M, const MemPlan *mp) {
     M->sdpa.verbose = 1;
     setup_rope(M);
     int64_t step = init_weights(M);
+    if (M->o.resume && step >= M->o.steps) /* a finished run resumed: no step, and no save over its own */
+        DIE("--resume: the save is after step %lld and --steps (the total) is %lld: nothing to train", (long long)step,
+            (long long)M->o.steps);
     /* the real cuDNN workspace must fit the planned one */
     const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
     if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)

@@ -543,7 +543,7 @@ static MemPlan plan_memory(Model *M) {
     carve(M);
     MemPlan mp = memplan_of(M->arena, A_N);
     /* ---- stage 2: FSDP ---- */
-    if (M->P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, nccl_buffers_estimate(M->P, M->o.ranks.nnodes));
+    if (M->P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, ranks_nccl_estimate(&M->o.ranks, M->P));
     /* ---- end stage 2 ---- */
     return mp;
 }
@@ -1298,6 +1298,9 @@ static void train(Model *M, const MemPlan *mp) {
     M->sdpa.verbose = 1;
     setup_rope(M);
     int64_t step = init_weights(M);
+    if (M->o.resume && step >= M->o.steps) /* a finished run resumed: no step, and no save over its own */
+        DIE("--resume: the save is after step %lld and --steps (the total) is %lld: nothing to train", (long long)step,
+            (long long)M->o.steps);
     /* the real cuDNN workspace must fit the planned one */
     const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
     if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
@@ -1322,8 +1325,8 @@ static void train(Model *M, const MemPlan *mp) {
                      (long long)(l < M->c.layers ? l + 1 : 2 * M->c.layers - l), (long long)M->c.layers);
     }
     /* ---- end stage 4 ---- */
-    /* stage 2: untimed -- ranks finish allocating (pinning), loading and planning minutes apart, and the
-     * first collective's --comm-timeout clock would start on the fastest */
+    /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
+     * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
     comm_barrier(M->comm, M->gpu.stream);
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {

@@ -24,6 +24,8 @@ static inline int rank_prints(void) { return longctx_rank < 0 || longctx_rank ==
 _Noreturn void longctx_die(void);
 /* run fn once on the fatal path, before the process exits (at most 8; fn must not DIE) */
 void longctx_on_fatal(void (*fn)(void));
+/* 1 once a thread has entered the fatal path (loops that poll NCCL stop touching it) */
+int longctx_dying(void);
 
 /* die: print "file:line: message" and leave through longctx_die(): every rank's thread of the
  * process ends with it, so a failing rank never leaves the others hanging. */

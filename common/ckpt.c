@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,14 @@ int64_t ckpt_list(const char *root, int64_t *steps, int64_t max) { return list(r
 int ckpt_begin(const char *root, int64_t step, char *err, size_t errlen) {
     char tmp[CKPT_PATH];
     ckpt_partial_dir(root, step, tmp, sizeof tmp);
-    if (mkdir(root, 0755) && errno != EEXIST) {
+    if (!mkdir(root, 0755)) { /* a new root: its own name must be durable too */
+        char parent[CKPT_PATH];
+        snprintf(parent, sizeof parent, "%s", root);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) *slash = 0;
+        else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
+        fsync_path(parent);
+    } else if (errno != EEXIST) {
         snprintf(err, errlen, "cannot create the save directory %s: %s", root, strerror(errno));
         return -1;
     }
@@ -132,24 +140,46 @@ static int point_latest(const char *root, int64_t step, char *err, size_t errlen
     return 0;
 }
 
-/* all but the newest `keep` complete saves, and partial ones older than `step` (crash leftovers) */
+/* rm -rf a step directory without ever leaving a partly removed one under its own name: rename it
+ * to a name no listing accepts first (a crash mid-removal then leaves only that) */
+static int remove_step(const char *path) {
+    char gone[CKPT_PATH + 16];
+    snprintf(gone, sizeof gone, "%s.removing", path);
+    return rename(path, gone) ? -1 : remove_tree(gone);
+}
+
+/* After the save of `step`: of the complete saves before it, all but the newest keep - 1 (keep <= 0:
+ * none removed); partial saves older than it (crash leftovers); leftovers of interrupted removals.
+ * Saves after `step` (a run resumed from an earlier one, into the same DIR) are left alone: latest
+ * no longer names them, and the user may want them. */
 static void prune(const char *root, int64_t step, int64_t keep) {
     enum { MAX = 1 << 16 };
     int64_t *s = xmalloc(sizeof(int64_t) * MAX);
     char p[CKPT_PATH];
     const int64_t n = list(root, 0, s, MAX);
-    for (int64_t i = keep > 0 ? keep : n; i < n; i++) {
-        if (s[i] == step) continue; /* never the save just made */
+    int64_t older = 0, later = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (s[i] > step) { later++; continue; }
+        if (s[i] == step || keep <= 0 || ++older < keep) continue; /* never the save just made */
         ckpt_step_dir(root, s[i], p, sizeof p);
-        if (remove_tree(p)) fprintf(stderr, "warning: could not remove %s: %s\n", p, strerror(errno));
+        if (remove_step(p)) fprintf(stderr, "warning: could not remove %s: %s\n", p, strerror(errno));
         else printf("removed %s (--save-keep %lld)\n", p, (long long)keep);
     }
+    if (later) printf("note: %s holds %lld save(s) after step %lld from an earlier run, left in place (latest names "
+                      "step-%lld)\n", root, (long long)later, (long long)step, (long long)step);
     const int64_t m = list(root, 1, s, MAX);
     for (int64_t i = 0; i < m; i++) {
         if (s[i] >= step) continue;
         ckpt_partial_dir(root, s[i], p, sizeof p);
         if (!remove_tree(p)) printf("removed %s (an incomplete save of an earlier run)\n", p);
     }
+    DIR *d = opendir(root);
+    for (struct dirent *e; d && (e = readdir(d));) /* removals a crash interrupted */
+        if (!strncmp(e->d_name, "step-", 5) && ends_with(e->d_name, ".removing")) {
+            snprintf(p, sizeof p, "%s/%s", root, e->d_name);
+            remove_tree(p);
+        }
+    if (d) closedir(d);
     free(s);
 }
 
@@ -161,14 +191,20 @@ int ckpt_commit(const char *root, int64_t step, int64_t keep, char *err, size_t 
         snprintf(err, errlen, "cannot fsync %s: %s", tmp, strerror(errno));
         return -1;
     }
-    /* a complete step-N already there (a run resumed from an earlier step): move it aside first, so
-     * the rename below cannot fail on a non-empty directory; latest never names the moved one */
+    /* A complete step-N already there (a run resumed from an earlier step reached it again): swap
+     * the two atomically where the filesystem can (the old one lands under the partial name, which
+     * nothing resumes from); else move the old aside first -- a crash between the two renames
+     * leaves step-N.old, which ckpt_resolve takes when latest names a missing step-N. */
     snprintf(old, sizeof old, "%s.old", dir);
-    if (is_dir(dir) && (remove_tree(old) || rename(dir, old))) {
-        snprintf(err, errlen, "cannot move the older %s aside: %s", dir, strerror(errno));
-        return -1;
+    int swapped = 0;
+    if (is_dir(dir)) {
+        swapped = !renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE);
+        if (!swapped && (remove_tree(old) || rename(dir, old))) {
+            snprintf(err, errlen, "cannot move the older %s aside: %s", dir, strerror(errno));
+            return -1;
+        }
     }
-    if (rename(tmp, dir) || fsync_path(root)) {
+    if ((!swapped && rename(tmp, dir)) || fsync_path(root)) {
         snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
         return -1;
     }
@@ -176,7 +212,7 @@ int ckpt_commit(const char *root, int64_t step, int64_t keep, char *err, size_t 
         if (!err[0]) snprintf(err, errlen, "cannot fsync %s: %s", root, strerror(errno));
         return -1;
     }
-    remove_tree(old);
+    remove_tree(swapped ? tmp : old);
     prune(root, step, keep);
     return 0;
 }
@@ -208,14 +244,18 @@ int ckpt_resolve(const char *path, char *out, size_t n, char *note, size_t notel
         snprintf(err, errlen, "--resume %s: no such directory", path);
         return -1;
     }
-    if (has_state(trimmed)) { /* a step directory (or a save of an older layout) */
+    char latest[CKPT_PATH + 32], target[CKPT_PATH];
+    snprintf(latest, sizeof latest, "%s/" CKPT_LATEST, trimmed);
+    int64_t s[1];
+    struct stat sb;
+    const int is_root = !lstat(latest, &sb) || list(trimmed, 0, s, 1) > 0;
+    if (!is_root && has_state(trimmed)) { /* a step directory (or a save of the older one-directory layout) */
         snprintf(out, n, "%s", trimmed);
         return 0;
     }
-    /* a root: latest, else the newest complete step directory */
+    /* a root (its own trainer_state, from the older layout, is older than any step-N in it): latest,
+     * else the newest complete step directory */
     note_partials(trimmed, note, notelen);
-    char latest[CKPT_PATH + 32], target[CKPT_PATH];
-    snprintf(latest, sizeof latest, "%s/" CKPT_LATEST, trimmed);
     const ssize_t len = readlink(latest, target, sizeof target - 1);
     if (len > 0) {
         target[len] = 0;
@@ -224,11 +264,17 @@ int ckpt_resolve(const char *path, char *out, size_t n, char *note, size_t notel
         int partial = 0;
         const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
         if (step_of(base, &partial) >= 0 && !partial && has_state(out)) return 0;
+        char old[CKPT_PATH + 8]; /* a re-save of that step stopped between its two renames */
+        snprintf(old, sizeof old, "%s.old", out);
         const size_t at = strlen(note);
+        if (!partial && has_state(old) && strlen(old) < n) {
+            snprintf(note + at, notelen - at, "%s points at %s, which is missing: taking %s\n", latest, out, old);
+            snprintf(out, n, "%s", old);
+            return 0;
+        }
         snprintf(note + at, notelen - at, "%s points at %s, which is not a complete save: taking the newest one\n",
                  latest, out);
     }
-    int64_t s[1];
     if (list(trimmed, 0, s, 1) < 1) {
         snprintf(err, errlen, "--resume %s: no complete save there (no %s, no step-N directory holding " STATE_FILE ")",
                  path, CKPT_LATEST);

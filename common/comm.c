@@ -196,11 +196,11 @@ static char live_rdv[4096]; /* node 0's rendezvous file while it may still be jo
 static uint64_t live_rdv_nonce;
 
 static void abort_all(void) {
+    if (live_rdv[0]) rdv_remove_own(live_rdv, live_rdv_nonce); /* first: an abort may block */
     for (int i = 0; i < MAX_LIVE; i++) {
         ncclComm_t c = __atomic_exchange_n(&live[i], NULL, __ATOMIC_ACQ_REL);
         if (c) ncclCommAbort(c);
     }
-    if (live_rdv[0]) rdv_remove_own(live_rdv, live_rdv_nonce);
 }
 static void hook_fatal(void) {
     static int hooked;
@@ -223,10 +223,6 @@ static int unregister_live(ncclComm_t c) {
     }
     return 0;
 }
-/* abort this rank's communicator before dying: the fatal path then aborts the others */
-static void abort_own(Comm *c) {
-    if (unregister_live(c->nccl)) ncclCommAbort(c->nccl);
-}
 
 /* A nonblocking communicator may answer ncclInProgress: wait until NCCL is done with the call,
  * for at most the timeout, then check the result. */
@@ -234,15 +230,13 @@ static void nccl_wait(Comm *c, ncclResult_t r, const char *call, const char *fil
     const double t0 = now_s(), limit = c->w->opt.timeout_s;
     while (r == ncclInProgress) {
         if (ncclCommGetAsyncError(c->nccl, &r) != ncclSuccess || r != ncclInProgress) break;
-        if (limit > 0 && now_s() - t0 > limit) {
-            abort_own(c);
+        if (limit > 0 && now_s() - t0 > limit) /* DIE's fatal path aborts every communicator */
             DIE("%s:%d: %s still in progress after %.0f s (--comm-timeout): communicators aborted", file, line, call, limit);
-        }
         usleep(1000);
+        if (longctx_dying()) for (;;) pause(); /* another thread is aborting the communicators */
     }
     if (r != ncclSuccess) {
         const char *last = ncclGetLastError(c->nccl);
-        abort_own(c);
         DIE("%s:%d: %s: %s | %s -- hint: NCCL_DEBUG=WARN shows NCCL's view", file, line, call, ncclGetErrorString(r),
             last ? last : "");
     }
@@ -260,6 +254,7 @@ static void *watchdog_main(void *arg) {
     CUDA_CHECK(cudaSetDevice(c->device));
     const double limit = c->w->opt.timeout_s;
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        if (longctx_dying()) for (;;) pause(); /* the communicators are being aborted: leave them be */
         ncclResult_t async = ncclSuccess;
         if (ncclCommGetAsyncError(c->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
             DIE("NCCL asynchronous error on rank %d: %s (a peer failed or the network broke)", c->rank,
@@ -353,7 +348,8 @@ CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rend
     w->node_rank = node_rank;
     char err[512];
     const double started = rdv_wall_s();
-    const char *run_id = rdv_run_id(o->run_id);
+    int from_env = 0;
+    const char *run_id = rdv_run_id(o->run_id, &from_env);
     if (node_rank == 0) NCCL_CHECK(ncclGetUniqueId(&w->id));
     if (nnodes > 1 && node_rank == 0) {
         hook_fatal();
@@ -361,7 +357,7 @@ CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rend
         snprintf(live_rdv, sizeof live_rdv, "%s", rendezvous); /* every exit path removes it from now on */
         rdv_remove_on_signal(live_rdv, live_rdv_nonce);
     } else if (nnodes > 1 &&
-               rdv_await(rendezvous, run_id, nnodes, gpus, started, o->timeout_s > 0 ? o->timeout_s : 1e9, &w->id, err,
+               rdv_await(rendezvous, run_id, from_env, nnodes, gpus, started, o->timeout_s > 0 ? o->timeout_s : 1e9, &w->id, err,
                          sizeof err))
         DIE("node %d: %s", node_rank, err);
     return w;
@@ -401,6 +397,7 @@ static void nccl_join(Comm *c) {
     /* once every rank of this process is in, every node is (init is collective): the rendezvous
      * file has done its work and must not outlive it */
     if (__atomic_add_fetch(&w->joined, 1, __ATOMIC_ACQ_REL) == w->P && live_rdv[0]) {
+        rdv_signals_restore(); /* the signals act as before; the file is gone */
         rdv_remove_own(live_rdv, live_rdv_nonce);
         live_rdv[0] = 0;
     }
@@ -583,30 +580,51 @@ void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int6
     c->seq++;
 }
 
+/* The barrier's limit: ranks may reach it minutes apart (checkpoint I/O, pinning hundreds of GiB
+ * before the first step), so it is BARRIER_FACTOR times --comm-timeout (an hour at the default 600
+ * s), still finite: a peer that hangs without failing must not hold the job forever. */
+#define BARRIER_FACTOR 6
+static double barrier_limit(const Comm *c) { return c->w->opt.timeout_s > 0 ? BARRIER_FACTOR * c->w->opt.timeout_s : 0; }
+
+/* wait for stream work that a peer's arrival completes, at most limit s (0: forever) */
+static void await_stream(Comm *c, cudaStream_t st, double limit, const char *what) {
+    const double t0 = now_s();
+    for (;;) {
+        const cudaError_t e = cudaStreamQuery(st);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        if (limit > 0 && now_s() - t0 > limit)
+            DIE("%s: the other ranks did not arrive within %.0f s (%d x --comm-timeout): a rank hangs", what, limit,
+                BARRIER_FACTOR);
+        usleep(1000);
+    }
+}
+
 void comm_barrier(Comm *c, cudaStream_t st) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     CommWorld *w = c->w;
-    if (w->kind == COMM_NCCL) { /* untracked by the watchdog: ranks may arrive minutes apart around I/O */
+    if (w->kind == COMM_NCCL) { /* untracked by the watchdog: its own, longer limit */
         double *d;
         CUDA_CHECK(cudaMalloc((void **)&d, 8));
         CUDA_CHECK(cudaMemsetAsync(d, 0, 8, st));
         NCCL_DO(c, ncclAllReduce(d, d, 1, ncclFloat64, ncclSum, c->nccl, st));
-        CUDA_CHECK(cudaStreamSynchronize(st));
+        await_stream(c, st, barrier_limit(c), "barrier");
         cudaFree(d);
     }
-    if (w->kind != COMM_REHEARSE) sync_wait(c, "barrier", 0);
+    if (w->kind != COMM_REHEARSE) sync_wait(c, "barrier", barrier_limit(c));
 }
 
 /* ---------------------------------------------------------------- setup */
 /* NCCL connects lazily: a kind of collective (and each algorithm and protocol it picks by size)
- * allocates its buffers the first time it runs. Run each kind this trainer issues once, small and
+ * allocates its buffers the first time it runs. Run each kind the trainers issue once, small and
  * large, in the ring's direction, right after the join and before the arenas are allocated, so that
  * NCCL's memory is taken (and measured) now rather than inside the first step, after the plan's
- * arenas, and under the watchdog's clock. Untracked by the watchdog: every rank is here together
- * (the join was collective); an async error still stops it. Returns NCCL's device bytes: the
+ * arenas, and under the watchdog's clock. Its limit is the barrier's (the ranks left the join
+ * together; connecting may take a while); an async error still stops it. Returns NCCL's device bytes: the
  * device's free memory before the join less after the warm-up (0 for the other backends). */
 int64_t comm_warm_up(Comm *c, cudaStream_t st) {
     if (c->w->kind != COMM_NCCL || c->size < 2) return 0;
+    /* stage 2 never issues send/recv; its warm-up connects it anyway, as the plan's estimate counts */
     const int64_t P = c->size, big = 2 << 20; /* elements per rank: 4 MiB bf16, 8 MiB fp32 shards */
     char *buf = gpu_malloc(P * big * 4 + big * 4, "NCCL warm-up");
     const int to = (c->rank + 1) % c->size, from = (c->rank + c->size - 1) % c->size;
@@ -620,7 +638,7 @@ int64_t comm_warm_up(Comm *c, cudaStream_t st) {
         NCCL_DO(c, ncclRecv(buf + P * big * 4, (size_t)(4 * n), ncclInt8, from, c->nccl, st));
         NCCL_DO(c, ncclGroupEnd());
     }
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    await_stream(c, st, barrier_limit(c), "NCCL warm-up");
     CUDA_CHECK(cudaFree(buf));
     size_t free_now, total;
     CUDA_CHECK(cudaMemGetInfo(&free_now, &total));

@@ -67,8 +67,9 @@ void comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st);
 /* Ring exchange: send bytes from `send` to rank `to` while receiving as many into `recv` from rank
  * `from` (one NCCL group: ncclSend + ncclRecv). Every rank calls it in the same step. */
 void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st);
-/* Every rank of the job here (host) with its stream drained. Untimed: ranks may arrive minutes
- * apart around checkpoint I/O. */
+/* Every rank of the job here (host) with its stream drained. Outside the per-collective clock:
+ * ranks may arrive minutes apart around checkpoint I/O and set-up; its own limit is 6 x
+ * --comm-timeout (an hour at the default; 0: forever), after which the job stops naming it. */
 void comm_barrier(Comm *c, cudaStream_t st);
 
 /* What this rank's collectives moved since the last reset: calls and bytes sent over its links per

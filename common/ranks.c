@@ -68,7 +68,7 @@ typedef struct {
 static void nccl_fits(const Thread *t, int64_t nccl, int device) {
     if (!nccl) return;
     const double G = 1 << 30;
-    const int64_t planned = nccl_buffers_estimate((int)(t->o->gpus * t->o->nnodes), t->o->nnodes),
+    const int64_t planned = ranks_nccl_estimate(t->o, (int)(t->o->gpus * t->o->nnodes)),
                   rest = memplan_peak(t->mp) - planned;
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -88,8 +88,9 @@ static void *rank_thread(void *p) {
     Rank r = {t->local, shared ? 0 : t->local, t->here, NULL};
     longctx_rank = o->rehearse >= 0 ? (int)o->rehearse : (int)o->node_rank * t->here + t->local;
     CUDA_CHECK(cudaSetDevice(r.device));
-    /* before anything is pinned or a host thread started: this GPU's side of the node */
-    gpu_bind_numa(r.device, (!shared || t->local == 0) && (o->node_rank == 0 || shared));
+    /* before anything is pinned or a host thread started: this GPU's side of the node (ranks sharing
+     * GPU 0 -- local ranks, the rehearsal -- stay unbound: they would crowd one node's cores) */
+    if (!shared) gpu_bind_numa(r.device, o->node_rank == 0);
     /* before any communicator: NCCL's own buffers must not be what pushes a rank over */
     char name[64];
     snprintf(name, sizeof name, "GPU %d", r.device);
@@ -109,6 +110,10 @@ static void *rank_thread(void *p) {
     t->fn(&r, t->arg);
     comm_rank_free(r.comm);
     return NULL;
+}
+
+int64_t ranks_nccl_estimate(const RankOpts *o, int P) {
+    return o->local_ranks > 0 ? 0 : nccl_buffers_estimate(P, o->nnodes); /* local ranks: no NCCL at all */
 }
 
 int ranks_per_node(const RankOpts *o) {

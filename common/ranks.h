@@ -36,6 +36,8 @@ void ranks_check_opts(const RankOpts *o, int saves);
 int ranks_in_job(RankOpts *o, int dry_run);
 /* the GPUs visible to this process (cudaGetDeviceCount; tests replace it to stub a node) */
 extern int (*ranks_device_count)(void);
+/* the plan's row for NCCL's own GPU memory per rank (comm.h's estimate; 0 for local ranks) */
+int64_t ranks_nccl_estimate(const RankOpts *o, int P);
 /* rank threads this process runs */
 int ranks_here(const RankOpts *o);
 /* ranks on one node of the job (a rehearsal's node too, though only one rank runs here) */

@@ -8,8 +8,9 @@
  *     error anywhere, SIGINT, SIGTERM, SIGHUP): the file also carries a random nonce of this
  *     launch, and node 0 removes a file only if it still holds its own nonce, so a dying old
  *     launch never removes a newer launch's file;
- *   - a reader accepts only a file of its run: the same run id when one is given, else one written
- *     no earlier than RDV_SKEW_S before the reader started; a file describing another job shape
+ *   - a reader accepts only a file of its run: the same run id when one is given (and, for an id
+ *     taken from the environment, which a requeued job keeps, also written no earlier than
+ *     RDV_SKEW_S before the reader started), else one written no earlier than that; a file describing another job shape
  *     (nodes x GPUs) is an error, not a wait;
  *   - a reader that finds no acceptable file within its timeout stops with a message.
  * Host-only: the CPU tests cover it. */
@@ -38,15 +39,19 @@ double rdv_wall_s(void); /* CLOCK_REALTIME in seconds */
 int rdv_publish(const char *path, const char *run_id, int nnodes, int gpus, const void *id, uint64_t *nonce, char *err,
                 size_t n);
 /* nodes > 0: wait up to timeout_s for the file of this run (started: the reader's rdv_wall_s() at
- * its start); 0 with the id copied out, or -1 + message (timeout, or a file of another job shape). */
-int rdv_await(const char *path, const char *run_id, int nnodes, int gpus, double started, double timeout_s, void *id,
-              char *err, size_t n);
+ * its start; fresh: the file must also be that recent, for a run id from the environment); 0 with
+ * the id copied out, or -1 + message (timeout, or a file of another job shape). */
+int rdv_await(const char *path, const char *run_id, int fresh, int nnodes, int gpus, double started, double timeout_s,
+              void *id, char *err, size_t n);
 void rdv_remove(const char *path);
 /* remove path only if it is the file published with this nonce (async-signal-safe: open, read, unlink) */
 void rdv_remove_own(const char *path, uint64_t nonce);
-/* until the process ends: SIGINT, SIGTERM and SIGHUP remove path (if still ours) before they act */
+/* until rdv_signals_restore: SIGINT, SIGTERM and SIGHUP remove path (if still ours), then act as they
+ * did before (a signal the process ignores, e.g. under nohup, stays ignored) */
 void rdv_remove_on_signal(const char *path, uint64_t nonce);
-/* the run id: given (--run-id), else LONGCTX_RUN_ID, else SLURM_JOB_ID[.SLURM_STEP_ID], else "" */
-const char *rdv_run_id(const char *given);
+void rdv_signals_restore(void);
+/* the run id: given (--run-id), else LONGCTX_RUN_ID, else slurm-JOB[.STEP][rRESTARTS] from Slurm's
+ * variables, else ""; *from_env says it came from the environment (readers then also check time) */
+const char *rdv_run_id(const char *given, int *from_env);
 
 #endif

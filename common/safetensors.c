@@ -438,9 +438,10 @@ int st_plan_sync(const StPlan *p, char *err, size_t errlen) {
         const char *path = f < p->nfiles ? p->paths[f] : p->index_path;
         if (!path) continue;
         const int fd = open(path, O_RDONLY);
-        if (fd < 0 || fsync(fd) || close(fd)) {
-            snprintf(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
-            if (fd >= 0) close(fd);
+        const int bad = fd < 0 || fsync(fd);
+        const int e = errno;
+        if ((fd >= 0 && close(fd)) || bad) { /* close once, whatever failed */
+            snprintf(err, errlen, "%s: fsync failed: %s", path, strerror(bad ? e : errno));
             return -1;
         }
     }

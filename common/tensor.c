@@ -19,6 +19,8 @@ void longctx_on_fatal(void (*fn)(void)) {
     __atomic_store_n(&fatal_hooks[i], fn, __ATOMIC_RELEASE);
 }
 
+int longctx_dying(void) { return __atomic_load_n(&dying, __ATOMIC_ACQUIRE); }
+
 _Noreturn void longctx_die(void) {
     if (__atomic_exchange_n(&dying, 1, __ATOMIC_ACQ_REL)) /* another thread is taking the process down */
         for (;;) pause();

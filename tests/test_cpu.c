@@ -829,21 +829,21 @@ static void test_rendezvous(void) {
     uint64_t nonce = 0;
     for (int i = 0; i < RDV_ID_BYTES; i++) id[i] = (unsigned char)(i * 7 + 1);
     const double t0 = rdv_wall_s();
-    EXPECT(rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "no rendezvous file"),
+    EXPECT(rdv_await(path, "job42", 0, 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "no rendezvous file"),
            "no file: a reader gives up after its timeout with a message (%s)", err);
     EXPECT(!rdv_publish(path, "job41", 2, 8, id, &nonce, err, sizeof err), "node 0 publishes: %s", err);
-    EXPECT(rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "another run"),
+    EXPECT(rdv_await(path, "job42", 0, 2, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "another run"),
            "another run's file (run id job41) is not joined: %s", err);
     EXPECT(!rdv_publish(path, "job42", 2, 8, id, &nonce, err, sizeof err), "node 0 replaces the old file: %s", err);
     memset(got, 0, sizeof got);
-    EXPECT(!rdv_await(path, "job42", 2, 8, t0, 0.5, got, err, sizeof err) && !memcmp(got, id, sizeof id),
+    EXPECT(!rdv_await(path, "job42", 0, 2, 8, t0, 0.5, got, err, sizeof err) && !memcmp(got, id, sizeof id),
            "this run's file is joined and carries node 0's id");
-    EXPECT(rdv_await(path, "job42", 4, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "--nnodes 4"),
+    EXPECT(rdv_await(path, "job42", 0, 4, 8, t0, 0.5, got, err, sizeof err) && strstr(err, "--nnodes 4"),
            "a file describing another job shape is an error: %s", err);
     /* no run id: only a file written after the reader started (less the clock allowance) */
     EXPECT(!rdv_publish(path, "", 2, 8, id, &nonce, err, sizeof err), "published without a run id");
-    EXPECT(!rdv_await(path, "", 2, 8, rdv_wall_s(), 0.5, got, err, sizeof err), "a fresh file without run id is joined");
-    EXPECT(rdv_await(path, "", 2, 8, rdv_wall_s() + 2 * RDV_SKEW_S, 0.5, got, err, sizeof err),
+    EXPECT(!rdv_await(path, "", 0, 2, 8, rdv_wall_s(), 0.5, got, err, sizeof err), "a fresh file without run id is joined");
+    EXPECT(rdv_await(path, "", 0, 2, 8, rdv_wall_s() + 2 * RDV_SKEW_S, 0.5, got, err, sizeof err),
            "a file written long before the reader started is stale: %s", err);
     rdv_remove(path);
     struct stat sb;
@@ -858,6 +858,7 @@ static void test_rendezvous(void) {
     rdv_remove_own(path, newer);
     EXPECT(stat(path, &sb) != 0, "the newer launch removes its own");
     /* a signal (SIGTERM from the scheduler, Ctrl-C) before everyone joined removes the file */
+    fflush(NULL);
     const pid_t child = fork();
     if (child == 0) {
         uint64_t n1 = 0;
@@ -872,14 +873,46 @@ static void test_rendezvous(void) {
     EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && stat(path, &sb) != 0,
            "node 0 killed by SIGTERM leaves no rendezvous file (status %d)", status);
     /* the run id every node of one launch shares without --run-id */
+    int env = 0;
     setenv("SLURM_JOB_ID", "77", 1);
     setenv("SLURM_STEP_ID", "3", 1);
-    EXPECT(!strcmp(rdv_run_id(NULL), "slurm-77.3"), "no --run-id under Slurm: slurm-77.3 (got %s)", rdv_run_id(NULL));
+    EXPECT(!strcmp(rdv_run_id(NULL, &env), "slurm-77.3") && env, "no --run-id under Slurm: slurm-77.3 (got %s)",
+           rdv_run_id(NULL, &env));
+    setenv("SLURM_RESTART_COUNT", "2", 1);
+    EXPECT(!strcmp(rdv_run_id(NULL, &env), "slurm-77.3r2"), "a requeued job's id carries its restart count (%s)",
+           rdv_run_id(NULL, &env));
     setenv("LONGCTX_RUN_ID", "mine", 1);
-    EXPECT(!strcmp(rdv_run_id(""), "mine") && !strcmp(rdv_run_id("given"), "given"),
+    EXPECT(!strcmp(rdv_run_id("", &env), "mine") && env && !strcmp(rdv_run_id("given", &env), "given") && !env,
            "LONGCTX_RUN_ID before Slurm's, --run-id before both");
-    unsetenv("SLURM_JOB_ID"); unsetenv("SLURM_STEP_ID"); unsetenv("LONGCTX_RUN_ID");
-    EXPECT(!strcmp(rdv_run_id(NULL), ""), "no id anywhere: none (the file's time binds it)");
+    /* an id from the environment survives a requeue: a file of that id must still be recent */
+    uint64_t n2 = 0;
+    EXPECT(!rdv_publish(path, "mine", 2, 8, id, &n2, err, sizeof err), "published under an environment id");
+    EXPECT(rdv_await(path, "mine", 1, 2, 8, rdv_wall_s() + 2 * RDV_SKEW_S, 0.5, got, err, sizeof err),
+           "an old file of an environment id is stale: %s", err);
+    EXPECT(!rdv_await(path, "mine", 0, 2, 8, rdv_wall_s() + 2 * RDV_SKEW_S, 0.5, got, err, sizeof err),
+           "an old file of a --run-id is joined (the id alone binds it)");
+    rdv_remove(path);
+    unsetenv("SLURM_JOB_ID"); unsetenv("SLURM_STEP_ID"); unsetenv("LONGCTX_RUN_ID"); unsetenv("SLURM_RESTART_COUNT");
+    EXPECT(!strcmp(rdv_run_id(NULL, &env), "") && !env, "no id anywhere: none (the file's time binds it)");
+    /* a signal the process ignores (nohup) stays ignored; restored actions after the join */
+    fflush(NULL);
+    const pid_t c2 = fork();
+    if (c2 == 0) {
+        uint64_t n3 = 0;
+        char e[512];
+        signal(SIGHUP, SIG_IGN);
+        if (rdv_publish(path, "job45", 2, 8, id, &n3, e, sizeof e)) _exit(3);
+        rdv_remove_on_signal(path, n3);
+        raise(SIGHUP); /* ignored: the process goes on */
+        rdv_signals_restore();
+        struct sigaction now;
+        sigaction(SIGTERM, NULL, &now);
+        _exit(now.sa_handler == SIG_DFL ? 0 : 7);
+    }
+    waitpid(c2, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "under nohup SIGHUP stays ignored; after the join SIGTERM "
+           "acts as before (status %d)", status);
+    rdv_remove(path);
 }
 
 /* ------------------------------------------------------------------ NUMA */
@@ -942,6 +975,7 @@ static void test_fatal(void) {
     for (int both = 0; both < 2; both++) {
         unlink(fatal_mark);
         const double t0 = (double)time(NULL);
+        fflush(NULL);
         const pid_t child = fork();
         if (child == 0) {
             if (!freopen("/dev/null", "w", stderr)) _exit(5);
@@ -986,7 +1020,7 @@ static int exists(const char *root, const char *name) {
 }
 
 static void test_ckpt(void) {
-    char root[CKPT_PATH], out[CKPT_PATH], want[CKPT_PATH], note[4096], err[CKPT_PATH + 512], p[CKPT_PATH + 64];
+    char root[1200], out[CKPT_PATH], want[CKPT_PATH], note[4096], err[CKPT_PATH + 512], p[CKPT_PATH + 64];
     snprintf(root, sizeof root, "%s/ck", tmpdir);
     EXPECT(ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && strstr(err, "no such directory"),
            "--resume of a missing directory is refused: %s", err);
@@ -1052,6 +1086,42 @@ static void test_ckpt(void) {
     EXPECT(!fake_save(root, 4, 1, 0), "step 4 saved with --save-keep 0");
     EXPECT(!exists(root, "step-1.partial") && exists(root, "step-2") && exists(root, "step-3") && exists(root, "step-4"),
            "the older partial is removed, --save-keep 0 keeps every complete save");
+    /* a run resumed from step 2 into the same DIR: its saves never remove the later 3 and 4 */
+    EXPECT(!fake_save(root, 5, 1, 1) && !exists(root, "step-4") && exists(root, "step-5"), "keep 1 at step 5");
+    EXPECT(!fake_save(root, 2, 1, 1) && exists(root, "step-5") && exists(root, "step-2"),
+           "--save-keep 1 at step 2 (resumed from an earlier save) leaves the later step-5 alone");
+    ckpt_step_dir(root, 2, want, sizeof want);
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want),
+           "latest names the resumed run's step-2, not the later step-5: %s", out);
+    /* a re-save stopped between moving the old step-N aside and renaming the new one into place */
+    snprintf(p, sizeof p, "%s/step-2", root);
+    snprintf(out, sizeof out, "%s/step-2.old", root);
+    EXPECT(!rename(p, out), "step-2 moved aside as step-2.old (a crash follows)");
+    snprintf(want, sizeof want, "%s/step-2.old", root);
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want) &&
+               strstr(note, "missing"),
+           "latest naming a missing step-2 takes step-2.old (%s): %s", out, note);
+    snprintf(out, sizeof out, "%s/step-2.old", root);
+    EXPECT(!rename(out, p), "restored");
+    /* a removal a crash interrupted leaves no directory that looks complete */
+    snprintf(p, sizeof p, "%s/step-1.removing", root);
+    mkdir(p, 0755);
+    EXPECT(ckpt_list(root, steps, 8) == 2, "step-1.removing is not a save (complete: 5, 2)");
+    EXPECT(!fake_save(root, 6, 1, 0) && !exists(root, "step-1.removing"), "the next save clears it");
+    /* a root that still holds a save of the older one-directory layout: its step-N saves win */
+    snprintf(p, sizeof p, "%s/trainer_state.safetensors", root);
+    fp = fopen(p, "w");
+    if (fp) fclose(fp);
+    ckpt_step_dir(root, 6, want, sizeof want);
+    EXPECT(!ckpt_resolve(root, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, want),
+           "a root with an old-layout trainer_state and step directories resolves to latest: %s", out);
+    snprintf(p, sizeof p, "%s/old", tmpdir);
+    mkdir(p, 0755);
+    snprintf(out, sizeof out, "%s/old/trainer_state.safetensors", tmpdir);
+    fp = fopen(out, "w");
+    if (fp) fclose(fp);
+    EXPECT(!ckpt_resolve(p, out, sizeof out, note, sizeof note, err, sizeof err) && !strcmp(out, p),
+           "an old-layout save alone is still resumed from");
     snprintf(p, sizeof p, "%s/empty", tmpdir);
     mkdir(p, 0755);
     EXPECT(ckpt_resolve(p, out, sizeof out, note, sizeof note, err, sizeof err) && strstr(err, "no complete save"),
