@@ -648,15 +648,15 @@ int64_t comm_warm_up(Comm *c, cudaStream_t st) {
 /* the smallest v over the ranks: each rank's value in its own slot of a [size] vector, summed (one
  * non-zero per slot: exact in fp64 below 2^53), the minimum read off on the host */
 int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st) {
-    if (c->w->kind == COMM_REHEARSE || c->size < 2) return v; /* the rehearsal's one rank is the job's every rank */
+    if (c->size < 2) return v;
     const int64_t P = c->size;
     double *h = xcalloc((size_t)P, sizeof(double)), *d = gpu_malloc(8 * P, "comm_min_i64");
     h[c->rank] = (double)v;
     gpu_upload(d, h, 8 * P, st);
     comm_all_reduce_f64(c, d, P, st);
     gpu_download(h, d, 8 * P, st);
-    int64_t m = v;
-    for (int64_t q = 0; q < P; q++) m = (int64_t)h[q] < m ? (int64_t)h[q] : m;
+    int64_t m = v; /* the rehearsal issues the all-reduce (the job's rank does) but is every rank: v */
+    for (int64_t q = 0; q < P && c->w->kind != COMM_REHEARSE; q++) m = (int64_t)h[q] < m ? (int64_t)h[q] : m;
     CUDA_CHECK(cudaFree(d));
     free(h);
     return m;

@@ -65,7 +65,7 @@ int numa_bind_thread(const unsigned char *mask, char *desc, size_t n) {
         }
     if (!count || count == CPU_COUNT(&now)) { /* nothing in common, or already exactly there */
         snprintf(desc, n, "%d CPUs, left as they were", CPU_COUNT(&now));
-        return count ? count : 0;
+        return 0;
     }
     if (pthread_setaffinity_np(pthread_self(), sizeof want, &want)) return 0;
     snprintf(desc, n, "bound to %d CPUs (%d..%d)", count, first, last);

@@ -21,7 +21,7 @@ int cpulist_parse(const char *s, unsigned char *mask, int max);
 int numa_device_cpus(const char *root, const char *bus_id, unsigned char *mask, int *node);
 /* Bind the calling thread to the CPUs of mask that it may run on now (its current affinity, e.g.
  * a scheduler's cgroup, is respected). Returns the CPUs bound to, or 0 (left as it was) when the
- * two sets do not meet. desc: a short description for the log. */
+ * two sets do not meet or are already the same. desc: a short description for the log. */
 int numa_bind_thread(const unsigned char *mask, char *desc, size_t n);
 
 #endif
