@@ -273,6 +273,12 @@ static void moe_backward(const Qwen3Config *c, const ParamTable *pt, const float
 RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
                                const uint32_t *tokens, const int64_t *pos, int64_t S, int64_t loss_chunk,
                                float *logits, float *grads) {
+    return ref_forward_backward_masked(c, pt, params, tokens, NULL, pos, S, loss_chunk, logits, grads);
+}
+
+RefResult ref_forward_backward_masked(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                      const uint32_t *tokens, const uint8_t *weights, const int64_t *pos, int64_t S,
+                                      int64_t loss_chunk, float *logits, float *grads) {
     const int64_t D = c->hidden, Hq = c->heads, Hkv = c->kv_heads, hd = c->head_dim, I = c->intermediate,
                   V = c->vocab, L = c->layers, Q = Hq * hd, KV = Hkv * hd;
 #define W(kind, l) (params + params_get(pt, kind, l)->offset)
@@ -321,10 +327,15 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
     float *rstdf = zalloc(S), *hf = zalloc(S * D);
     rmsnorm(hf, rstdf, x, W(P_FINAL_NORM, 0), S, D, c->eps);
 
-    /* chunked NLL: logits of C rows at a time, loss and d(logits) in the same pass */
+    /* chunked NLL: logits of C rows at a time, loss and d(logits) in the same pass. With weights,
+     * label t+1 counts only when weights[t+1] is 1 (a prompt's labels carry none), and the mean is
+     * over the labels that count (transformers' labels = -100 elsewhere). */
     if (grads) memset(grads, 0, (size_t)pt->total * sizeof(float));
     const int64_t C = loss_chunk > 0 && loss_chunk < S ? loss_chunk : S;
     float *lg = zalloc(C * V), *dhf = zalloc(S * D);
+    int64_t counted = 0;
+    for (int64_t t = 1; t <= S; t++) counted += weights ? weights[t] != 0 : 1;
+    const double n_labels = counted ? (double)counted : INFINITY; /* no label counts: loss 0, no gradient */
     double loss = 0;
     for (int64_t c0 = 0; c0 < S; c0 += C) {
         int64_t n = S - c0 < C ? S - c0 : C;
@@ -336,12 +347,13 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
             for (int64_t j = 0; j < V; j++) m = row[j] > m ? row[j] : m;
             for (int64_t j = 0; j < V; j++) z += exp(row[j] - m);
             const uint32_t y = tokens[c0 + r + 1];
-            loss += (m + log(z)) - row[y];
-            for (int64_t j = 0; j < V; j++) row[j] = (float)((exp(row[j] - m) / z - (j == y)) / S);
+            const double w = weights ? (weights[c0 + r + 1] != 0) : 1.0;
+            loss += w * ((m + log(z)) - row[y]);
+            for (int64_t j = 0; j < V; j++) row[j] = (float)(w * (exp(row[j] - m) / z - (j == y)) / n_labels);
         }
         if (grads) linear_bwd(dhf + c0 * D, G(P_LM_HEAD, 0), lg, hf + c0 * D, W(P_LM_HEAD, 0), n, D, V);
     }
-    loss /= S;
+    loss /= n_labels;
     /* MoE: transformers adds router_aux_loss_coef x the load-balancing loss when output_router_logits */
     double *count = c->experts ? xcalloc((size_t)c->experts, sizeof(double)) : NULL, aux = 0, aux_scale = 0;
     if (c->experts) {
@@ -413,7 +425,7 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
     free(sv); free(x); free(rstdf); free(hf); free(lg); free(dhf); free(cos_t); free(sin_t);
 #undef W
 #undef G
-    RefResult r = {loss, S, aux};
+    RefResult r = {loss, counted, aux};
     return r;
 }
 

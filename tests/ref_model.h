@@ -12,8 +12,8 @@
 #include "../common/model.h"
 
 typedef struct {
-    double loss;       /* mean next-token NLL over the S predicted tokens */
-    int64_t tokens;    /* S */
+    double loss;       /* mean next-token NLL over the predicted tokens that count (0 if none does) */
+    int64_t tokens;    /* the labels that count: S, or those of weight 1 */
     double aux;        /* MoE: transformers' load-balancing loss (added x router_aux_loss_coef when the
                         * config's output_router_logits is true); 0 when dense */
 } RefResult;
@@ -25,6 +25,13 @@ typedef struct {
 RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
                                const uint32_t *tokens, const int64_t *pos, int64_t S, int64_t loss_chunk,
                                float *logits, float *grads);
+
+/* The same with a loss mask: weights[S+1] (aligned with tokens; 0 or 1), label tokens[t+1] counts
+ * only where weights[t+1] is 1, the loss and every gradient averaged over the labels that count.
+ * weights NULL: every label counts (ref_forward_backward). */
+RefResult ref_forward_backward_masked(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                      const uint32_t *tokens, const uint8_t *weights, const int64_t *pos, int64_t S,
+                                      int64_t loss_chunk, float *logits, float *grads);
 
 /* AdamW on flat fp32 buffers, as the trainers do it (bias-corrected, decoupled weight decay on
  * matrices only, global-norm clipping when clip > 0). step is 1-based. Returns the grad norm. */

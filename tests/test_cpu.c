@@ -105,6 +105,59 @@ static void test_chunked_loss(const char *root) {
     golden_free(&g);
 }
 
+/* the loss mask in the reference: the mean over the labels that count, every gradient with it */
+static void test_masked_loss(const char *root) {
+    Golden g;
+    if (golden_open(root, GOLDEN[1], &g)) { EXPECT(0, "load"); return; }
+    const int64_t S = g.S, V = g.c.vocab, n = g.pt.total;
+    float *g0 = xmalloc((size_t)n * 4), *ga = xmalloc((size_t)n * 4), *gb = xmalloc((size_t)n * 4);
+    float *logits = xmalloc((size_t)(S * V) * 4);
+    uint8_t *w = xcalloc((size_t)S + 1, 1), *wa = xcalloc((size_t)S + 1, 1), *wb = xcalloc((size_t)S + 1, 1);
+    RefResult full = ref_forward_backward(&g.c, &g.pt, g.params, g.tokens, NULL, S, 0, logits, g0);
+    for (int64_t t = 0; t <= S; t++) w[t] = 1;
+    RefResult ones = ref_forward_backward_masked(&g.c, &g.pt, g.params, g.tokens, w, NULL, S, 0, NULL, ga);
+    EXPECT(ones.loss == full.loss && ones.tokens == S && !memcmp(ga, g0, (size_t)n * 4),
+           "weights all 1: the unmasked loss and gradients, bit for bit");
+    /* a prompt of 37 labels, then the completion (and a second prompt inside it, labels 70-79) */
+    int64_t na = 0, nb = 0;
+    for (int64_t t = 1; t <= S; t++) {
+        wa[t] = t > 37 && (t < 70 || t > 79);
+        wb[t] = !wa[t];
+        na += wa[t], nb += wb[t];
+    }
+    RefResult ra = ref_forward_backward_masked(&g.c, &g.pt, g.params, g.tokens, wa, NULL, S, 0, NULL, ga);
+    RefResult rb = ref_forward_backward_masked(&g.c, &g.pt, g.params, g.tokens, wb, NULL, S, 7, NULL, gb);
+    /* the loss: the mean of the per-label NLLs that count, read off the unmasked run's logits */
+    double want = 0;
+    for (int64_t t = 0; t < S; t++) {
+        if (!wa[t + 1]) continue;
+        const float *row = logits + t * V;
+        double m = -INFINITY, z = 0;
+        for (int64_t j = 0; j < V; j++) m = row[j] > m ? row[j] : m;
+        for (int64_t j = 0; j < V; j++) z += exp(row[j] - m);
+        want += m + log(z) - row[g.tokens[t + 1]];
+    }
+    want /= (double)na;
+    EXPECT(ra.tokens == na && fabs(ra.loss - want) <= 1e-9 * want, "masked loss %.9f = the mean NLL of its %lld labels "
+           "%.9f", ra.loss, (long long)na, want);
+    /* complementary masks: na x grad(A) + nb x grad(B) = S x grad(all) (the loss is linear in the labels) */
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (double)na * ga[i] + (double)nb * gb[i] - (double)S * g0[i];
+        num += d * d, den += (double)S * g0[i] * S * g0[i];
+    }
+    const double e = sqrt(num / den), le = fabs(na * ra.loss + nb * rb.loss - S * full.loss) / (S * full.loss);
+    EXPECT_LE(e, 1e-5, "complementary masks: the gradients add back to the unmasked ones (rel %.2e)", e);
+    EXPECT_LE(le, 1e-12, "complementary masks: the losses add back (rel %.2e; B chunked by 7)", le);
+    memset(w, 0, (size_t)S + 1);
+    RefResult none = ref_forward_backward_masked(&g.c, &g.pt, g.params, g.tokens, w, NULL, S, 0, NULL, ga);
+    int zero = 1;
+    for (int64_t i = 0; i < n; i++) zero &= ga[i] == 0.f;
+    EXPECT(none.tokens == 0 && none.loss == 0 && zero, "no label counts: loss 0, every gradient 0, no NaN");
+    free(g0); free(ga); free(gb); free(logits); free(w); free(wa); free(wb);
+    golden_free(&g);
+}
+
 /* ------------------------------------------------------------------ safetensors */
 static void write_raw(const char *path, const char *header, uint64_t declared_len, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -1140,6 +1193,8 @@ int main(int argc, char **argv) {
     test_golden(golden);
     printf("[chunked loss]\n");
     test_chunked_loss(golden);
+    printf("[masked loss]\n");
+    test_masked_loss(golden);
     printf("[safetensors]\n");
     test_safetensors();
     printf("[config]\n");
