@@ -12,7 +12,7 @@
 static void put_u32(uint8_t *b, uint32_t v) { for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i)); }
 static uint32_t get_u32(const uint8_t *b) { return b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24; }
 
-int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_t errlen) {
+int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFile *tf, char *err, size_t errlen) {
     memset(tf, 0, sizeof *tf);
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "%s: cannot open token file", path); return -1; }
@@ -26,25 +26,34 @@ int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_
     }
     int64_t count = 0;
     for (int i = 7; i >= 0; i--) count = (count << 8) | h[16 + i];
+    const uint32_t version = get_u32(h + 8);
+    const int weighted = version == TOKENS_VERSION_WEIGHTS;
     const char *why = NULL;
     if (memcmp(h, TOKENS_MAGIC, 8)) why = "wrong magic (not a longctx token file; make one with data/prepare.py)";
-    else if (get_u32(h + 8) != TOKENS_VERSION) why = "unsupported version";
+    else if (version != TOKENS_VERSION && !weighted) why = "unsupported version";
     else if (get_u32(h + 12) != 4) why = "token width is not 4 bytes";
-    else if (count < 0 || size != TOKENS_HEADER_BYTES + 4 * count) why = "truncated: size does not match the token count";
+    else if (count < 0 || size != TOKENS_HEADER_BYTES + (weighted ? 5 : 4) * count)
+        why = "truncated: size does not match the token count";
+    else if (weighted && !with_weights)
+        why = "carries loss weights (version 2, a prompt/completion file): this trainer does not apply loss masks "
+              "yet, so it would train on the prompts too; data/prepare.py without --jsonl writes a file without them";
     if (why) {
         snprintf(err, errlen, "%s: %s (header count %lld, file %lld bytes)", path, why, (long long)count, (long long)size);
         fclose(f);
         return -1;
     }
     tf->ids = xmalloc((size_t)count * 4);
+    if (weighted) tf->weights = xmalloc((size_t)(count ? count : 1));
     uint8_t *raw = (uint8_t *)tf->ids;
-    if (fread(raw, 1, (size_t)count * 4, f) != (size_t)count * 4) {
+    if (fread(raw, 1, (size_t)count * 4, f) != (size_t)count * 4 ||
+        (weighted && fread(tf->weights, 1, (size_t)count, f) != (size_t)count)) {
         snprintf(err, errlen, "%s: short read", path);
         fclose(f);
         tokens_close(tf);
         return -1;
     }
     fclose(f);
+    tf->counted = count;
     for (int64_t i = 0; i < count; i++) {
         tf->ids[i] = get_u32(raw + 4 * i); /* in place: same width, little-endian on disk */
         if (vocab > 0 && tf->ids[i] >= (uint64_t)vocab) {
@@ -53,31 +62,48 @@ int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_
             tokens_close(tf);
             return -1;
         }
+        if (weighted && tf->weights[i] > 1) {
+            snprintf(err, errlen, "%s: token %lld has loss weight %u (0 or 1)", path, (long long)i, tf->weights[i]);
+            tokens_close(tf);
+            return -1;
+        }
+        if (weighted) tf->counted -= !tf->weights[i];
     }
     tf->count = count;
     snprintf(tf->path, sizeof tf->path, "%s", path);
     return 0;
 }
 
+int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_t errlen) {
+    return tokens_open_file(path, vocab, 0, tf, err, errlen);
+}
+
 void tokens_close(TokenFile *tf) {
     free(tf->ids);
+    free(tf->weights);
     memset(tf, 0, sizeof *tf);
 }
 
-int tokens_write(const char *path, const uint32_t *ids, int64_t n, char *err, size_t errlen) {
+int tokens_write_weighted(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, char *err,
+                          size_t errlen) {
     FILE *f = fopen(path, "wb");
     if (!f) { snprintf(err, errlen, "%s: cannot create", path); return -1; }
     uint8_t h[TOKENS_HEADER_BYTES] = {0};
     memcpy(h, TOKENS_MAGIC, 8);
-    put_u32(h + 8, TOKENS_VERSION);
+    put_u32(h + 8, weights ? TOKENS_VERSION_WEIGHTS : TOKENS_VERSION);
     put_u32(h + 12, 4);
     for (int i = 0; i < 8; i++) h[16 + i] = (uint8_t)((uint64_t)n >> (8 * i));
     int ok = fwrite(h, 1, sizeof h, f) == sizeof h;
     uint8_t b[4];
     for (int64_t i = 0; ok && i < n; i++) { put_u32(b, ids[i]); ok = fwrite(b, 1, 4, f) == 4; }
+    if (weights && ok) ok = fwrite(weights, 1, (size_t)n, f) == (size_t)n;
     ok = !fclose(f) && ok;
     if (!ok) { snprintf(err, errlen, "%s: write failed", path); return -1; }
     return 0;
+}
+
+int tokens_write(const char *path, const uint32_t *ids, int64_t n, char *err, size_t errlen) {
+    return tokens_write_weighted(path, ids, NULL, n, err, errlen);
 }
 
 int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int rank, char *err, size_t errlen) {
@@ -101,9 +127,27 @@ int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int ran
     return 0;
 }
 
+/* the window of a step: its first token, and its epoch */
+static int64_t window_start(const Loader *ld, int64_t step, int64_t *epoch) {
+    const int64_t g = step * ld->world + ld->rank;
+    if (epoch) *epoch = g / ld->windows;
+    return g % ld->windows * ld->seq;
+}
+
 int64_t loader_window(const Loader *ld, int64_t step, uint32_t *ids) {
-    int64_t g = step * ld->world + ld->rank;
-    int64_t w = g % ld->windows;
-    memcpy(ids, ld->tf->ids + w * ld->seq, (size_t)(ld->seq + 1) * 4);
-    return g / ld->windows;
+    int64_t epoch;
+    memcpy(ids, ld->tf->ids + window_start(ld, step, &epoch), (size_t)(ld->seq + 1) * 4);
+    return epoch;
+}
+
+int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w) {
+    const int64_t at = window_start(ld, step, NULL);
+    if (!ld->tf->weights) {
+        memset(w, 1, (size_t)(ld->seq + 1));
+        return ld->seq;
+    }
+    memcpy(w, ld->tf->weights + at, (size_t)(ld->seq + 1));
+    int64_t n = 0;
+    for (int64_t t = 1; t <= ld->seq; t++) n += w[t];
+    return n;
 }

@@ -1,6 +1,10 @@
 /* tokens.h -- the token file (DESIGN.md section 6) and the step window loader.
- * Layout: 24-byte header {char magic[8] = "LCTOKENS"; uint32 version = 1; uint32 token_bytes = 4;
- * int64 count}, then count little-endian uint32 token ids. */
+ * Layout: 24-byte header {char magic[8] = "LCTOKENS"; uint32 version; uint32 token_bytes = 4;
+ * int64 count}, then count little-endian uint32 token ids;
+ *   version 1: nothing more (every label carries loss);
+ *   version 2: then count uint8 loss weights, 0 or 1, one per token: weights[i] says whether token
+ *              i counts as a label (is predicted with loss). A prompt's tokens carry 0, its
+ *              completion's 1 (data/prepare.py --jsonl writes them). */
 #ifndef LONGCTX_TOKENS_H
 #define LONGCTX_TOKENS_H
 
@@ -8,7 +12,8 @@
 #include <stdint.h>
 
 #define TOKENS_MAGIC "LCTOKENS"
-#define TOKENS_VERSION 1
+#define TOKENS_VERSION 1          /* ids only */
+#define TOKENS_VERSION_WEIGHTS 2  /* ids, then a loss weight per token */
 #define TOKENS_HEADER_BYTES 24
 #define TOKEN_ENDOFTEXT 151643
 
@@ -16,12 +21,21 @@ typedef struct {
     char path[1024];
     int64_t count;     /* tokens in the file */
     uint32_t *ids;     /* [count], the whole file in host memory */
+    uint8_t *weights;  /* [count] loss weights (0/1), or NULL: a version-1 file, every label counts */
+    int64_t counted;   /* labels of weight 1 (count without weights) */
 } TokenFile;
 
-/* Open and validate (magic, version, width, size, every id < vocab). Returns 0 or -1 + message. */
+/* Open and validate (magic, version, width, size, every id < vocab, every weight 0 or 1). A file
+ * with loss weights is refused unless with_weights (a trainer that cannot apply them must not
+ * train on every label silently). Returns 0 or -1 + message. */
+int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFile *tf, char *err, size_t errlen);
+/* the trainers' reader: tokens_open_file without loss weights */
 int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_t errlen);
 void tokens_close(TokenFile *tf);
 int tokens_write(const char *path, const uint32_t *ids, int64_t n, char *err, size_t errlen);
+/* version 2 with weights[n] (0/1); weights NULL: version 1 */
+int tokens_write_weighted(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, char *err,
+                          size_t errlen);
 
 /* Windows of seq+1 tokens (inputs and shifted labels) that start seq tokens apart. Global window
  * g = step * world + rank, so data-parallel ranks read disjoint windows and the position follows
@@ -36,5 +50,8 @@ typedef struct {
 int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int rank, char *err, size_t errlen);
 /* Fill ids[seq+1] for the given step; returns the epoch (0-based) of that window. */
 int64_t loader_window(const Loader *ld, int64_t step, uint32_t *ids);
+/* the same window's loss weights, w[seq+1] aligned with ids (all 1 for a file without weights);
+ * returns the labels that count (w[1..seq]) */
+int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w);
 
 #endif

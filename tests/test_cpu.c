@@ -482,6 +482,43 @@ static void test_tokens(void) {
     EXPECT(truncate(path, 10) == 0, "truncate");
     EXPECT(tokens_open(path, 1000, &tf, err, sizeof err) && strstr(err, "header"), "10-byte file refused: %s", err);
     EXPECT(tokens_open("/nonexistent.tok", 1000, &tf, err, sizeof err), "missing file refused");
+    /* version 2: a loss weight per token */
+    uint8_t wt[100];
+    for (int i = 0; i < 100; i++) wt[i] = i % 10 >= 4; /* 4-token prompts, 6-token completions */
+    EXPECT(!tokens_write_weighted(path, ids, wt, 100, err, sizeof err), "weighted token write: %s", err);
+    EXPECT(tokens_open(path, 1000, &tf, err, sizeof err) && strstr(err, "loss weights"),
+           "a trainer's reader refuses a weighted file, naming why: %s", err);
+    printf("  tokens %-30s -> %s\n", "weighted, to a stage", err);
+    rc = tokens_open_file(path, 1000, 1, &tf, err, sizeof err);
+    EXPECT(!rc && tf.count == 100 && tf.weights && !memcmp(tf.weights, wt, 100) && !memcmp(tf.ids, ids, sizeof ids) &&
+               tf.counted == 60,
+           "weighted round trip: ids, weights, 60 labels count (%s)", err);
+    if (!rc) {
+        Loader ld;
+        uint8_t w[11];
+        EXPECT(!loader_init(&ld, &tf, 10, 1, 0, err, sizeof err), "loader init");
+        const int64_t n = loader_weights(&ld, 3, w); /* window 3: tokens 30..40 */
+        EXPECT(n == 6 && w[0] == wt[30] && w[10] == wt[40] && !w[3] && w[4], "a window's weights and its 6 labels (got %lld)",
+               (long long)n);
+        tokens_close(&tf);
+    }
+    EXPECT(truncate(path, 24 + 4 * 100 + 50) == 0, "truncate");
+    EXPECT(tokens_open_file(path, 1000, 1, &tf, err, sizeof err) && strstr(err, "truncated"),
+           "a weighted file missing weights is refused: %s", err);
+    wt[7] = 2;
+    tokens_write_weighted(path, ids, wt, 100, err, sizeof err);
+    EXPECT(tokens_open_file(path, 1000, 1, &tf, err, sizeof err) && strstr(err, "weight 2"), "a weight of 2 is refused: %s",
+           err);
+    tokens_write(path, ids, 100, err, sizeof err);
+    rc = tokens_open_file(path, 1000, 1, &tf, err, sizeof err);
+    if (!rc) {
+        Loader ld;
+        uint8_t w[11];
+        loader_init(&ld, &tf, 10, 1, 0, err, sizeof err);
+        EXPECT(!tf.weights && tf.counted == 100 && loader_weights(&ld, 0, w) == 10 && w[0] == 1 && w[10] == 1,
+               "a version-1 file: every label counts");
+        tokens_close(&tf);
+    }
 }
 
 /* ------------------------------------------------------------------ CLI */

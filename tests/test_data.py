@@ -124,6 +124,60 @@ def main():
         r = run(*args)
         expect(r.returncode == 1 and msg in r.stderr, f"{what}: exit 1 with '{msg}' (got {r.returncode}: {r.stderr.strip()})")
         print(f"  prepare.py {what:24s} -> {r.stderr.strip()}")
+
+    # prompt/completion pairs and chats: a version-2 file with a loss weight per token
+    pairs = os.path.join(tmp, "pairs.jsonl")
+    with open(pairs, "w") as f:
+        f.write(json.dumps({"prompt": "Question: who wrote Emma?\nAnswer:", "completion": " Jane Austen."}) + "\n\n")
+        f.write(json.dumps({"prompt": "cat in French:", "completion": " chat"}) + "\n")
+    sft = os.path.join(tmp, "sft.tok")
+    r = run("--jsonl", pairs, "-o", sft, "--tokenizer", tk_path)
+    ids, w = prepare.read_token_file(sft) if r.returncode == 0 else ([], None)
+    want_ids, want_w = [], []
+    for p_, c_ in (("Question: who wrote Emma?\nAnswer:", " Jane Austen."), ("cat in French:", " chat")):
+        pi, ci = tok.encode(p_), tok.encode(c_)
+        want_ids += pi + ci + [ENDOFTEXT]
+        want_w += [0] * len(pi) + [1] * (len(ci) + 1)
+    expect(r.returncode == 0 and list(ids) == want_ids and w is not None and list(w) == want_w,
+           f"--jsonl pairs: prompt tokens weight 0, completion + <|endoftext|> weight 1 ({r.stderr.strip()})")
+    raw = open(sft, "rb").read() if r.returncode == 0 else b""
+    expect(raw[8:12] == (2).to_bytes(4, "little") and len(raw) == 24 + 5 * len(want_ids),
+           "version 2 on disk: header, 4-byte ids, then one weight byte per token")
+    expect("carry loss" in r.stdout, f"the summary says how many tokens carry loss: {r.stdout.strip()}")
+    d = run("--decode", sft, "--show-loss", "--tokenizer", tk_path)
+    expect(d.returncode == 0 and "Answer:[[ Jane Austen.<|endoftext|>]]cat in French:[[ chat<|endoftext|>]]" in d.stdout,
+           f"--decode --show-loss marks the trained spans: {d.stdout!r}")
+    chats = os.path.join(tmp, "chats.jsonl")
+    with open(chats, "w") as f:
+        f.write(json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Who wrote Emma?"},
+                                         {"role": "assistant", "content": "Jane Austen."},
+                                         {"role": "user", "content": "And Persuasion?"},
+                                         {"role": "assistant", "content": "Also Austen."}]}) + "\n")
+    chat = os.path.join(tmp, "chat.tok")
+    r = run("--jsonl", chats, "--template", "chatml", "-o", chat, "--tokenizer", tk_path)
+    ids, w = prepare.read_token_file(chat) if r.returncode == 0 else ([], [])
+    trained = tok.decode([i for i, x in zip(ids, w) if x])
+    expect(r.returncode == 0 and trained == "Jane Austen.<|im_end|>Also Austen.<|im_end|>",
+           f"--template chatml: only the assistants' content and <|im_end|> carry loss (got {trained!r})")
+    expect(tok.decode(ids).startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n") and
+           ids[-1] == ENDOFTEXT and w[-1] == 0, "chatml layout: <|im_start|>ROLE\\n CONTENT <|im_end|>\\n, <|endoftext|> after")
+    bad = os.path.join(tmp, "bad.jsonl")
+    jcases = [("a line that is not JSON", "{oops\n", [], "not JSON"),
+              ("a pair without completion", json.dumps({"prompt": "x"}) + "\n", [], "needs string"),
+              ("an empty completion", json.dumps({"prompt": "x", "completion": ""}) + "\n", [], "empty completion"),
+              ("a chat without --template", json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n", [],
+               "needs --template"),
+              ("a chat with no assistant", json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n",
+               ["--template", "chatml"], "no assistant"),
+              ("pairs with --template", json.dumps({"prompt": "x", "completion": "y"}) + "\n", ["--template", "chatml"],
+               "reads chats"),
+              ("no examples", "\n\n", [], "no examples")]
+    for what, text, extra, msg in jcases:
+        open(bad, "w").write(text)
+        r = run("--jsonl", bad, "-o", out, "--tokenizer", tk_path, *extra)
+        expect(r.returncode == 1 and msg in r.stderr, f"{what}: exit 1 with '{msg}' (got {r.returncode}: {r.stderr.strip()})")
+        print(f"  prepare.py --jsonl {what:26s} -> {r.stderr.strip()}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
