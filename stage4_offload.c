@@ -114,6 +114,9 @@ typedef struct {
     const char *resume;
     int dry_run;
     const char *log;         /* JSON lines */
+    const char *eval_data;   /* held-out token file, evaluated forward only */
+    int64_t eval_every;      /* evaluate every N steps (and after the last; 0: after the last only) */
+    int64_t eval_windows;    /* windows of eval_data per evaluation */
     const char *dump_grads;  /* tests: loss + all gradients of the first step (safetensors) */
     int profile;             /* time kernel classes with CUDA events */
     double yarn_factor;
@@ -131,7 +134,7 @@ typedef struct {
 static Opts parse_opts(int argc, char **argv) {
     Opts o = {.model = "0.6B", .data = "data/books.tok", .seq = 16384, .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1,
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4,
               .ranks = {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}},
               .merge = "fp32", .offload = "all"};
     const Opt table[] = {
@@ -159,6 +162,9 @@ static Opts parse_opts(int argc, char **argv) {
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
         {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
+        {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
+        {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps"},
+        {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation"},
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--trace", OPT_STRING, &o.trace, "write the shape of every GEMM and attention call to this file (tests)"},
@@ -192,6 +198,8 @@ static Opts parse_opts(int argc, char **argv) {
     if (o.save_keep < 0) DIE("--save-keep must be at least 0 (0: keep every save)");
     if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
     if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
+    if (o.eval_every < 0 || o.eval_windows < 1) DIE("--eval-every must be at least 0, --eval-windows at least 1");
+    if (o.eval_every && !o.eval_data) DIE("--eval-every needs --eval-data FILE (the held-out tokens)");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
     if (strcmp(o.merge, "fp32") && strcmp(o.merge, "bf16")) DIE("--merge is fp32 or bf16"); /* stage 3 */
     ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
@@ -247,7 +255,8 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 */
     int32_t *pos;       /* [S] RoPE positions */
     float *inv_freq;    /* [hd/2] RoPE inverse frequencies (YaRN applied) */
-    float *losses;      /* [S] per-token NLL */
+    float *losses;      /* [S] per-token NLL (0 where the label is masked) */
+    uint8_t *label_w;   /* [S] 1 where this position's label counts in the loss, 0 where masked */
     double *loss_sum;   /* [1] */
     double *gnorm_sq;   /* [1] squared global gradient norm */
     double *red;        /* [1024] reduction scratch */
@@ -322,6 +331,7 @@ typedef struct {
     Gemm gemm;
     Sdpa sdpa;
     float attn_factor;  /* YaRN cos/sin scale */
+    int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
     Arena arena[A_N];   /* one per memory category */
     /* ---- stage 2: FSDP ---- */
     int rank, local, P; /* global rank, rank within this process, number of ranks */
@@ -408,6 +418,7 @@ static void carve(Model *M) {
     w->pos = arena_take(W, 4 * S, "pos");
     w->inv_freq = arena_take(W, F32(c->head_dim / 2), "inv_freq");
     w->losses = arena_take(W, F32(S), "losses");
+    w->label_w = arena_take(W, S, "label weights");
     w->loss_sum = arena_take(W, 8, "loss_sum");
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
@@ -634,14 +645,15 @@ static void zero_grads(Model *M, int64_t u) {
     CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->reduced[s], 0));
     CUDA_CHECK(cudaMemsetAsync(unit_g(M, u), 0, (size_t)F32(P_UNITS(&M->p.shards, u)), M->gpu.stream));
 }
-/* unit u's gradients are complete: reduce-scatter them, averaged over ranks, into this rank's shard */
+/* unit u's gradients are complete: reduce-scatter them, summed over ranks (each rank's loss is already
+ * divided by the whole step's label count), into this rank's shard */
 static void reduce_grads(Model *M, int64_t u) {
     const ShardUnit *su = &M->p.shards.u[u];
     const int s = slot_of(M, u);
     CUDA_CHECK(cudaEventRecord(M->grads_done[s], M->gpu.stream));
     CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->grads_done[s], 0));
     float *shard = M->off.states ? M->p.g_stage : M->p.grad + su->shard_offset; /* stage 4: or staged */
-    comm_reduce_scatter_f32(M->comm, shard, unit_g(M, u), su->shard, 1.f / (float)M->P, M->comm_st);
+    comm_reduce_scatter_f32(M->comm, shard, unit_g(M, u), su->shard, 1.f, M->comm_st);
     if (M->off.states) /* stage 4: down to the host as soon as it is reduced */
         CUDA_CHECK(cudaMemcpyAsync(M->p.grad + su->shard_offset, shard, (size_t)F32(su->shard), cudaMemcpyDeviceToHost,
                                    M->comm_st));
@@ -875,8 +887,10 @@ static void forward(Model *M) {
     }
 }
 
-/* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx */
-static void loss_and_head_backward(Model *M) {
+/* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
+ * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
+ * scaled by 1 / M->counted and the ranks' gradients add. grads 0: the loss alone (an evaluation). */
+static void loss_and_head_backward(Model *M, int grads) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, V = c->vocab, C = M->o.loss_chunk;
@@ -889,12 +903,15 @@ static void loss_and_head_backward(Model *M) {
     for (int64_t c0 = 0; c0 < S; c0 += C) {
         const int64_t n = S - c0 < C ? S - c0 : C;
         linear_fwd(&M->gemm, w->logits, 1, w->hf + c0 * D, lm, n, D, V, 0.f, st);
-        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->labels + c0, n, V, 1.f / (float)S, st);
+        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->labels + c0, w->label_w + c0, n, V,
+                      1.f / (float)M->counted, st);
+        if (!grads) continue;
         linear_dw(&M->gemm, dlm, w->dlogits, w->hf + c0 * D, n, D, V, st);
         linear_dx(&M->gemm, w->dhf + c0 * D, w->dlogits, lm, n, D, V, 0.f, st);
     }
     CUDA_CHECK(cudaMemsetAsync(w->loss_sum, 0, 8, st));
     sum_f32(w->loss_sum, w->losses, S, w->red, st);
+    if (!grads) return;
     CUDA_CHECK(cudaMemsetAsync(w->dx, 0, (size_t)BF(S * D), st));
     rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
 }
@@ -1033,18 +1050,22 @@ typedef struct {
     TokenFile tf;
     Loader ld;
     uint32_t *host;     /* [S+1] */
+    uint8_t *wt;        /* [seq+1] the window's loss weights (then [S], this rank's labels') */
     int64_t epoch;
 } Data;
 
-static void data_open(Data *d, const Model *M) {
+static void data_open(Data *d, const Model *M, const char *path) {
     char err[512];
-    if (tokens_open(M->o.data, M->c.vocab, &d->tf, err, sizeof err))
-        DIE("%s%s", err, strcmp(M->o.data, "data/books.tok") ? "" : " (run from the repository root, or pass --data)");
+    if (tokens_open_file(path, M->c.vocab, 1, &d->tf, err, sizeof err))
+        DIE("%s%s", err, strcmp(path, "data/books.tok") ? "" : " (run from the repository root, or pass --data)");
     if (loader_init(&d->ld, &d->tf, M->o.seq, 1, 0, err, sizeof err)) DIE("%s", err); /* stage 3: one sequence */
     d->host = xmalloc((size_t)(4 * (M->o.seq + 1 + 2 * M->S)));
+    d->wt = xmalloc((size_t)(M->o.seq + 1 + M->S));
     d->epoch = -1;
-    printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", M->o.data, (long long)d->tf.count,
+    printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
            (long long)d->ld.windows, (long long)M->o.seq);
+    if (d->tf.weights)
+        printf("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
@@ -1054,19 +1075,63 @@ static void data_load(Data *d, Model *M, int64_t step) {
         if (d->epoch >= 0) printf("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
         d->epoch = e;
     }
+    M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
+    loader_weights(&d->ld, step, d->wt);
     /* ---- stage 3: ring attention ---- */
     uint32_t *ids = d->host + M->o.seq + 1, *labels = ids + M->S;
+    uint8_t *lw = d->wt + M->o.seq + 1;
     int64_t *pos = xmalloc((size_t)(8 * M->S));
     zigzag_positions(M->o.seq, M->P, M->rank, pos);
     for (int64_t t = 0; t < M->S; t++) {
         ids[t] = d->host[pos[t]];
         labels[t] = d->host[pos[t] + 1]; /* shifted before the split: a chunk's last label is the next chunk's first token */
+        lw[t] = d->wt[pos[t] + 1];       /* a label's weight travels with it */
     }
     free(pos);
     CUDA_CHECK(cudaMemcpyAsync(M->w.ids, ids, (size_t)(4 * M->S), cudaMemcpyHostToDevice, M->gpu.stream));
     CUDA_CHECK(cudaMemcpyAsync(M->w.labels, labels, (size_t)(4 * M->S), cudaMemcpyHostToDevice, M->gpu.stream));
+    CUDA_CHECK(cudaMemcpyAsync(M->w.label_w, lw, (size_t)M->S, cudaMemcpyHostToDevice, M->gpu.stream));
     CUDA_CHECK(cudaStreamSynchronize(M->gpu.stream)); /* the host staging buffer is reused next step */
     /* ---- end stage 3 ---- */
+}
+
+/* ============================================================ evaluation */
+/* --eval-data: the held-out loss, the mean NLL over the labels that count in the file's first
+ * --eval-windows windows. The training forward and loss run without their backward, in the
+ * training's own buffers: no memory beyond the plan, and the gradients and optimizer state are not
+ * touched. Divided by the labels of all the windows (every rank's), never by a rank's share. */
+static int64_t eval_passes(const Model *M) { return M->o.eval_windows; } /* stage 3: the ranks share each window */
+
+static void eval_open(Data *ev, Model *M) {
+    char err[512];
+    data_open(ev, M, M->o.eval_data);
+    if (loader_check_eval(&ev->ld, eval_passes(M), err, sizeof err)) DIE("%s", err);
+}
+
+static EvalResult evaluate(Model *M, Data *ev) {
+    const int64_t counted = M->counted; /* the training step's, for its report */
+    const double t0 = now_s();
+    EvalResult r = {.windows = eval_passes(M) * ev->ld.world};
+    double sum = 0;
+    for (int64_t k = 0; k < eval_passes(M); k++) {
+        data_load(ev, M, k);
+        if (!M->counted) continue; /* windows of prompt only */
+        forward(M);
+        loss_and_head_backward(M, 0);
+        /* ---- stage 2: FSDP ---- */
+        comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, M->gpu.stream); /* every rank's labels */
+        release(M, 0); /* as the backward would: the next fetch may overwrite them */
+        release(M, M->p.shards.nunits - 1);
+        /* ---- end stage 2 ---- */
+        double ls;
+        gpu_download(&ls, M->w.loss_sum, 8, M->gpu.stream);
+        sum += ls;
+        r.labels += M->counted;
+    }
+    M->counted = counted;
+    r.loss = sum / (double)r.labels;
+    r.sec = now_s() - t0;
+    return r;
 }
 
 /* ============================================================ main */
@@ -1092,7 +1157,7 @@ static void train(Model *M, const MemPlan *mp) {
         DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
 
     Data data;
-    data_open(&data, M);
+    data_open(&data, M, M->o.data);
     FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* stage 2: one rank logs */
     if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
     const double flops = config_step_flops(&M->c, M->o.seq) / M->P; /* stage 3: one rank's share of the sequence */
@@ -1113,17 +1178,27 @@ static void train(Model *M, const MemPlan *mp) {
     /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
      * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
     comm_barrier(M->comm, M->gpu.stream);
+    Data eval;
+    if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
+        eval_open(&eval, M);
+        const EvalResult e0 = evaluate(M, &eval);
+        eval_report(4, step, &e0, log);
+    }
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
         cudaStream_t st = M->gpu.stream;
         const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
         data_load(&data, M, step - 1);
+        if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
+            step_skipped(4, step, log);
+            continue;
+        }
         CUDA_CHECK(cudaEventRecord(ev0, st));
         mark(st, K_OPTIM);
         zero_grads(M, 0); /* stage 2: layer gradients are zeroed per layer, shards overwritten */
         zero_grads(M, M->p.shards.nunits - 1);
         forward(M);
-        loss_and_head_backward(M);
+        loss_and_head_backward(M, 1);
         backward(M);
         comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
         const int64_t tokens = M->S * M->P;
@@ -1131,7 +1206,7 @@ static void train(Model *M, const MemPlan *mp) {
             double ls;
             gpu_download(&ls, M->w.loss_sum, 8, st);
             StateIO io = state_io(M);
-            state_dump(&io, M->o.dump_grads, ls / (double)tokens);
+            state_dump(&io, M->o.dump_grads, ls / (double)M->counted);
         }
         update(M, step, lr);
         mark(st, K_END);
@@ -1141,10 +1216,13 @@ static void train(Model *M, const MemPlan *mp) {
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
         float ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)tokens, sec = ms / 1e3;
+        const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
+        const EvalResult ev = /* after the step's numbers are read: it reuses their buffers */
+            M->o.eval_data && eval_due(M->o.eval_every, step, M->o.steps) ? evaluate(M, &eval) : (EvalResult){0};
         if (M->progress) printf("\r\033[K"); /* stage 4: the progress line gives way to the step line */
         step_report(&(StepLog){.stage = 4, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
+                               .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
                                .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
                                .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),

@@ -135,7 +135,7 @@ void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *
 
 /* transformers' load_balancing_loss_func over the concatenated router outputs of every layer:
  * aux = E sum_e (choices_e / N)(sum of prob_e / N); d(aux)/d(prob[t, e]) = E choices_e / N^2 */
-double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, double grad_scale, Comm *comm, cudaStream_t st) {
+double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, Comm *comm, cudaStream_t st) {
     const int64_t E = c->experts;
     comm_all_reduce_f64(comm, m->choices, E, st);
     comm_all_reduce_f64(comm, m->psum, E, st);
@@ -145,7 +145,7 @@ double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, double grad_scal
     gpu_download(ps, m->psum, 8 * E, st);
     for (int64_t e = 0; e < E; e++) {
         aux += (double)E * (ch[e] / N) * (ps[e] / N);
-        grad[e] = (float)(grad_scale * c->aux_coef * (double)E * ch[e] / (N * N));
+        grad[e] = (float)(c->aux_coef * (double)E * ch[e] / (N * N));
     }
     gpu_upload(m->aux_grad, grad, F32(E), st);
     free(ch);

@@ -60,8 +60,8 @@ void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *res
 void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
                   const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st);
 /* after the forward of every layer: the statistics summed over the ranks, the load-balancing loss
- * over N = layers x tokens router rows (returned) and its gradient for the backward, times
- * grad_scale (P under FSDP: each rank adds its tokens' share, the reduce-scatter averages over P) */
-double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, double grad_scale, Comm *comm, cudaStream_t st);
+ * over N = layers x tokens router rows (returned) and its gradient for the backward (each rank's
+ * router gets its own tokens' share; the reduce-scatter adds the ranks') */
+double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, Comm *comm, cudaStream_t st);
 
 #endif

@@ -151,3 +151,30 @@ int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w) {
     for (int64_t t = 1; t <= ld->seq; t++) n += w[t];
     return n;
 }
+
+int64_t loader_counted_job(const Loader *ld, int64_t step) {
+    if (!ld->tf->weights) return ld->seq * ld->world;
+    int64_t n = 0;
+    for (int r = 0; r < ld->world; r++) {
+        const Loader other = {ld->tf, ld->seq, ld->world, r, ld->windows};
+        const uint8_t *w = ld->tf->weights + window_start(&other, step, NULL);
+        for (int64_t t = 1; t <= ld->seq; t++) n += w[t];
+    }
+    return n;
+}
+
+int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen) {
+    if (steps * ld->world > ld->windows) {
+        snprintf(err, errlen, "--eval-windows %lld: %s holds %lld windows of %lld+1 tokens (an evaluation reads each once)",
+                 (long long)(steps * ld->world), ld->tf->path, (long long)ld->windows, (long long)ld->seq);
+        return -1;
+    }
+    int64_t n = 0;
+    for (int64_t s = 0; s < steps; s++) n += loader_counted_job(ld, s);
+    if (!n) {
+        snprintf(err, errlen, "%s: no label in its first %lld windows of %lld+1 tokens carries loss (all masked): nothing to evaluate",
+                 ld->tf->path, (long long)(steps * ld->world), (long long)ld->seq);
+        return -1;
+    }
+    return 0;
+}

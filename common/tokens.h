@@ -53,5 +53,12 @@ int64_t loader_window(const Loader *ld, int64_t step, uint32_t *ids);
 /* the same window's loss weights, w[seq+1] aligned with ids (all 1 for a file without weights);
  * returns the labels that count (w[1..seq]) */
 int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w);
+/* The labels that count in the whole step: over the windows of every data-parallel rank (world of
+ * them). Each rank reads the others' weights from its own copy of the file, so every rank knows the
+ * loss's denominator before its first kernel, with no collective. */
+int64_t loader_counted_job(const Loader *ld, int64_t step);
+/* an evaluation of `steps` loader steps (steps * world windows from the file's start): every window
+ * read once, and some label counts. Returns 0 or -1 + message. */
+int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen);
 
 #endif

@@ -122,6 +122,7 @@ void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms) {
 }
 
 /* ---------------------------------------------------------------- the step line */
+static void eval_json(const EvalResult *e, char *out, size_t n);
 void step_report(const StepLog *s, FILE *jsonl) {
     if (!rank_prints()) return;
     const double mfu = s->tflops * 1e12 / PEAK_FLOPS;
@@ -130,18 +131,49 @@ void step_report(const StepLog *s, FILE *jsonl) {
            (long long)s->step, s->loss, s->lr, s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, 100 * mfu,
            s->mem_used_gib, s->mem_plan_gib);
     if (s->host_gib > 0) printf(" | host %.2f GiB pinned", s->host_gib);
+    if (s->eval.labels) printf(" | eval loss %.6f ppl %.3f (%.1f s)", s->eval.loss, exp(s->eval.loss), s->eval.sec);
     printf("\n");
     if (!jsonl) return;
     char ranks[32] = "";
     if (s->ranks) snprintf(ranks, sizeof ranks, "\"ranks\":%d,", s->ranks);
     char host[48] = "";
     if (s->host_gib > 0) snprintf(host, sizeof host, "\"host_pinned_gib\":%.3f,", s->host_gib);
+    char eval[160] = "";
+    if (s->eval.labels) eval_json(&s->eval, eval, sizeof eval);
     fprintf(jsonl,
             "{\"stage\":%d,%s\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
-            "\"loss_hex\":\"%a\",\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
-            "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,%s\"epoch\":%lld}\n",
-            s->stage, ranks, s->model, (long long)s->seq, s->keep_attn, (long long)s->step, s->loss, s->loss, s->lr,
-            s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, mfu, s->mem_used_gib, s->mem_plan_gib, host,
-            (long long)s->epoch);
+            "\"loss_hex\":\"%a\",\"labels\":%lld,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
+            "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,%s%s\"epoch\":%lld}\n",
+            s->stage, ranks, s->model, (long long)s->seq, s->keep_attn, (long long)s->step, s->loss, s->loss,
+            (long long)s->labels, s->lr, s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, mfu, s->mem_used_gib,
+            s->mem_plan_gib, host, eval, (long long)s->epoch);
     fflush(jsonl);
+}
+
+/* ---------------------------------------------------------------- evaluation */
+int eval_due(int64_t every, int64_t step, int64_t last) { return step == last || (every > 0 && step % every == 0); }
+
+static void eval_json(const EvalResult *e, char *out, size_t n) {
+    snprintf(out, n, "\"eval_loss\":%.9g,\"eval_loss_hex\":\"%a\",\"eval_ppl\":%.6g,\"eval_labels\":%lld,"
+             "\"eval_windows\":%lld,\"eval_s\":%.3f,", e->loss, e->loss, exp(e->loss), (long long)e->labels,
+             (long long)e->windows, e->sec);
+}
+
+void eval_report(int stage, int64_t after_step, const EvalResult *e, FILE *jsonl) {
+    if (!rank_prints()) return;
+    printf("eval after step %lld | eval loss %.6f ppl %.3f | %lld windows, %lld labels | %.1f s\n", (long long)after_step,
+           e->loss, exp(e->loss), (long long)e->windows, (long long)e->labels, e->sec);
+    if (!jsonl) return;
+    char eval[160];
+    eval_json(e, eval, sizeof eval);
+    eval[strlen(eval) - 1] = 0; /* the trailing comma */
+    fprintf(jsonl, "{\"stage\":%d,\"step\":%lld,%s}\n", stage, (long long)after_step, eval);
+    fflush(jsonl);
+}
+
+void step_skipped(int stage, int64_t step, FILE *jsonl) {
+    if (!rank_prints()) return;
+    printf("step %5lld | skipped: no label in this step's windows carries loss (all masked), no update\n", (long long)step);
+    if (jsonl) fprintf(jsonl, "{\"stage\":%d,\"step\":%lld,\"skipped\":true,\"labels\":0}\n", stage, (long long)step);
+    if (jsonl) fflush(jsonl);
 }

@@ -40,6 +40,19 @@ void blocks_mark(BlockTimer *b, cudaStream_t st, int64_t layer, int dir, int i, 
  * dK/dV hop of block j-1 run under block j. Prints, per direction, whether every hop hides. */
 void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms);
 
+/* --eval-data: one evaluation's result (labels 0: none ran) */
+typedef struct {
+    double loss;             /* mean NLL over the labels that count in the windows */
+    int64_t labels, windows;
+    double sec;              /* wall time of the evaluation */
+} EvalResult;
+/* evaluate after this step? every > 0: each `every` steps and after the last; 0: after the last */
+int eval_due(int64_t every, int64_t step, int64_t last);
+/* the evaluation before the first step (of a fresh or a resumed run): its own line and JSON line */
+void eval_report(int stage, int64_t after_step, const EvalResult *e, FILE *jsonl);
+/* a step whose windows hold no label that counts (all prompt): no loss to divide, no update */
+void step_skipped(int stage, int64_t step, FILE *jsonl);
+
 /* one step's numbers: the line on stdout and, with a log file, one JSON line */
 typedef struct {
     int stage, ranks;        /* ranks 0: a one-GPU stage (not printed in the JSON) */
@@ -49,6 +62,8 @@ typedef struct {
     int64_t step, epoch;
     double loss, lr, grad_norm, sec, tokens, tflops, mem_used_gib, mem_plan_gib;
     double host_gib;         /* pinned host memory (0: none; not printed) */
+    int64_t labels;          /* labels that counted (the loss's denominator, all ranks) */
+    EvalResult eval;         /* an evaluation after this step (eval.labels 0: none) */
 } StepLog;
 void step_report(const StepLog *s, FILE *jsonl);
 

@@ -44,9 +44,10 @@ void swiglu_fwd(bf16_t *h, const bf16_t *g, const bf16_t *u, int64_t n, cudaStre
 void swiglu_bwd(bf16_t *g_to_dg, bf16_t *u_to_du, const bf16_t *dh, int64_t n, cudaStream_t st);
 
 /* Cross entropy over rows of fp32 logits [rows, V]: loss[r] = logsumexp - logit[label];
- * dlogits[r] = (softmax - onehot) * scale, bf16. */
-void cross_entropy(bf16_t *dlogits, float *loss, const float *logits, const uint32_t *labels, int64_t rows, int64_t V,
-                   float scale, cudaStream_t st);
+ * dlogits[r] = (softmax - onehot) * scale, bf16. weights [rows] (0/1, NULL: all 1): a row of
+ * weight 0 gets loss 0 and dlogits 0 (scale is then 1 / the labels that count). */
+void cross_entropy(bf16_t *dlogits, float *loss, const float *logits, const uint32_t *labels, const uint8_t *weights,
+                   int64_t rows, int64_t V, float scale, cudaStream_t st);
 
 /* out[0] += sum of x[0..n) in fp64 (deterministic two-level reduction; scratch >= 1024 doubles) */
 void sum_f32(double *out, const float *x, int64_t n, double *scratch, cudaStream_t st);

@@ -12,7 +12,7 @@ ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAI
 # one removed or renamed must be changed here, or the --help checks below fail.
 STAGE1_FLAGS=(--model --data --seq --steps --lr --warmup --schedule --min-lr-frac --wd --beta1 --beta2 --eps
               --clip --loss-chunk --keep-attn --layers --seed --save --save-every --save-keep --resume --dry-run --gpu-gib
-              --log --dump-grads --profile --trace --yarn-factor --yarn-original --help)
+              --log --eval-data --eval-every --eval-windows --dump-grads --profile --trace --yarn-factor --yarn-original --help)
 STAGE2_FLAGS=("${STAGE1_FLAGS[@]}" --gpus --local-ranks --nnodes --node-rank --rendezvous --run-id --comm-timeout
               --rehearse --link-gbps --net-gbps)
 STAGE3_FLAGS=("${STAGE2_FLAGS[@]}" --merge)
@@ -58,6 +58,8 @@ for s in stage[1-5]_*.c; do
         --resume /tmp/nowhere/step-3.partial --dry-run
     check_refusal "resuming from a missing directory" "no such directory" --resume /tmp/nowhere/ck --dry-run
     check_refusal "a negative --save-keep" "save-keep must be" --save-keep -1 --dry-run
+    check_refusal "--eval-every without --eval-data" "needs --eval-data" --eval-every 5 --dry-run
+    check_refusal "--eval-windows 0" "eval-windows at least 1" --eval-data x.tok --eval-windows 0 --dry-run
     gpus=
     [[ " ${want[*]} " == *" --gpus "* ]] && gpus="--gpus 1" # several-GPU stages: name the ranks so no GPU is counted
     [[ " ${want[*]} " == *" --attn-groups "* ]] && gpus="$gpus --attn-groups 1" # stage 5: all heads in one call

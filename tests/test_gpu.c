@@ -282,7 +282,7 @@ static void test_ring_merge(int o_f32) {
     cudaFree(x_d); cudaFree(o_f32 ? (void *)acc32_d : (void *)acc16_d);
 }
 
-static void test_cross_entropy(int64_t rows, int64_t V) {
+static void test_cross_entropy(int64_t rows, int64_t V, int masked) {
     float *lg_d;
     float *lg = rand_f32(&lg_d, rows * V, 3.0);
     uint32_t *lab = xmalloc((size_t)rows * 4), *lab_d;
@@ -292,23 +292,41 @@ static void test_cross_entropy(int64_t rows, int64_t V) {
     bf16_t *dl_d = dalloc_poisoned(rows * V * 2);
     float *loss_d = dalloc_poisoned(rows * 4);
     const float scale = 1.f / 3.f;
-    cross_entropy(dl_d, loss_d, lg_d, lab_d, rows, V, scale, st);
+    uint8_t *wt = xmalloc((size_t)rows), *wt_d = NULL;
+    for (int64_t r = 0; r < rows; r++) wt[r] = !masked || r % 3 == 1; /* masked: two rows of three carry no loss */
+    if (masked) {
+        CUDA_CHECK(cudaMalloc((void **)&wt_d, (size_t)rows));
+        upload(wt_d, wt, (size_t)rows);
+    }
+    cross_entropy(dl_d, loss_d, lg_d, lab_d, wt_d, rows, V, scale, st);
     double *loss = xmalloc((size_t)rows * 8), *dl = xmalloc((size_t)(rows * V) * 8);
     for (int64_t r = 0; r < rows; r++) {
         double m = -INFINITY, z = 0;
         for (int64_t j = 0; j < V; j++) m = fmax(m, lg[r * V + j]);
         for (int64_t j = 0; j < V; j++) z += exp(lg[r * V + j] - m);
-        loss[r] = m + log(z) - lg[r * V + lab[r]];
-        for (int64_t j = 0; j < V; j++) dl[r * V + j] = (exp(lg[r * V + j] - m) / z - (j == lab[r])) * scale;
+        loss[r] = wt[r] ? m + log(z) - lg[r * V + lab[r]] : 0.0;
+        for (int64_t j = 0; j < V; j++) dl[r * V + j] = wt[r] ? (exp(lg[r * V + j] - m) / z - (j == lab[r])) * scale : 0.0;
     }
     char name[96];
+    const char *tag = masked ? ", masked" : "";
     float *o;
-    snprintf(name, sizeof name, "cross_entropy loss rows %lld V %lld", (long long)rows, (long long)V);
-    REPORT(name, rel_d(o = down_f32(loss_d, rows), loss, rows), 1e-5); free(o);
-    snprintf(name, sizeof name, "cross_entropy dlogits rows %lld V %lld", (long long)rows, (long long)V);
+    snprintf(name, sizeof name, "cross_entropy loss rows %lld V %lld%s", (long long)rows, (long long)V, tag);
+    REPORT(name, rel_d(o = down_f32(loss_d, rows), loss, rows), 1e-5);
+    if (masked) { /* a masked row is an exact zero, not a small number (the poison must be overwritten) */
+        int64_t bad = 0;
+        float *d = down_bf16(dl_d, rows * V);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < V && !wt[r]; j++) bad += d[r * V + j] != 0.f || o[r] != 0.f;
+        snprintf(name, sizeof name, "cross_entropy masked rows exactly 0 (rows %lld V %lld): %lld nonzero", (long long)rows,
+                 (long long)V, (long long)bad);
+        EXPECT(bad == 0, "%s", name);
+        free(d);
+    }
+    free(o);
+    snprintf(name, sizeof name, "cross_entropy dlogits rows %lld V %lld%s", (long long)rows, (long long)V, tag);
     REPORT(name, rel_d(o = down_bf16(dl_d, rows * V), dl, rows * V), TOL_BF16); free(o);
-    free(lg); free(lab); free(loss); free(dl);
-    cudaFree(lg_d); cudaFree(lab_d); cudaFree(dl_d); cudaFree(loss_d);
+    free(lg); free(lab); free(loss); free(dl); free(wt);
+    cudaFree(lg_d); cudaFree(lab_d); cudaFree(dl_d); cudaFree(loss_d); cudaFree(wt_d);
 }
 
 static void test_adamw(void) {
@@ -770,8 +788,10 @@ int main(int argc, char **argv) {
     test_qk_norm_rope(77, 4, 128);
     test_qk_norm_rope(50, 3, 64);
     test_swiglu_embedding();
-    test_cross_entropy(37, 1000);
-    test_cross_entropy(3, 151936);
+    test_cross_entropy(37, 1000, 0);
+    test_cross_entropy(3, 151936, 0);
+    test_cross_entropy(37, 1000, 1);
+    test_cross_entropy(4, 151936, 1);
     test_adamw();
     test_cpu_adamw();
     test_ring_merge(1);
