@@ -1,7 +1,9 @@
 /* check_stage.c -- compare a trainer's first step against the CPU reference model.
  *
  *   check_stage tokens GOLDEN_DIR OUT.tok          the golden config's tokens as a token file
- *   check_stage random VOCAB N SEED OUT.tok        N random tokens below VOCAB
+ *   check_stage random VOCAB N SEED OUT.tok [masked]   N random tokens below VOCAB (masked: with loss
+ *       weights, alternating prompt spans of weight 0 and completion spans of weight 1, 5-40 tokens each)
+ *   check_stage mask IN.tok OUT.tok FROM TO         a copy in which tokens [FROM, TO) carry no loss
  *   check_stage grads GOLDEN_DIR DUMP [STATE LR WD BETA1 BETA2 EPS CLIP]
  *       DUMP: --dump-grads output (loss + fp32 gradients of step 1) of a trainer run on the
  *       golden tokens; checks loss (rel err <= LOSS_TOL) and every gradient against the reference:
@@ -11,7 +13,9 @@
  *       the fp32 master weights after the update: the reference AdamW applied to the trainer's
  *       own gradients must give the trainer's weights (rel err <= 1e-5: both in fp32).
  *       With --tokens FILE --windows P --seq S (after the other arguments) the reference is the mean
- *       over the P windows a P-rank data-parallel step reads (window r = tokens [r*S, r*S+S]).
+ *       over the P windows a P-rank data-parallel step reads (window r = tokens [r*S, r*S+S]): over
+ *       every label that counts in them, when FILE has loss weights. A masked golden fixture (its
+ *       "weights") is checked with the masked reference.
  *   check_stage same DUMP_A DUMP_B MIN_COSINE [LOSS_TOL [MAX_NORM_RATIO_DEV]]   two dumps agree: the
  *       same tensors, each gradient finite, zero only where the other is, cosine >= MIN_COSINE and
  *       |A|/|B| within MAX_NORM_RATIO_DEV of 1 (default NORM_RATIO_TOL), the loss within LOSS_TOL
@@ -176,21 +180,31 @@ static int cmd_grads(int argc, char **argv) {
     }
     argc = positional;
     RefResult r = {0};
-    if (!tokfile) r = ref_forward_backward(&c, &pt, params, gd.tokens, NULL, S, 0, NULL, ref_g);
-    else { /* the mean over the windows of P data-parallel ranks */
+    if (!tokfile) {
+        r = ref_forward_backward_masked(&c, &pt, params, gd.tokens, gd.weights, NULL, S, 0, NULL, ref_g);
+        if (gd.weights) printf("  reference: masked, %lld of %lld labels count\n", (long long)r.tokens, (long long)S);
+    } else { /* the mean over every label that counts in the P windows of P data-parallel ranks */
         TokenFile tf;
-        if (tokens_open(tokfile, c.vocab, &tf, err, sizeof err)) DIE("%s", err);
+        if (tokens_open_file(tokfile, c.vocab, 1, &tf, err, sizeof err)) DIE("%s", err);
         if (tf.count < windows * S + 1) DIE("%s: too few tokens for %lld windows", tokfile, (long long)windows);
         float *gw = xmalloc((size_t)pt.total * 4);
-        memset(ref_g, 0, (size_t)pt.total * 4);
-        for (int64_t w = 0; w < windows; w++) {
-            RefResult rw = ref_forward_backward(&c, &pt, params, tf.ids + w * S, NULL, S, 0, NULL, gw);
-            r.loss += rw.loss / (double)windows;
-            for (int64_t i = 0; i < pt.total; i++) ref_g[i] += gw[i] / (float)windows;
+        double *acc = xcalloc((size_t)pt.total, 8);
+        int64_t n = 0;
+        for (int64_t w = 0; w < windows; w++) { /* window w's mean, weighted by its labels */
+            const uint8_t *wt = tf.weights ? tf.weights + w * S : NULL;
+            RefResult rw = ref_forward_backward_masked(&c, &pt, params, tf.ids + w * S, wt, NULL, S, 0, NULL, gw);
+            r.loss += rw.loss * (double)rw.tokens;
+            for (int64_t i = 0; i < pt.total; i++) acc[i] += (double)gw[i] * (double)rw.tokens;
+            n += rw.tokens;
         }
+        if (!n) DIE("%s: no label counts in its first %lld windows", tokfile, (long long)windows);
+        r.loss /= (double)n;
+        for (int64_t i = 0; i < pt.total; i++) ref_g[i] = (float)(acc[i] / (double)n);
+        printf("  reference: the mean over the %lld labels that count in %lld windows of %lld tokens%s\n", (long long)n,
+               (long long)windows, (long long)S, tf.weights ? " (masked)" : "");
         free(gw);
+        free(acc);
         tokens_close(&tf);
-        printf("  reference: mean over %lld windows of %lld tokens\n", (long long)windows, (long long)S);
     }
     SafeTensors dump;
     if (st_open(argv[3], &dump, err, sizeof err)) DIE("%s", err);
@@ -311,7 +325,7 @@ static int cmd_refdump(char **argv) {
     char err[512];
     load_golden(argv[2], &gd);
     float *g = xmalloc((size_t)gd.pt.total * 4);
-    const RefResult r = ref_forward_backward(&gd.c, &gd.pt, gd.params, gd.tokens, NULL, gd.S, 0, NULL, g);
+    const RefResult r = ref_forward_backward_masked(&gd.c, &gd.pt, gd.params, gd.tokens, gd.weights, NULL, gd.S, 0, NULL, g);
     StWrite *sw = xcalloc((size_t)(gd.pt.n + 1), sizeof(StWrite));
     char (*names)[160] = xcalloc((size_t)gd.pt.n, 160);
     const float l = (float)r.loss;
@@ -365,7 +379,7 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "tokens")) {
         Golden gd;
         load_golden(argv[2], &gd);
-        if (tokens_write(argv[3], gd.tokens, gd.S + 1, err, sizeof err)) DIE("%s", err);
+        if (tokens_write_weighted(argv[3], gd.tokens, gd.weights, gd.S + 1, err, sizeof err)) DIE("%s", err);
         printf("%lld\n", (long long)gd.S);
         golden_free(&gd);
         return 0;
@@ -378,7 +392,28 @@ int main(int argc, char **argv) {
             s ^= s << 13; s ^= s >> 7; s ^= s << 17;
             ids[i] = (uint32_t)(s % (uint64_t)V);
         }
-        if (tokens_write(argv[5], ids, n, err, sizeof err)) DIE("%s", err);
+        uint8_t *wt = NULL;
+        if (argc >= 7 && !strcmp(argv[6], "masked")) { /* prompt spans (0) and completion spans (1), 5-40 each */
+            wt = xmalloc((size_t)n);
+            for (int64_t i = 0, on = 0; i < n; on = !on) {
+                s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                for (int64_t k = 5 + (int64_t)(s % 36); k > 0 && i < n; k--) wt[i++] = (uint8_t)on;
+            }
+        }
+        if (tokens_write_weighted(argv[5], ids, wt, n, err, sizeof err)) DIE("%s", err);
+        free(ids);
+        free(wt);
+        return 0;
+    }
+    if (argc == 6 && !strcmp(argv[1], "mask")) { /* IN OUT FROM TO: tokens [FROM, TO) carry no loss */
+        TokenFile tf;
+        if (tokens_open_file(argv[2], 1u << 30, 1, &tf, err, sizeof err)) DIE("%s", err);
+        uint8_t *wt = xmalloc((size_t)tf.count);
+        for (int64_t i = 0; i < tf.count; i++)
+            wt[i] = (uint8_t)((tf.weights ? tf.weights[i] : 1) && !(i >= atoll(argv[4]) && i < atoll(argv[5])));
+        if (tokens_write_weighted(argv[3], tf.ids, wt, tf.count, err, sizeof err)) DIE("%s", err);
+        free(wt);
+        tokens_close(&tf);
         return 0;
     }
     if (argc >= 4 && !strcmp(argv[1], "grads")) return cmd_grads(argc, argv);

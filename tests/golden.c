@@ -31,6 +31,18 @@ int golden_load(const char *dir, Golden *g, char *err, size_t errlen) {
     g->tokens = xmalloc((size_t)t->numel * 4);
     for (int64_t i = 0; i < t->numel; i++) g->tokens[i] = (uint32_t)tok[i];
     g->S = t->numel - 1;
+    const StTensor *wt = st_find(&g->gold, "weights");
+    if (wt) { /* a masked fixture */
+        if (wt->numel != t->numel || st_read_i32(&g->gold, "weights", wt->numel, tok, err, errlen)) {
+            if (wt->numel != t->numel) snprintf(err, errlen, "%s: \"weights\" must have one entry per token", path);
+            free(tok);
+            free(g->tokens);
+            st_close(&g->gold);
+            goto fail;
+        }
+        g->weights = xmalloc((size_t)wt->numel);
+        for (int64_t i = 0; i < wt->numel; i++) g->weights[i] = tok[i] != 0;
+    }
     free(tok);
     return 0;
 fail:
@@ -43,6 +55,7 @@ fail:
 void golden_free(Golden *g) {
     free(g->params);
     free(g->tokens);
+    free(g->weights);
     params_free(&g->pt);
     st_close(&g->gold);
     memset(g, 0, sizeof *g);

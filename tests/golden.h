@@ -1,7 +1,7 @@
 /* golden.h -- one golden fixture of tests/golden/<name>/ (made by tests/make_golden.py with
  * transformers): config.json and model.safetensors (the model: config, parameter table, fp32
- * parameters) and golden.safetensors (tokens [S+1] I32, and transformers' loss [1], logits [S, V]
- * and grad.<HF name> fp32 tensors). Used by test_cpu (reference model vs transformers) and
+ * parameters) and golden.safetensors (tokens [S+1] I32, optionally weights [S+1] I32 0/1 (a loss
+ * mask), and transformers' loss [1], logits [S, V] and grad.<HF name> fp32 tensors). Used by test_cpu (reference model vs transformers) and
  * check_stage (trainers vs reference model on the same fixture). */
 #ifndef LONGCTX_GOLDEN_H
 #define LONGCTX_GOLDEN_H
@@ -18,6 +18,8 @@ typedef struct {
     ParamTable pt;
     float *params;      /* [pt.total] fp32, ParamTable layout */
     uint32_t *tokens;   /* [S + 1]: inputs tokens[0..S), labels tokens[1..S] */
+    uint8_t *weights;   /* [S + 1] loss weights (a masked fixture's "weights" tensor: label t+1 counts
+                         * where weights[t+1] is 1; transformers had labels -100 elsewhere), or NULL */
     int64_t S;
     SafeTensors gold;   /* golden.safetensors, open until golden_free */
 } Golden;

@@ -4,9 +4,11 @@
 For each tiny Qwen3 config below, writes tests/golden/<name>/:
   config.json, model.safetensors   the model as transformers saves it (fp32)
   golden.safetensors               tokens [S+1] (I32), logits [S, vocab], loss [1],
-                                   grad.<HF name> for every parameter; metadata names the versions
+                                   grad.<HF name> for every parameter; metadata names the versions;
+                                   a masked config also weights [S+1] (I32 0/1, the loss mask)
 The loss is the mean next-token NLL over S predicted tokens (inputs tokens[:S], labels tokens[1:]),
-computed in fp32 with eager attention.
+computed in fp32 with eager attention. A masked config's labels are -100 where weights[1:] is 0
+(a prompt: completion-only loss), and transformers' own causal-LM loss averages over the rest.
 
   python3 tests/make_golden.py            # regenerate into tests/golden
   python3 tests/make_golden.py --check    # regenerate into a temp dir and compare with the committed files
@@ -29,6 +31,11 @@ CONFIGS = {
     "yarn4_orig32": dict(vocab=256, hidden=64, inter=128, layers=2, heads=4, kv=2, head_dim=64, tied=False, seq=96,
                          rope={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
                                "original_max_position_embeddings": 32}, max_pos=128),
+    # (d) a loss mask: three prompt spans carry no loss (the first label, the middle, and one inside
+    # a zigzag chunk of P = 4), the last label counts; S = 128 splits into 2 x 8 chunks
+    "masked_gqa4_s128": dict(vocab=320, hidden=96, inter=160, layers=2, heads=8, kv=2, head_dim=64, tied=False,
+                             seq=128, rope={"rope_type": "default", "rope_theta": 1e6}, max_pos=4096,
+                             mask=[(0, 21), (50, 70), (100, 113)]),
 }
 
 
@@ -66,22 +73,39 @@ def make(name, cfg, out_dir, seed):
     g = torch.Generator().manual_seed(seed + 1)
     tokens = torch.randint(0, cfg["vocab"], (cfg["seq"] + 1,), generator=g)
     model.train()
-    logits = model(input_ids=tokens[None, :-1]).logits[0].float()
-    loss = F.cross_entropy(logits, tokens[1:], reduction="mean")
+    weights = None
+    if "mask" in cfg:  # tokens [a, b) of each span are prompt: their labels are -100
+        weights = torch.ones(cfg["seq"] + 1, dtype=torch.int32)
+        for a, b in cfg["mask"]:
+            weights[a:b] = 0
+        labels = tokens[1:].clone()
+        labels[weights[1:] == 0] = -100
+        # transformers' causal-LM loss (shift_labels: our labels are already shifted, so all S count)
+        out = model(input_ids=tokens[None, :-1], labels=labels[None], shift_labels=labels[None])
+        logits, loss = out.logits[0].float(), out.loss
+        manual = F.cross_entropy(logits.detach(), labels, ignore_index=-100, reduction="mean")
+        assert torch.allclose(loss.detach(), manual, rtol=1e-6), (loss.item(), manual.item())
+    else:
+        logits = model(input_ids=tokens[None, :-1]).logits[0].float()
+        loss = F.cross_entropy(logits, tokens[1:], reduction="mean")
     loss.backward()
     out = {"tokens": tokens.to(torch.int32), "logits": logits.detach().contiguous(),
            "loss": loss.detach().reshape(1)}
+    if weights is not None:
+        out["weights"] = weights
     for n, p in model.named_parameters():
         out["grad." + n] = p.grad.detach().contiguous()
     meta = {"transformers": transformers.__version__, "torch": torch.__version__, "seed": str(seed),
-            "loss": "mean NLL over S predicted tokens, eager attention, fp32"}
+            "loss": "mean NLL over S predicted tokens, eager attention, fp32"
+                    + ("; labels -100 where weights is 0" if weights is not None else "")}
     save_file(out, os.path.join(d, "golden.safetensors"), metadata=meta)
-    print(f"{name}: seq {cfg['seq']} loss {loss.item():.6f} ({len(out) - 3} grads) -> {d}")
+    kept = f", {int(weights[1:].sum())} labels count" if weights is not None else ""
+    print(f"{name}: seq {cfg['seq']} loss {loss.item():.6f}{kept} ({sum(k.startswith('grad.') for k in out)} grads) -> {d}")
 
 
-def compare(a_dir, b_dir):
+def compare(a_dir, b_dir, names):
     bad = 0
-    for name in CONFIGS:
+    for name in names:
         for f in ("model.safetensors", "golden.safetensors"):
             a, b = load_file(os.path.join(a_dir, name, f)), load_file(os.path.join(b_dir, name, f))
             for k in a:
@@ -98,14 +122,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden"))
     ap.add_argument("--check", action="store_true", help="regenerate in a temp dir and compare with --out")
+    ap.add_argument("--only", help="make only this config (the others' seeds stay as they are)")
     a = ap.parse_args()
     torch.set_num_threads(min(4, os.cpu_count() or 1))
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     target = tempfile.mkdtemp() if a.check else a.out
     for i, (name, cfg) in enumerate(CONFIGS.items()):
-        make(name, cfg, target, seed=1234 + i)
+        if not a.only or name == a.only:
+            make(name, cfg, target, seed=1234 + i)
     if a.check:
-        sys.exit(1 if compare(target, a.out) else 0)
+        sys.exit(1 if compare(target, a.out, [a.only] if a.only else list(CONFIGS)) else 0)
 
 
 if __name__ == "__main__":

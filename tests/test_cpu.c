@@ -30,7 +30,7 @@
 #include "ref_model.h"
 #include "test.h"
 
-static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2"};
+static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128"};
 static char tmpdir[256];
 
 /* ------------------------------------------------------------------ golden files */
@@ -50,7 +50,7 @@ static void test_golden(const char *root) {
         if (!ok) continue;
         const int64_t S = g.S, V = g.c.vocab;
         float *logits = xmalloc((size_t)(S * V) * 4), *grads = xmalloc((size_t)g.pt.total * 4);
-        RefResult r = ref_forward_backward(&g.c, &g.pt, g.params, g.tokens, NULL, S, 0, logits, grads);
+        RefResult r = ref_forward_backward_masked(&g.c, &g.pt, g.params, g.tokens, g.weights, NULL, S, 0, logits, grads);
         char err[512] = "";
         float *want = xmalloc((size_t)(S * V) * 4);
         double gl = NAN;
@@ -500,6 +500,23 @@ static void test_tokens(void) {
         const int64_t n = loader_weights(&ld, 3, w); /* window 3: tokens 30..40 */
         EXPECT(n == 6 && w[0] == wt[30] && w[10] == wt[40] && !w[3] && w[4], "a window's weights and its 6 labels (got %lld)",
                (long long)n);
+        tokens_close(&tf);
+    }
+    /* the step's denominator: every data-parallel rank's window, read by any one rank */
+    for (int i = 0; i < 100; i++) wt[i] = (i * 7 + i / 13) % 5 < 2;
+    tokens_write_weighted(path, ids, wt, 100, err, sizeof err);
+    if (!tokens_open_file(path, 1000, 1, &tf, err, sizeof err)) {
+        Loader ld[3];
+        uint8_t w[11];
+        int same = 1;
+        for (int r = 0; r < 3; r++) loader_init(&ld[r], &tf, 10, 3, r, err, sizeof err);
+        for (int64_t step = 0; step < 5; step++) { /* 3 ranks x 5 steps: 15 windows of 9 per epoch, wraps */
+            int64_t want = 0;
+            for (int r = 0; r < 3; r++) want += loader_weights(&ld[r], step, w);
+            for (int r = 0; r < 3; r++) same &= loader_counted_job(&ld[r], step) == want;
+            if (step == 1) printf("  loader_counted_job step 1, 3 ranks: %lld labels\n", (long long)want);
+        }
+        EXPECT(same, "every rank counts the step's labels over all 3 ranks' windows (5 steps, across an epoch)");
         tokens_close(&tf);
     }
     EXPECT(truncate(path, 24 + 4 * 100 + 50) == 0, "truncate");

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Loss masks and evaluation on the GPU (run by tests/run_gpu.sh, or alone: bash tests/mask_eval_gpu.sh).
+# The masked golden fixture (tests/golden/masked_gqa4_s128, labels -100 in transformers) goes through
+# stages 1 and 3-5 in run_gpu.sh's golden loops at P = 1, 2, 4 (8 for stage 3); here:
+#   - stage 2 at P = 1, 2, 4 on masked random windows against the reference's mean over every label
+#     that counts in the P windows (not the mean of the ranks' means), and on the masked fixture;
+#   - a version-2 file whose weights are all 1 trains bit for bit as the version-1 file (stages 1, 3);
+#   - a step whose window is all prompt is skipped with a message, no NaN, and the next one trains;
+#   - the evaluation before step 1 on the training file is step 1's loss, bit for bit (stages 1-5);
+#   - the evaluation at P = 4 local ranks equals P = 1 within 1e-5 (stages 3, 5; labels equal too);
+#   - evaluating every 2 steps leaves training as it was (losses of runs with and without it).
+# Prints "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+T="timeout ${CASE_TIMEOUT:-300}"
+. tests/lib.sh # pass/fail counts, ok, count
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
+HPV="1e-3 0.1 0.9 0.95 1e-8 1.0"
+# field FILE STEP KEY: KEY's value in the JSON line of step STEP (eval-only lines included)
+field() { grep "\"step\":$2," "$1" | grep -o "\"$3\":\"\{0,1\}[^,\"}]*" | head -1 | sed 's/.*://; s/"//g'; }
+# evalf FILE STEP KEY: KEY of the evaluation after step STEP (the line that has eval_loss)
+evalf() { grep "\"step\":$2," "$1" | grep eval_loss | grep -o "\"$3\":\"\{0,1\}[^,\"}]*" | head -1 | sed 's/.*://; s/"//g'; }
+relle() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t * (b < 0 ? -b : b)) }'; }
+
+g=tests/golden/masked_gqa4_s128
+S=$(./build/check_stage tokens "$g" "$tmp/masked.tok")
+./build/check_stage random 320 20000 7 "$tmp/rand.tok"
+./build/check_stage random 320 20000 7 "$tmp/randm.tok" masked
+
+echo "== stage 2 on masked windows: P = 1, 2, 4 against the reference's mean over the labels that count"
+for P in 1 2 4; do
+    $T ./stage2 --local-ranks $P --model "$g" --data "$tmp/randm.tok" --seq 100 --steps 1 --loss-chunk 7 $HP \
+        --dump-grads "$tmp/s2.$P.grads" --save "$tmp/s2.$P.ck" > "$tmp/s2.log" 2>&1
+    ok "stage2 masked P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2.log"
+    ./build/check_stage grads "$g" "$tmp/s2.$P.grads" "$tmp/s2.$P.ck" $HPV --tokens "$tmp/randm.tok" --windows $P \
+        --seq 100 2>&1 | tee "$tmp/c.txt"
+    count "$tmp/c.txt" "stage2 masked P=$P"
+done
+$T ./stage2 --local-ranks 1 --model "$g" --data "$tmp/masked.tok" --seq "$S" --steps 1 --loss-chunk 7 $HP \
+    --dump-grads "$tmp/s2g.grads" > "$tmp/s2.log" 2>&1
+ok "stage2 on the masked golden fixture runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2.log"
+./build/check_stage grads "$g" "$tmp/s2g.grads" 2>&1 | tee "$tmp/c.txt"
+count "$tmp/c.txt" "stage2 masked golden"
+
+echo "== a version-2 file of all-1 weights trains as the version-1 file, bit for bit"
+./build/check_stage mask "$tmp/rand.tok" "$tmp/ones.tok" 0 0
+for run in "stage1" "stage3 --local-ranks 2"; do
+    set -- $run
+    bin=$1; shift
+    rm -f "$tmp/v1.jsonl" "$tmp/v2.jsonl"
+    $T ./$bin "$@" --model "$g" --data "$tmp/rand.tok" --seq 128 --steps 2 $HP --log "$tmp/v1.jsonl" > "$tmp/v.log" 2>&1
+    $T ./$bin "$@" --model "$g" --data "$tmp/ones.tok" --seq 128 --steps 2 $HP --log "$tmp/v2.jsonl" > "$tmp/v.log" 2>&1
+    ok "$run: the all-1 file's run exits 0" "[ $? -eq 0 ]" || tail -5 "$tmp/v.log"
+    a=$(field "$tmp/v1.jsonl" 1 loss_hex); b=$(field "$tmp/v2.jsonl" 1 loss_hex)
+    echo "  $run step 1: version 1 $a, version 2 (all 1) $b"
+    ok "$run: step 1 loss bit for bit ($a vs $b)" "[ -n '$a' ] && [ '$a' = '$b' ]"
+    ok "$run: 128 labels count" "[ '$(field "$tmp/v2.jsonl" 1 labels)' = 128 ]"
+done
+
+echo "== a step whose window is all prompt is skipped, and the next step trains"
+./build/check_stage mask "$tmp/randm.tok" "$tmp/skip.tok" 0 129 # window 0: tokens 0..128
+for run in "stage1" "stage3 --local-ranks 2" "stage5 --local-ranks 2"; do
+    set -- $run
+    bin=$1; shift
+    rm -f "$tmp/k.jsonl"
+    $T ./$bin "$@" --model "$g" --data "$tmp/skip.tok" --seq 128 --steps 2 $HP --log "$tmp/k.jsonl" > "$tmp/k.log" 2>&1
+    ok "$run: a run with an all-prompt step exits 0" "[ $? -eq 0 ]" || tail -5 "$tmp/k.log"
+    grep -E '^step +1 ' "$tmp/k.log" | sed 's/^/  /'
+    ok "$run: step 1 logged as skipped" "grep -q '^step     1 | skipped: no label' '$tmp/k.log' && grep -q '\"step\":1,\"skipped\":true' '$tmp/k.jsonl'"
+    l2=$(field "$tmp/k.jsonl" 2 loss)
+    ok "$run: step 2 trains, finite loss ($l2)" "awk -v l='$l2' 'BEGIN { exit !(l + 0 > 0 && l + 0 < 100) }' && ! grep -qi nan '$tmp/k.log'"
+done
+
+echo "== the evaluation before step 1, on the training file, is step 1's loss bit for bit"
+# each: the stage, its flags, then K (--eval-windows: the windows of step 1, P of them for stage 2)
+for run in "stage1 1" "stage2 --local-ranks 2 2" "stage3 --local-ranks 4 1" "stage4 --local-ranks 2 --offload all --keep-attn 1 1" \
+    "stage5 --local-ranks 4 --mlp-tile 7 1"; do
+    set -- $run
+    bin=$1; shift
+    K=${@: -1}; set -- "${@:1:$(($# - 1))}"
+    rm -f "$tmp/e.jsonl"
+    $T ./$bin "$@" --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 1 $HP --eval-data "$tmp/randm.tok" \
+        --eval-windows $K --log "$tmp/e.jsonl" > "$tmp/e.log" 2>&1
+    ok "$bin $* --eval-data runs" "[ $? -eq 0 ]" || tail -5 "$tmp/e.log"
+    e=$(evalf "$tmp/e.jsonl" 0 eval_loss_hex); l=$(field "$tmp/e.jsonl" 1 loss_hex)
+    el=$(evalf "$tmp/e.jsonl" 0 eval_labels); ll=$(field "$tmp/e.jsonl" 1 labels)
+    echo "  $bin $*: eval before step 1 $e ($el labels) | step 1 $l ($ll labels)"
+    ok "$bin $*: eval on step 1's windows = step 1's loss, bit for bit" "[ -n '$e' ] && [ '$e' = '$l' ] && [ '$el' = '$ll' ]"
+    ok "$bin $*: an evaluation after the last step too" "[ -n '$(evalf "$tmp/e.jsonl" 1 eval_loss)' ]"
+done
+
+echo "== the evaluation at P = 4 local ranks equals P = 1 (the mean over all labels, never x P)"
+for bin in stage3 stage5; do
+    for P in 1 4; do
+        rm -f "$tmp/p$P.jsonl"
+        $T ./$bin --local-ranks $P --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 1 $HP \
+            --eval-data "$tmp/randm.tok" --eval-windows 3 --log "$tmp/p$P.jsonl" > "$tmp/p.log" 2>&1
+        ok "$bin P=$P --eval-windows 3 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/p.log"
+    done
+    a=$(evalf "$tmp/p1.jsonl" 0 eval_loss); b=$(evalf "$tmp/p4.jsonl" 0 eval_loss)
+    la=$(evalf "$tmp/p1.jsonl" 0 eval_labels); lb=$(evalf "$tmp/p4.jsonl" 0 eval_labels)
+    echo "  $bin eval loss P=1 $a ($la labels) | P=4 $b ($lb labels)"
+    ok "$bin: eval at P=4 within 1e-5 of P=1" "relle '$b' '$a' 1e-5"
+    ok "$bin: the same labels counted at P=1 and P=4" "[ -n '$la' ] && [ '$la' = '$lb' ]"
+done
+
+echo "== evaluating every 2 steps leaves training as it was"
+for run in "stage1" "stage4 --local-ranks 2 --offload all"; do
+    set -- $run
+    bin=$1; shift
+    rm -f "$tmp/n.jsonl" "$tmp/y.jsonl"
+    $T ./$bin "$@" --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 4 $HP --log "$tmp/n.jsonl" > "$tmp/n.log" 2>&1
+    $T ./$bin "$@" --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 4 $HP --log "$tmp/y.jsonl" \
+        --eval-data "$tmp/masked.tok" --eval-every 2 --eval-windows 1 > "$tmp/y.log" 2>&1
+    ok "$run --eval-every 2 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/y.log"
+    grep -E '^eval|^step +2 ' "$tmp/y.log" | sed 's/^/  /'
+    n=$(grep -c eval_loss "$tmp/y.jsonl")
+    ok "$run: evaluations after steps 0, 2, 4 (got $n)" "[ '$n' = 3 ] && [ -n '$(evalf "$tmp/y.jsonl" 2 eval_loss)' ]"
+    ok "$run: step 1 bit for bit with and without evaluation" "[ '$(field "$tmp/n.jsonl" 1 loss_hex)' = '$(field "$tmp/y.jsonl" 1 loss_hex)' ]"
+    for s in 2 3 4; do # step 1's gradients carry run-to-run noise (fp32 atomics): 1e-5 after it
+        a=$(field "$tmp/n.jsonl" $s loss); b=$(field "$tmp/y.jsonl" $s loss)
+        ok "$run: step $s loss with evaluation $b within 1e-5 of without $a" "relle '$b' '$a' 1e-5"
+    done
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
