@@ -35,8 +35,8 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     else if (count < 0 || size != TOKENS_HEADER_BYTES + (weighted ? 5 : 4) * count)
         why = "truncated: size does not match the token count";
     else if (weighted && !with_weights)
-        why = "carries loss weights (version 2, a prompt/completion file): this trainer does not apply loss masks "
-              "yet, so it would train on the prompts too; data/prepare.py without --jsonl writes a file without them";
+        why = "carries loss weights (version 2, a prompt/completion file): this reader takes the ids alone and "
+              "would score the prompts too; data/prepare.py without --jsonl writes a file without them";
     if (why) {
         snprintf(err, errlen, "%s: %s (header count %lld, file %lld bytes)", path, why, (long long)count, (long long)size);
         fclose(f);

@@ -26,10 +26,10 @@ typedef struct {
 } TokenFile;
 
 /* Open and validate (magic, version, width, size, every id < vocab, every weight 0 or 1). A file
- * with loss weights is refused unless with_weights (a trainer that cannot apply them must not
- * train on every label silently). Returns 0 or -1 + message. */
+ * with loss weights is refused unless with_weights (a reader that cannot apply them must not score
+ * every label silently). Returns 0 or -1 + message. The trainers pass with_weights 1. */
 int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFile *tf, char *err, size_t errlen);
-/* the trainers' reader: tokens_open_file without loss weights */
+/* for tools that use the ids alone: tokens_open_file without loss weights */
 int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_t errlen);
 void tokens_close(TokenFile *tf);
 int tokens_write(const char *path, const uint32_t *ids, int64_t n, char *err, size_t errlen);
