@@ -156,7 +156,8 @@ static Opts parse_opts(int argc, char **argv) {
     if (o.save_keep < 0) DIE("--save-keep must be at least 0 (0: keep every save)");
     if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
     if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
-    if (o.eval_every < 0 || o.eval_windows < 1) DIE("--eval-every must be at least 0, --eval-windows at least 1");
+    if (o.eval_every < 0 || o.eval_windows < 1 || o.eval_windows > (1LL << 40))
+        DIE("--eval-every must be at least 0, --eval-windows at least 1");
     if (o.eval_every && !o.eval_data) DIE("--eval-every needs --eval-data FILE (the held-out tokens)");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
     ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
@@ -684,6 +685,7 @@ typedef struct {
     uint32_t *host;     /* [S+1] */
     uint8_t *wt;        /* [seq+1] the window's loss weights */
     int64_t epoch;
+    int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
 
 static void data_open(Data *d, const Model *M, const char *path) {
@@ -694,6 +696,13 @@ static void data_open(Data *d, const Model *M, const char *path) {
     d->host = xmalloc((size_t)(4 * (M->S + 1)));
     d->wt = xmalloc((size_t)(M->S + 1));
     d->epoch = -1;
+    /* ---- stage 2: FSDP ---- */
+    /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
+     * copies must be the same, or the ranks would divide by different counts */
+    if (!comm_same_i64(M->comm, d->tf.count, M->gpu.stream) || !comm_same_i64(M->comm, d->tf.counted, M->gpu.stream))
+        DIE("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", path,
+            (long long)d->tf.count, (long long)d->tf.counted);
+    /* ---- end stage 2 ---- */
     printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
            (long long)d->ld.windows, (long long)M->S);
     if (d->tf.weights)
@@ -730,6 +739,7 @@ static void eval_open(Data *ev, Model *M) {
 static EvalResult evaluate(Model *M, Data *ev) {
     const int64_t counted = M->counted; /* the training step's, for its report */
     const double t0 = now_s();
+    measure_pause(1); /* the step's profile and collective counts are the step's */
     EvalResult r = {.windows = eval_passes(M) * ev->ld.world};
     double sum = 0;
     for (int64_t k = 0; k < eval_passes(M); k++) {
@@ -747,10 +757,18 @@ static EvalResult evaluate(Model *M, Data *ev) {
         sum += ls;
         r.labels += M->counted;
     }
+    measure_pause(0);
     M->counted = counted;
     r.loss = sum / (double)r.labels;
     r.sec = now_s() - t0;
+    if (!isfinite(r.loss)) DIE("the evaluation's loss is %f -- stopping", r.loss);
     return r;
+}
+
+/* the evaluation after `step`, when --eval-every (or the last step) asks for one */
+static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
+    if (!M->o.eval_data || !eval_due(M->o.eval_every, step, M->o.steps)) return (EvalResult){0};
+    return evaluate(M, ev);
 }
 
 /* ============================================================ main */
@@ -777,6 +795,9 @@ static void train(Model *M, const MemPlan *mp) {
 
     Data data;
     data_open(&data, M, M->o.data);
+    data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
+    Data eval;
+    if (M->o.eval_data) eval_open(&eval, M);
     FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* stage 2: one rank logs */
     if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
     const double flops = config_step_flops(&M->c, M->S);
@@ -789,9 +810,7 @@ static void train(Model *M, const MemPlan *mp) {
     /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
      * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
     comm_barrier(M->comm, M->gpu.stream);
-    Data eval;
     if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
-        eval_open(&eval, M);
         const EvalResult e0 = evaluate(M, &eval);
         eval_report(2, step, &e0, log);
     }
@@ -801,7 +820,10 @@ static void train(Model *M, const MemPlan *mp) {
         const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
         data_load(&data, M, step - 1);
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
-            step_skipped(2, step, log);
+            data.skipped++;
+            const EvalResult ev = eval_after(M, &eval, step);
+            step_skipped(2, step, &ev, log);
+            if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
             continue;
         }
         CUDA_CHECK(cudaEventRecord(ev0, st));
@@ -819,7 +841,7 @@ static void train(Model *M, const MemPlan *mp) {
             StateIO io = state_io(M);
             state_dump(&io, M->o.dump_grads, ls / (double)M->counted);
         }
-        update(M, step, lr);
+        update(M, step - data.skipped, lr); /* AdamW's bias correction counts its updates */
         mark(st, K_END);
         CUDA_CHECK(cudaEventRecord(ev1, st));
         double loss_sum, gsq;
@@ -829,8 +851,7 @@ static void train(Model *M, const MemPlan *mp) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
         const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
-        const EvalResult ev = /* after the step's numbers are read: it reuses their buffers */
-            M->o.eval_data && eval_due(M->o.eval_every, step, M->o.steps) ? evaluate(M, &eval) : (EvalResult){0};
+        const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
         step_report(&(StepLog){.stage = 2, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
@@ -841,8 +862,7 @@ static void train(Model *M, const MemPlan *mp) {
         comm_step_report(M->comm, sec); /* stage 2: rehearsal only: bytes moved and their modelled time */
         prof_report(st);
         fflush(stdout);
-        if (M->o.save && M->o.save_every > 0 && step % M->o.save_every == 0 && step < M->o.steps)
-            save_checkpoint(M, M->o.save, step);
+        if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
     }
     printf("done: %.1f s\n", now_s() - t_start);
     if (M->o.save) save_checkpoint(M, M->o.save, M->o.steps);

@@ -88,6 +88,7 @@ static double link_Bps(const Comm *c, int crosses_nodes) {
 double comm_ring_hop_s(const Comm *c, int64_t bytes) { return (double)bytes / link_Bps(c, c->w->nnodes > 1); }
 
 static void account(Comm *c, CollKind k, int64_t bytes) {
+    if (measure_paused()) return; /* an evaluation's collectives are not the step's */
     const int64_t wire = wire_bytes(c, k, bytes);
     c->stats.calls[k]++;
     c->stats.bytes[k] += wire;
@@ -660,4 +661,8 @@ int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st) {
     CUDA_CHECK(cudaFree(d));
     free(h);
     return m;
+}
+
+int comm_same_i64(Comm *c, int64_t v, cudaStream_t st) {
+    return comm_min_i64(c, v, st) == v && -comm_min_i64(c, -v, st) == v;
 }

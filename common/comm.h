@@ -93,6 +93,8 @@ int64_t comm_warm_up(Comm *c, cudaStream_t st);
 /* the smallest v over every rank of the job (a choice that shapes the collectives, made from a
  * node's own facts, must come out the same everywhere); the rehearsal returns v */
 int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st);
+/* every rank holds v (two comm_min_i64: of v and of -v) */
+int comm_same_i64(Comm *c, int64_t v, cudaStream_t st);
 /* NCCL's own GPU memory for one rank of a job of P ranks over nnodes nodes: an estimate from its
  * documented buffer sizes and channel counts (README: NCCL buffers), until several GPUs measure it */
 int64_t nccl_buffers_estimate(int P, int64_t nnodes);

@@ -32,7 +32,7 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     if (memcmp(h, TOKENS_MAGIC, 8)) why = "wrong magic (not a longctx token file; make one with data/prepare.py)";
     else if (version != TOKENS_VERSION && !weighted) why = "unsupported version";
     else if (get_u32(h + 12) != 4) why = "token width is not 4 bytes";
-    else if (count < 0 || size != TOKENS_HEADER_BYTES + (weighted ? 5 : 4) * count)
+    else if (count < 0 || count > size / 4 || size != TOKENS_HEADER_BYTES + (weighted ? 5 : 4) * count) /* no overflow */
         why = "truncated: size does not match the token count";
     else if (weighted && !with_weights)
         why = "carries loss weights (version 2, a prompt/completion file): this reader takes the ids alone and "
@@ -164,9 +164,10 @@ int64_t loader_counted_job(const Loader *ld, int64_t step) {
 }
 
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen) {
-    if (steps * ld->world > ld->windows) {
-        snprintf(err, errlen, "--eval-windows %lld: %s holds %lld windows of %lld+1 tokens (an evaluation reads each once)",
-                 (long long)(steps * ld->world), ld->tf->path, (long long)ld->windows, (long long)ld->seq);
+    if (steps > ld->windows / ld->world) {
+        snprintf(err, errlen, "an evaluation of %lld windows (--eval-windows, %d ranks a window each): %s holds %lld windows of "
+                 "%lld+1 tokens (an evaluation reads each once)", (long long)steps * ld->world, ld->world, ld->tf->path,
+                 (long long)ld->windows, (long long)ld->seq);
         return -1;
     }
     int64_t n = 0;
@@ -177,4 +178,11 @@ int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+int64_t loader_skipped_before(const Loader *ld, int64_t steps) {
+    if (!ld->tf->weights) return 0;
+    int64_t n = 0;
+    for (int64_t s = 0; s < steps; s++) n += loader_counted_job(ld, s) == 0;
+    return n;
 }

@@ -60,5 +60,8 @@ int64_t loader_counted_job(const Loader *ld, int64_t step);
 /* an evaluation of `steps` loader steps (steps * world windows from the file's start): every window
  * read once, and some label counts. Returns 0 or -1 + message. */
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen);
+/* of the first `steps` steps, those with no label that counts (skipped, no update): a resumed run
+ * counts AdamW's updates as the uninterrupted one did */
+int64_t loader_skipped_before(const Loader *ld, int64_t steps);
 
 #endif

@@ -38,8 +38,12 @@ static struct {
 
 void prof_enable(int on) { prof.on = on; }
 
+static _Thread_local int paused; /* per rank thread: local ranks evaluate at their own pace */
+void measure_pause(int p) { paused = p; }
+int measure_paused(void) { return paused; }
+
 void mark(cudaStream_t st, int cls) {
-    if (!prof.on || prof.n == MAX_MARKS || !rank_prints()) return; /* one rank profiles */
+    if (!prof.on || prof.n == MAX_MARKS || !rank_prints() || paused) return; /* one rank profiles */
     if (!prof.ev[prof.n]) CUDA_CHECK(cudaEventCreate(&prof.ev[prof.n]));
     CUDA_CHECK(cudaEventRecord(prof.ev[prof.n], st));
     prof.cls[prof.n++] = cls;
@@ -97,7 +101,7 @@ void blocks_init(BlockTimer *b, int P, int64_t layer) {
 }
 
 void blocks_mark(BlockTimer *b, cudaStream_t st, int64_t layer, int dir, int i, int end) {
-    if (layer == b->layer) CUDA_CHECK(cudaEventRecord(b->ev[(dir * b->P + i) * 2 + end], st));
+    if (layer == b->layer && !paused) CUDA_CHECK(cudaEventRecord(b->ev[(dir * b->P + i) * 2 + end], st));
 }
 
 void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms) {
@@ -152,6 +156,7 @@ void step_report(const StepLog *s, FILE *jsonl) {
 
 /* ---------------------------------------------------------------- evaluation */
 int eval_due(int64_t every, int64_t step, int64_t last) { return step == last || (every > 0 && step % every == 0); }
+int save_due(int64_t every, int64_t step, int64_t last) { return every > 0 && step % every == 0 && step < last; }
 
 static void eval_json(const EvalResult *e, char *out, size_t n) {
     snprintf(out, n, "\"eval_loss\":%.9g,\"eval_loss_hex\":\"%a\",\"eval_ppl\":%.6g,\"eval_labels\":%lld,"
@@ -171,9 +176,14 @@ void eval_report(int stage, int64_t after_step, const EvalResult *e, FILE *jsonl
     fflush(jsonl);
 }
 
-void step_skipped(int stage, int64_t step, FILE *jsonl) {
+void step_skipped(int stage, int64_t step, const EvalResult *e, FILE *jsonl) {
     if (!rank_prints()) return;
-    printf("step %5lld | skipped: no label in this step's windows carries loss (all masked), no update\n", (long long)step);
-    if (jsonl) fprintf(jsonl, "{\"stage\":%d,\"step\":%lld,\"skipped\":true,\"labels\":0}\n", stage, (long long)step);
-    if (jsonl) fflush(jsonl);
+    printf("step %5lld | skipped: no label in this step's windows carries loss (all masked), no update", (long long)step);
+    if (e->labels) printf(" | eval loss %.6f ppl %.3f (%.1f s)", e->loss, exp(e->loss), e->sec);
+    printf("\n");
+    if (!jsonl) return;
+    char eval[160] = "";
+    if (e->labels) eval_json(e, eval, sizeof eval);
+    fprintf(jsonl, "{\"stage\":%d,\"step\":%lld,\"skipped\":true,%s\"labels\":0}\n", stage, (long long)step, eval);
+    fflush(jsonl);
 }

@@ -48,10 +48,17 @@ typedef struct {
 } EvalResult;
 /* evaluate after this step? every > 0: each `every` steps and after the last; 0: after the last */
 int eval_due(int64_t every, int64_t step, int64_t last);
-/* the evaluation before the first step (of a fresh or a resumed run): its own line and JSON line */
+/* save after this step (--save-every; the last step's save is the run's final one)? */
+int save_due(int64_t every, int64_t step, int64_t last);
+/* an evaluation outside a step line (before the first step): its own line and JSON line */
 void eval_report(int stage, int64_t after_step, const EvalResult *e, FILE *jsonl);
-/* a step whose windows hold no label that counts (all prompt): no loss to divide, no update */
-void step_skipped(int stage, int64_t step, FILE *jsonl);
+/* a step whose windows hold no label that counts (all prompt): no loss to divide, no update; its
+ * evaluation (e->labels 0: none) is reported with it */
+void step_skipped(int stage, int64_t step, const EvalResult *e, FILE *jsonl);
+/* While paused (an evaluation between steps), this thread's work is left out of what the step
+ * reports: --profile's marks, the ring's block timer and the rehearsal's collective counts. */
+void measure_pause(int paused);
+int measure_paused(void);
 
 /* one step's numbers: the line on stdout and, with a log file, one JSON line */
 typedef struct {

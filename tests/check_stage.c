@@ -4,6 +4,7 @@
  *   check_stage random VOCAB N SEED OUT.tok [masked]   N random tokens below VOCAB (masked: with loss
  *       weights, alternating prompt spans of weight 0 and completion spans of weight 1, 5-40 tokens each)
  *   check_stage mask IN.tok OUT.tok FROM TO         a copy in which tokens [FROM, TO) carry no loss
+ *   check_stage slice IN.tok OUT.tok FROM           tokens [FROM, end) of IN (their weights too)
  *   check_stage grads GOLDEN_DIR DUMP [STATE LR WD BETA1 BETA2 EPS CLIP]
  *       DUMP: --dump-grads output (loss + fp32 gradients of step 1) of a trainer run on the
  *       golden tokens; checks loss (rel err <= LOSS_TOL) and every gradient against the reference:
@@ -403,6 +404,16 @@ int main(int argc, char **argv) {
         if (tokens_write_weighted(argv[5], ids, wt, n, err, sizeof err)) DIE("%s", err);
         free(ids);
         free(wt);
+        return 0;
+    }
+    if (argc == 5 && !strcmp(argv[1], "slice")) { /* IN OUT FROM: tokens [FROM, end), weights with them */
+        TokenFile tf;
+        if (tokens_open_file(argv[2], 1u << 30, 1, &tf, err, sizeof err)) DIE("%s", err);
+        const int64_t at = atoll(argv[4]);
+        if (at < 0 || at >= tf.count) DIE("slice: FROM %lld outside the file's %lld tokens", (long long)at, (long long)tf.count);
+        if (tokens_write_weighted(argv[3], tf.ids + at, tf.weights ? tf.weights + at : NULL, tf.count - at, err, sizeof err))
+            DIE("%s", err);
+        tokens_close(&tf);
         return 0;
     }
     if (argc == 6 && !strcmp(argv[1], "mask")) { /* IN OUT FROM TO: tokens [FROM, TO) carry no loss */

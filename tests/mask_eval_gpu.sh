@@ -6,9 +6,13 @@
 #     that counts in the P windows (not the mean of the ranks' means), and on the masked fixture;
 #   - a version-2 file whose weights are all 1 trains bit for bit as the version-1 file (stages 1, 3);
 #   - a step whose window is all prompt is skipped with a message, no NaN, and the next one trains;
+#     its save and its evaluation still happen, and AdamW's next update is its first (bias
+#     correction): the same weights as a run that starts at that window;
 #   - the evaluation before step 1 on the training file is step 1's loss, bit for bit (stages 1-5);
-#   - the evaluation at P = 4 local ranks equals P = 1 within 1e-5 (stages 3, 5; labels equal too);
-#   - evaluating every 2 steps leaves training as it was (losses of runs with and without it).
+#   - the evaluation at P = 4 local ranks equals P = 1 within 1e-5 (stages 3, 5; MoE at P = 2);
+#     stage 2 evaluates whole passes of P windows;
+#   - evaluating every 2 steps leaves training as it was (losses of runs with and without it),
+#     stages 1-5, kept attention in GPU and in host memory included.
 # Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -72,6 +76,22 @@ for run in "stage1" "stage3 --local-ranks 2" "stage5 --local-ranks 2"; do
     l2=$(field "$tmp/k.jsonl" 2 loss)
     ok "$run: step 2 trains, finite loss ($l2)" "awk -v l='$l2' 'BEGIN { exit !(l + 0 > 0 && l + 0 < 100) }' && ! grep -qi nan '$tmp/k.log'"
 done
+echo "== a skipped step still saves and evaluates, and the next update is AdamW's first"
+for run in "stage1" "stage3 --local-ranks 2"; do
+    set -- $run
+    bin=$1; shift
+    rm -rf "$tmp/k.jsonl" "$tmp/ka" "$tmp/kb"
+    $T ./$bin "$@" --model "$g" --data "$tmp/skip.tok" --seq 128 --steps 2 $HP --log "$tmp/k.jsonl" --save "$tmp/ka" \
+        --save-every 1 --save-keep 0 --eval-data "$tmp/randm.tok" --eval-every 1 --eval-windows 1 > "$tmp/k.log" 2>&1
+    ok "$run: skip + --save-every 1 + --eval-every 1 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/k.log"
+    ok "$run: the skipped step 1 is saved (step-1)" "[ -d '$tmp/ka/step-1' ] && [ -d '$tmp/ka/step-2' ]"
+    ok "$run: the skipped step 1 is evaluated" "grep '\"step\":1,\"skipped\":true' '$tmp/k.jsonl' | grep -q eval_loss"
+    ./build/check_stage slice "$tmp/skip.tok" "$tmp/from1.tok" 128 # window 1 of skip.tok is window 0 here
+    $T ./$bin "$@" --model "$g" --data "$tmp/from1.tok" --seq 128 --steps 1 $HP --save "$tmp/kb" > "$tmp/k2.log" 2>&1
+    ok "$run: the run that starts at that window runs" "[ $? -eq 0 ]" || tail -5 "$tmp/k2.log"
+    ./build/check_stage states "$tmp/ka/step-2" "$tmp/kb" 1e-5 2e-3 2>&1 | tee "$tmp/c.txt"
+    count "$tmp/c.txt" "$run: after a skipped step, the weights of a run that starts at the next window"
+done
 
 echo "== the evaluation before step 1, on the training file, is step 1's loss bit for bit"
 # each: the stage, its flags, then K (--eval-windows: the windows of step 1, P of them for stage 2)
@@ -103,25 +123,50 @@ for bin in stage3 stage5; do
     la=$(evalf "$tmp/p1.jsonl" 0 eval_labels); lb=$(evalf "$tmp/p4.jsonl" 0 eval_labels)
     echo "  $bin eval loss P=1 $a ($la labels) | P=4 $b ($lb labels)"
     ok "$bin: eval at P=4 within 1e-5 of P=1" "relle '$b' '$a' 1e-5"
-    ok "$bin: the same labels counted at P=1 and P=4" "[ -n '$la' ] && [ '$la' = '$lb' ]"
 done
+gm=tests/golden/moe_e8_k2
+./build/check_stage random 256 4000 9 "$tmp/moe.tok" masked
+for P in 1 2; do
+    rm -f "$tmp/m$P.jsonl"
+    $T ./stage5 --local-ranks $P --model "$gm" --data "$tmp/moe.tok" --seq 80 --steps 1 $HP --eval-data "$tmp/moe.tok" \
+        --eval-windows 3 --log "$tmp/m$P.jsonl" > "$tmp/p.log" 2>&1
+    ok "stage5 MoE P=$P --eval-data runs" "[ $? -eq 0 ]" || tail -5 "$tmp/p.log"
+done
+a=$(evalf "$tmp/m1.jsonl" 0 eval_loss); b=$(evalf "$tmp/m2.jsonl" 0 eval_loss)
+echo "  stage5 MoE eval loss (the NLL; the load-balancing term is training's) P=1 $a | P=2 $b"
+ok "stage5 MoE: eval at P=2 within 1e-5 of P=1" "relle '$b' '$a' 1e-5"
+rm -f "$tmp/w.jsonl"
+$T ./stage2 --local-ranks 2 --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 1 $HP --eval-data "$tmp/randm.tok" \
+    --eval-windows 3 --log "$tmp/w.jsonl" > "$tmp/w.log" 2>&1
+ok "stage2 P=2 --eval-windows 3 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/w.log"
+ok "stage2 P=2 --eval-windows 3 evaluates 2 passes of 2 windows (got $(evalf "$tmp/w.jsonl" 0 eval_windows))" \
+    "[ '$(evalf "$tmp/w.jsonl" 0 eval_windows)' = 4 ]"
 
 echo "== evaluating every 2 steps leaves training as it was"
-for run in "stage1" "stage4 --local-ranks 2 --offload all"; do
+# each: the tolerance after step 1 (step 1's gradients carry run-to-run noise, fp32 atomics; the
+# 0.6B slice's more), then the stage and its flags. The 0.6B slice keeps its 4 layers' attention
+# in host memory (stage 4's copies up and down, slots reused) or on the GPU.
+SL="--model 0.6B --layers 4 --seq 1024 --data data/books.tok"
+GS="--model $g --seq 128 --data $tmp/randm.tok"
+for run in "1e-5 stage1 $GS" "1e-5 stage2 --local-ranks 2 $GS" "1e-5 stage3 --local-ranks 2 --keep-attn $GS" \
+    "1e-5 stage4 --local-ranks 2 --offload all $GS" "1e-5 stage5 --local-ranks 2 $GS" \
+    "1e-4 stage4 --local-ranks 2 --offload all --keep-attn $SL" "1e-4 stage3 --local-ranks 2 --keep-attn $SL"; do
     set -- $run
-    bin=$1; shift
+    tol=$1; bin=$2; shift 2
+    ev=$tmp/masked.tok; case "$*" in *0.6B*) ev=data/books.tok ;; esac
     rm -f "$tmp/n.jsonl" "$tmp/y.jsonl"
-    $T ./$bin "$@" --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 4 $HP --log "$tmp/n.jsonl" > "$tmp/n.log" 2>&1
-    $T ./$bin "$@" --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 4 $HP --log "$tmp/y.jsonl" \
-        --eval-data "$tmp/masked.tok" --eval-every 2 --eval-windows 1 > "$tmp/y.log" 2>&1
-    ok "$run --eval-every 2 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/y.log"
+    $T ./$bin "$@" --steps 4 $HP --log "$tmp/n.jsonl" > "$tmp/n.log" 2>&1
+    ok "$bin $*: the run without evaluation runs" "[ $? -eq 0 ]" || tail -5 "$tmp/n.log"
+    $T ./$bin "$@" --steps 4 $HP --log "$tmp/y.jsonl" --eval-data "$ev" --eval-every 2 --eval-windows 1 > "$tmp/y.log" 2>&1
+    ok "$bin $* --eval-every 2 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/y.log"
     grep -E '^eval|^step +2 ' "$tmp/y.log" | sed 's/^/  /'
     n=$(grep -c eval_loss "$tmp/y.jsonl")
-    ok "$run: evaluations after steps 0, 2, 4 (got $n)" "[ '$n' = 3 ] && [ -n '$(evalf "$tmp/y.jsonl" 2 eval_loss)' ]"
-    ok "$run: step 1 bit for bit with and without evaluation" "[ '$(field "$tmp/n.jsonl" 1 loss_hex)' = '$(field "$tmp/y.jsonl" 1 loss_hex)' ]"
-    for s in 2 3 4; do # step 1's gradients carry run-to-run noise (fp32 atomics): 1e-5 after it
+    ok "$bin: evaluations after steps 0, 2, 4 (got $n)" "[ '$n' = 3 ] && [ -n '$(evalf "$tmp/y.jsonl" 2 eval_loss)' ]"
+    a=$(field "$tmp/n.jsonl" 1 loss_hex); b=$(field "$tmp/y.jsonl" 1 loss_hex)
+    ok "$bin: step 1 bit for bit with and without evaluation ($a)" "[ -n '$a' ] && [ '$a' = '$b' ]"
+    for s in 2 3 4; do
         a=$(field "$tmp/n.jsonl" $s loss); b=$(field "$tmp/y.jsonl" $s loss)
-        ok "$run: step $s loss with evaluation $b within 1e-5 of without $a" "relle '$b' '$a' 1e-5"
+        ok "$bin: step $s loss with evaluation $b within $tol of without $a" "relle '$b' '$a' $tol"
     done
 done
 
