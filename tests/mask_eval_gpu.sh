@@ -9,7 +9,8 @@
 #     its save and its evaluation still happen, and AdamW's next update is its first (bias
 #     correction): the same weights as a run that starts at that window;
 #   - the evaluation before step 1 on the training file is step 1's loss, bit for bit (stages 1-5);
-#   - the evaluation at P = 4 local ranks equals P = 1 within 1e-5 (stages 3, 5; MoE at P = 2);
+#   - the evaluation at P = 4 local ranks equals P = 1 within 1e-5 (stages 3, 5; MoE at P = 2 within
+#     1e-3: top-2 routing flips on near-ties);
 #     stage 2 evaluates whole passes of P windows;
 #   - evaluating every 2 steps leaves training as it was (losses of runs with and without it),
 #     stages 1-5, kept attention in GPU and in host memory included.
@@ -132,9 +133,14 @@ for P in 1 2; do
         --eval-windows 3 --log "$tmp/m$P.jsonl" > "$tmp/p.log" 2>&1
     ok "stage5 MoE P=$P --eval-data runs" "[ $? -eq 0 ]" || tail -5 "$tmp/p.log"
 done
+# Top-2 routing is discontinuous: where a token's 2nd and 3rd router logits are within bf16 noise,
+# P = 1 and P = 2 (ring attention's different block order) may pick different experts for it, and
+# its loss moves by ~0.1 nats -- so the bound here is the reference band (1e-3, LOSS_TOL), which a
+# loss multiplied by P (x2) is far outside; step 1's training losses show the same spread.
 a=$(evalf "$tmp/m1.jsonl" 0 eval_loss); b=$(evalf "$tmp/m2.jsonl" 0 eval_loss)
-echo "  stage5 MoE eval loss (the NLL; the load-balancing term is training's) P=1 $a | P=2 $b"
-ok "stage5 MoE: eval at P=2 within 1e-5 of P=1" "relle '$b' '$a' 1e-5"
+echo "  stage5 MoE eval loss (the NLL; the load-balancing term is training's) P=1 $a | P=2 $b;" \
+    "step 1 training loss P=1 $(field "$tmp/m1.jsonl" 1 loss) | P=2 $(field "$tmp/m2.jsonl" 1 loss)"
+ok "stage5 MoE: eval at P=2 within 1e-3 of P=1" "relle '$b' '$a' 1e-3"
 rm -f "$tmp/w.jsonl"
 $T ./stage2 --local-ranks 2 --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 1 $HP --eval-data "$tmp/randm.tok" \
     --eval-windows 3 --log "$tmp/w.jsonl" > "$tmp/w.log" 2>&1
@@ -153,7 +159,7 @@ for run in "1e-5 stage1 $GS" "1e-5 stage2 --local-ranks 2 $GS" "1e-5 stage3 --lo
     "1e-4 stage4 --local-ranks 2 --offload all --keep-attn $SL" "1e-4 stage3 --local-ranks 2 --keep-attn $SL"; do
     set -- $run
     tol=$1; bin=$2; shift 2
-    ev=$tmp/masked.tok; case "$*" in *0.6B*) ev=data/books.tok ;; esac
+    ev=$tmp/masked.tok; case "$*" in *0.6B*) ev=data/books.tok ;; *stage2*) ev=$tmp/randm.tok ;; esac # stage 2: P windows
     rm -f "$tmp/n.jsonl" "$tmp/y.jsonl"
     $T ./$bin "$@" --steps 4 $HP --log "$tmp/n.jsonl" > "$tmp/n.log" 2>&1
     ok "$bin $*: the run without evaluation runs" "[ $? -eq 0 ]" || tail -5 "$tmp/n.log"
