@@ -27,6 +27,8 @@ HPV="1e-3 0.1 0.9 0.95 1e-8 1.0"
 field() { grep "\"step\":$2," "$1" | grep -o "\"$3\":\"\{0,1\}[^,\"}]*" | head -1 | sed 's/.*://; s/"//g'; }
 # evalf FILE STEP KEY: KEY of the evaluation after step STEP (the line that has eval_loss)
 evalf() { grep "\"step\":$2," "$1" | grep eval_loss | grep -o "\"$3\":\"\{0,1\}[^,\"}]*" | head -1 | sed 's/.*://; s/"//g'; }
+# show LOG: why a run failed (its error line first: stdout is flushed after stderr's message)
+show() { grep -m2 'error' "$1"; tail -3 "$1"; }
 relle() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t * (b < 0 ? -b : b)) }'; }
 
 g=tests/golden/masked_gqa4_s128
@@ -38,14 +40,14 @@ echo "== stage 2 on masked windows: P = 1, 2, 4 against the reference's mean ove
 for P in 1 2 4; do
     $T ./stage2 --local-ranks $P --model "$g" --data "$tmp/randm.tok" --seq 100 --steps 1 --loss-chunk 7 $HP \
         --dump-grads "$tmp/s2.$P.grads" --save "$tmp/s2.$P.ck" > "$tmp/s2.log" 2>&1
-    ok "stage2 masked P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2.log"
+    ok "stage2 masked P=$P runs" "[ $? -eq 0 ]" || show "$tmp/s2.log"
     ./build/check_stage grads "$g" "$tmp/s2.$P.grads" "$tmp/s2.$P.ck" $HPV --tokens "$tmp/randm.tok" --windows $P \
         --seq 100 2>&1 | tee "$tmp/c.txt"
     count "$tmp/c.txt" "stage2 masked P=$P"
 done
 $T ./stage2 --local-ranks 1 --model "$g" --data "$tmp/masked.tok" --seq "$S" --steps 1 --loss-chunk 7 $HP \
     --dump-grads "$tmp/s2g.grads" > "$tmp/s2.log" 2>&1
-ok "stage2 on the masked golden fixture runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s2.log"
+ok "stage2 on the masked golden fixture runs" "[ $? -eq 0 ]" || show "$tmp/s2.log"
 ./build/check_stage grads "$g" "$tmp/s2g.grads" 2>&1 | tee "$tmp/c.txt"
 count "$tmp/c.txt" "stage2 masked golden"
 
@@ -57,7 +59,7 @@ for run in "stage1" "stage3 --local-ranks 2"; do
     rm -f "$tmp/v1.jsonl" "$tmp/v2.jsonl"
     $T ./$bin "$@" --model "$g" --data "$tmp/rand.tok" --seq 128 --steps 2 $HP --log "$tmp/v1.jsonl" > "$tmp/v.log" 2>&1
     $T ./$bin "$@" --model "$g" --data "$tmp/ones.tok" --seq 128 --steps 2 $HP --log "$tmp/v2.jsonl" > "$tmp/v.log" 2>&1
-    ok "$run: the all-1 file's run exits 0" "[ $? -eq 0 ]" || tail -5 "$tmp/v.log"
+    ok "$run: the all-1 file's run exits 0" "[ $? -eq 0 ]" || show "$tmp/v.log"
     a=$(field "$tmp/v1.jsonl" 1 loss_hex); b=$(field "$tmp/v2.jsonl" 1 loss_hex)
     echo "  $run step 1: version 1 $a, version 2 (all 1) $b"
     ok "$run: step 1 loss bit for bit ($a vs $b)" "[ -n '$a' ] && [ '$a' = '$b' ]"
@@ -71,7 +73,7 @@ for run in "stage1" "stage3 --local-ranks 2" "stage5 --local-ranks 2"; do
     bin=$1; shift
     rm -f "$tmp/k.jsonl"
     $T ./$bin "$@" --model "$g" --data "$tmp/skip.tok" --seq 128 --steps 2 $HP --log "$tmp/k.jsonl" > "$tmp/k.log" 2>&1
-    ok "$run: a run with an all-prompt step exits 0" "[ $? -eq 0 ]" || tail -5 "$tmp/k.log"
+    ok "$run: a run with an all-prompt step exits 0" "[ $? -eq 0 ]" || show "$tmp/k.log"
     grep -E '^step +1 ' "$tmp/k.log" | sed 's/^/  /'
     ok "$run: step 1 logged as skipped" "grep -q '^step     1 | skipped: no label' '$tmp/k.log' && grep -q '\"step\":1,\"skipped\":true' '$tmp/k.jsonl'"
     l2=$(field "$tmp/k.jsonl" 2 loss)
@@ -84,12 +86,12 @@ for run in "stage1" "stage3 --local-ranks 2"; do
     rm -rf "$tmp/k.jsonl" "$tmp/ka" "$tmp/kb"
     $T ./$bin "$@" --model "$g" --data "$tmp/skip.tok" --seq 128 --steps 2 $HP --log "$tmp/k.jsonl" --save "$tmp/ka" \
         --save-every 1 --save-keep 0 --eval-data "$tmp/randm.tok" --eval-every 1 --eval-windows 1 > "$tmp/k.log" 2>&1
-    ok "$run: skip + --save-every 1 + --eval-every 1 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/k.log"
+    ok "$run: skip + --save-every 1 + --eval-every 1 runs" "[ $? -eq 0 ]" || show "$tmp/k.log"
     ok "$run: the skipped step 1 is saved (step-1)" "[ -d '$tmp/ka/step-1' ] && [ -d '$tmp/ka/step-2' ]"
     ok "$run: the skipped step 1 is evaluated" "grep '\"step\":1,\"skipped\":true' '$tmp/k.jsonl' | grep -q eval_loss"
     ./build/check_stage slice "$tmp/skip.tok" "$tmp/from1.tok" 128 # window 1 of skip.tok is window 0 here
     $T ./$bin "$@" --model "$g" --data "$tmp/from1.tok" --seq 128 --steps 1 $HP --save "$tmp/kb" > "$tmp/k2.log" 2>&1
-    ok "$run: the run that starts at that window runs" "[ $? -eq 0 ]" || tail -5 "$tmp/k2.log"
+    ok "$run: the run that starts at that window runs" "[ $? -eq 0 ]" || show "$tmp/k2.log"
     ./build/check_stage states "$tmp/ka/step-2" "$tmp/kb" 1e-5 2e-3 2>&1 | tee "$tmp/c.txt"
     count "$tmp/c.txt" "$run: after a skipped step, the weights of a run that starts at the next window"
 done
@@ -104,7 +106,7 @@ for run in "stage1 1" "stage2 --local-ranks 2 2" "stage3 --local-ranks 4 1" "sta
     rm -f "$tmp/e.jsonl"
     $T ./$bin "$@" --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 1 $HP --eval-data "$tmp/randm.tok" \
         --eval-windows $K --log "$tmp/e.jsonl" > "$tmp/e.log" 2>&1
-    ok "$bin $* --eval-data runs" "[ $? -eq 0 ]" || tail -5 "$tmp/e.log"
+    ok "$bin $* --eval-data runs" "[ $? -eq 0 ]" || show "$tmp/e.log"
     e=$(evalf "$tmp/e.jsonl" 0 eval_loss_hex); l=$(field "$tmp/e.jsonl" 1 loss_hex)
     el=$(evalf "$tmp/e.jsonl" 0 eval_labels); ll=$(field "$tmp/e.jsonl" 1 labels)
     echo "  $bin $*: eval before step 1 $e ($el labels) | step 1 $l ($ll labels)"
@@ -118,7 +120,7 @@ for bin in stage3 stage5; do
         rm -f "$tmp/p$P.jsonl"
         $T ./$bin --local-ranks $P --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 1 $HP \
             --eval-data "$tmp/randm.tok" --eval-windows 3 --log "$tmp/p$P.jsonl" > "$tmp/p.log" 2>&1
-        ok "$bin P=$P --eval-windows 3 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/p.log"
+        ok "$bin P=$P --eval-windows 3 runs" "[ $? -eq 0 ]" || show "$tmp/p.log"
     done
     a=$(evalf "$tmp/p1.jsonl" 0 eval_loss); b=$(evalf "$tmp/p4.jsonl" 0 eval_loss)
     la=$(evalf "$tmp/p1.jsonl" 0 eval_labels); lb=$(evalf "$tmp/p4.jsonl" 0 eval_labels)
@@ -131,7 +133,7 @@ for P in 1 2; do
     rm -f "$tmp/m$P.jsonl"
     $T ./stage5 --local-ranks $P --model "$gm" --data "$tmp/moe.tok" --seq 80 --steps 1 $HP --eval-data "$tmp/moe.tok" \
         --eval-windows 3 --log "$tmp/m$P.jsonl" > "$tmp/p.log" 2>&1
-    ok "stage5 MoE P=$P --eval-data runs" "[ $? -eq 0 ]" || tail -5 "$tmp/p.log"
+    ok "stage5 MoE P=$P --eval-data runs" "[ $? -eq 0 ]" || show "$tmp/p.log"
 done
 # Top-2 routing is discontinuous: where a token's 2nd and 3rd router logits are within bf16 noise,
 # P = 1 and P = 2 (ring attention's different block order) may pick different experts for it, and
@@ -144,7 +146,7 @@ ok "stage5 MoE: eval at P=2 within 1e-3 of P=1" "relle '$b' '$a' 1e-3"
 rm -f "$tmp/w.jsonl"
 $T ./stage2 --local-ranks 2 --model "$g" --data "$tmp/randm.tok" --seq 128 --steps 1 $HP --eval-data "$tmp/randm.tok" \
     --eval-windows 3 --log "$tmp/w.jsonl" > "$tmp/w.log" 2>&1
-ok "stage2 P=2 --eval-windows 3 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/w.log"
+ok "stage2 P=2 --eval-windows 3 runs" "[ $? -eq 0 ]" || show "$tmp/w.log"
 ok "stage2 P=2 --eval-windows 3 evaluates 2 passes of 2 windows (got $(evalf "$tmp/w.jsonl" 0 eval_windows))" \
     "[ '$(evalf "$tmp/w.jsonl" 0 eval_windows)' = 4 ]"
 
@@ -164,9 +166,9 @@ for run in "1e-5 stage1 $GS" "1e-5 stage2 --local-ranks 2 $GS" "1e-5 stage3 --lo
     case "$bin $*" in *0.6B*) ev=data/books.tok ;; stage2*) ev=$tmp/randm.tok ;; esac
     rm -f "$tmp/n.jsonl" "$tmp/y.jsonl"
     $T ./$bin "$@" --steps 4 $HP --log "$tmp/n.jsonl" > "$tmp/n.log" 2>&1
-    ok "$bin $*: the run without evaluation runs" "[ $? -eq 0 ]" || tail -5 "$tmp/n.log"
+    ok "$bin $*: the run without evaluation runs" "[ $? -eq 0 ]" || show "$tmp/n.log"
     $T ./$bin "$@" --steps 4 $HP --log "$tmp/y.jsonl" --eval-data "$ev" --eval-every 2 --eval-windows 1 > "$tmp/y.log" 2>&1
-    ok "$bin $* --eval-every 2 runs" "[ $? -eq 0 ]" || tail -5 "$tmp/y.log"
+    ok "$bin $* --eval-every 2 runs" "[ $? -eq 0 ]" || show "$tmp/y.log"
     grep -E '^eval|^step +2 ' "$tmp/y.log" | sed 's/^/  /'
     n=$(grep -c eval_loss "$tmp/y.jsonl")
     ok "$bin: evaluations after steps 0, 2, 4 (got $n)" "[ '$n' = 3 ] && [ -n '$(evalf "$tmp/y.jsonl" 2 eval_loss)' ]"
