@@ -28,6 +28,7 @@ def main():
     ids, _ = read_token_file(a.books)
     cut = len(ids) * 9 // 10
     for path, lo, hi, cap in ((a.train, 0, cut, a.max_examples), (a.eval, cut, len(ids), 2000)):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         n = 0
         with open(path, "w") as f:
             for at in range(lo, hi - a.tokens, a.tokens):

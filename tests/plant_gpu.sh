@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# A planted bug must fail its GPU test: stage 2 built with the 1/P after the reduce-scatter dropped
-# (every gradient doubled at P = 2) is checked against the reference as make test-gpu checks it;
-# check_stage must FAIL on the norm ratio (the cosine alone cannot see a constant factor).
+# A planted bug must fail its GPU test: stage 2 built with its reduce-scatter averaging the ranks'
+# gradients (1/P) where it must sum them (each rank's loss is already divided by the whole step's
+# label count: every gradient halved at P = 2) is checked against the reference as make test-gpu
+# checks it; check_stage must FAIL on the norm ratio (the cosine alone cannot see a constant factor).
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p build/plant
-sed 's|su->shard, 1.f / (float)M->P,|su->shard, 1.f,|' stage2_fsdp.c > build/plant/stage2_planted.c
+sed 's|su->shard, 1.f,|su->shard, 1.f / (float)M->P,|' stage2_fsdp.c > build/plant/stage2_planted.c
 cmp -s stage2_fsdp.c build/plant/stage2_planted.c && { echo "FAIL the plant did not apply"; exit 1; }
 link=$(make -s -n -B build/stage2 | tail -1)   # the stage's own compile-and-link line, on the planted copy
 eval "${link/-o build\/stage2 stage2_fsdp.c/-I. -o build/plant/stage2_planted build/plant/stage2_planted.c}" || exit 1
