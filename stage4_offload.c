@@ -1066,8 +1066,9 @@ static void data_open(Data *d, const Model *M, const char *path) {
     d->epoch = -1;
     /* ---- stage 2: FSDP ---- */
     /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
-     * copies must be the same, or the ranks would divide by different counts */
-    if (!comm_same_i64(M->comm, d->tf.count, M->gpu.stream) || !comm_same_i64(M->comm, d->tf.counted, M->gpu.stream))
+     * copies' weights must be the same, or the ranks would divide by different counts and skip
+     * different steps (different collectives) */
+    if (!comm_same_i64(M->comm, tokens_digest(&d->tf), M->gpu.stream))
         DIE("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", path,
             (long long)d->tf.count, (long long)d->tf.counted);
     /* ---- end stage 2 ---- */

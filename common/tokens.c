@@ -186,3 +186,19 @@ int64_t loader_skipped_before(const Loader *ld, int64_t steps) {
     for (int64_t s = 0; s < steps; s++) n += loader_counted_job(ld, s) == 0;
     return n;
 }
+
+int64_t tokens_digest(const TokenFile *tf) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)tf->count;
+    const int64_t n = tf->weights ? tf->count : 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* a word at a time: a large file's weights in about a second */
+        uint64_t w;
+        memcpy(&w, tf->weights + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ tf->weights[i]) * 0x100000001b3ull;
+    h ^= (uint64_t)tf->counted * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 31;
+    return (int64_t)(h >> 12); /* 52 bits: exact through comm_min_i64's doubles */
+}

@@ -63,5 +63,8 @@ int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen)
 /* of the first `steps` steps, those with no label that counts (skipped, no update): a resumed run
  * counts AdamW's updates as the uninterrupted one did */
 int64_t loader_skipped_before(const Loader *ld, int64_t steps);
+/* a 52-bit digest of what decides a step's denominator and its skip: the token count, the labels
+ * that count and every weight. Ranks compare it, since each reads its own copy of the file. */
+int64_t tokens_digest(const TokenFile *tf);
 
 #endif

@@ -517,6 +517,18 @@ static void test_tokens(void) {
             if (step == 1) printf("  loader_counted_job step 1, 3 ranks: %lld labels\n", (long long)want);
         }
         EXPECT(same, "every rank counts the step's labels over all 3 ranks' windows (5 steps, across an epoch)");
+        /* the ranks' agreement digest: equal for the same file, not for one weight moved (same counts) */
+        const int64_t d0 = tokens_digest(&tf);
+        int moved = -1;
+        for (int i = 0; i + 1 < 100 && moved < 0; i++) if (tf.weights[i] != tf.weights[i + 1]) moved = i;
+        uint8_t t = tf.weights[moved];
+        tf.weights[moved] = tf.weights[moved + 1];
+        tf.weights[moved + 1] = t;
+        const int64_t d1 = tokens_digest(&tf);
+        tf.weights[moved + 1] = tf.weights[moved];
+        tf.weights[moved] = t; /* swapped back */
+        EXPECT(d0 == tokens_digest(&tf) && d0 != d1 && d0 >= 0 && d0 < (1ll << 52),
+               "tokens_digest: the same file the same, 52 bits, changed by two weights swapped (counts unchanged)");
         tokens_close(&tf);
     }
     EXPECT(truncate(path, 24 + 4 * 100 + 50) == 0, "truncate");
