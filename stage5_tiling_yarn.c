@@ -107,8 +107,6 @@
  * (max_position_embeddings says 40960) */
 #define QWEN3_ORIGINAL_CONTEXT 32768
 #define QWEN3_CONTEXT 40960
-/* --keep-attn not given: as many layers as the host holds when O is offloaded, else none */
-#define KEEP_AUTO (-2)
 /* ---- end stage 5 ---- */
 
 static const char *SUMMARY =
@@ -131,7 +129,7 @@ typedef struct {
     const char *schedule;    /* cosine | constant */
     double wd, beta1, beta2, eps, clip;
     int64_t loss_chunk;      /* rows of logits at a time */
-    int64_t keep_attn;       /* stage 4: layers whose O and LSE are kept (-1: as many as fit) */
+    const char *keep_attn;   /* stage 4: the layers whose O and LSE are kept, and where (choose_kept) */
     int64_t layers;          /* 0: all */
     int64_t seed;
     const char *save;        /* HF directory + trainer state */
@@ -167,7 +165,7 @@ static Opts parse_opts(int argc, char **argv) {
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4,
               .ranks = {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}},
-              .merge = "fp32", .offload = "all", .keep_attn = KEEP_AUTO /* stage 5: every lever on */, .moe_gemm = "loop"};
+              .merge = "fp32", .offload = "all", .keep_attn = "auto" /* stage 5: every lever on */, .moe_gemm = "loop"};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
@@ -183,7 +181,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon"},
         {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)"},
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time"},
-        {"--keep-attn", OPT_OPTINT, &o.keep_attn, "keep attention O and LSE of N layers (alone: as many as fit; default: as many as the host holds when O is offloaded, else 0): no attention recompute"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or auto, as many layers as fit, on the GPU first, then on the host (--offload attn); N: N layers placed so; gpu:N,host:M: that split"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)"},
         {"--seed", OPT_INT, &o.seed, "random init seed"},
         {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
@@ -283,9 +281,9 @@ typedef struct {        /* one tensor per layer in pinned host memory, used on t
 
 typedef struct {        /* kept from forward to backward */
     bf16_t *x;          /* [L+1, S, D] layer inputs (checkpoints); x[L] feeds the final norm */
-    bf16_t *o;          /* [kept, S, Hq*hd] attention outputs (--keep-attn only) */
-    float *lse;         /* [kept, Hq, S] their log-sum-exp (--keep-attn only) */
-    Offloaded hx, ho, hlse; /* stage 4: the same on the host: x[0..L-1], O and LSE of kept layers */
+    bf16_t *o;          /* [kept, S, Hq*hd] attention outputs (--keep-attn only; stage 4: kept_gpu layers) */
+    float *lse;         /* [kept, Hq, S] their log-sum-exp (--keep-attn only; stage 4: kept_gpu layers) */
+    Offloaded hx, ho, hlse; /* stage 4: the same on the host: x[0..L-1], O and LSE of the layers kept there */
 } Saved;
 
 /* stage 5: G head groups of Hg = Hq/G query heads reading Kg = Hkv/G K/V heads; Qg = Hg*hd, KVg = Kg*hd;
@@ -391,7 +389,8 @@ typedef struct {
     BlockTimer blocks;              /* stage 3: rehearsal: one layer's ring blocks timed */
     /* ---- stage 4: offload ---- */
     struct { int ckpt, attn, states; } off; /* --offload */
-    int64_t kept;                   /* layers whose attention O and LSE are kept */
+    int64_t kept;                   /* layers [0, kept) keep their attention O and LSE: */
+    int64_t kept_gpu;               /* [0, kept_gpu) on the GPU, [kept_gpu, kept) on the host */
     int threads;                    /* host threads of this rank (AdamW, casts) */
     cudaStream_t copy_st;           /* checkpoints and kept attention go down and up here */
     char (*progress)[64];           /* [2L] "forward layer l/L" lines (on a terminal) */
@@ -446,19 +445,20 @@ static void carve(Model *M) {
     p->tail_g = arena_take(&A[A_GRADS], F32(ET), "tail grads");
     /* ---- end stage 2 ---- */
     /* ---- stage 4: offload ---- */
-    const int64_t N = M->kept;
+    const int64_t NG = M->kept_gpu, NH = M->kept - M->kept_gpu; /* kept on the GPU, on the host */
     if (H) {
         p->w_stage = arena_take(&A[A_WEIGHTS], BF(sl->max_unit / sl->P), "bf16 shard staging");
         p->g_stage = arena_take(&A[A_GRADS], F32(sl->max_unit / sl->P), "gradient shard staging");
     }
     if (M->off.ckpt) offloaded(&M->sv.hx, &A[A_H_CKPT], &A[A_CKPT], L, BF(S * D));
     else M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
-    if (N && M->off.attn) {
-        offloaded(&M->sv.ho, &A[A_H_KEPT], &A[A_KEPT], N, BF(S * Q));
-        offloaded(&M->sv.hlse, &A[A_H_KEPT], &A[A_KEPT], N, F32(c->heads * S));
-    } else if (N) {
-        M->sv.o = arena_take(&A[A_KEPT], BF(N * S * Q), "kept O");
-        M->sv.lse = arena_take(&A[A_KEPT], F32(N * c->heads * S), "kept LSE");
+    if (NG) {
+        M->sv.o = arena_take(&A[A_KEPT], BF(NG * S * Q), "kept O");
+        M->sv.lse = arena_take(&A[A_KEPT], F32(NG * c->heads * S), "kept LSE");
+    }
+    if (NH) {
+        offloaded(&M->sv.ho, &A[A_H_KEPT], &A[A_KEPT], NH, BF(S * Q));
+        offloaded(&M->sv.hlse, &A[A_H_KEPT], &A[A_KEPT], NH, F32(c->heads * S));
     }
     /* ---- end stage 4 ---- */
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
@@ -507,7 +507,7 @@ static void carve(Model *M) {
     /* ---- end stage 5 ---- */
     w->rstd_q = arena_take(W, F32(S * M->hg), "rstd_q");
     w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
-    if (N < L) { /* stage 4: layers beyond the kept ones compute O here */
+    if (M->kept < L) { /* stage 4: layers beyond the kept ones compute O here */
         w->o = w->o_own = arena_take(W, BF(S * Q), "o");
         w->lse = w->lse_own = arena_take(W, F32(c->heads * S), "lse");
     }
@@ -666,28 +666,84 @@ static double host_budget(const Model *M) { /* bytes per node: --host-gib, or wh
     return M->o.host_gib > 0 ? M->o.host_gib * (1 << 30) : (double)host_available_bytes();
 }
 
-/* --keep-attn without N: as many layers as the host holds (all of them when O stays on the GPU),
- * leaving a tenth of the host to the system */
+/* Kept attention O and LSE spare the backward one attention forward per layer. Where they go:
+ * --keep-attn alone (or auto) keeps as many layers as fit, first on the GPU, where they cost no
+ * copies, as many as its spare memory holds (--gpu-gib, or what is free, above the plan), then on
+ * the host (--offload attn), as many as it holds leaving a tenth to the system; the rest
+ * recompute. N keeps N layers placed the same way; gpu:N,host:M forces the split. */
+static int64_t kept_bytes(const Model *M) { /* one layer's O and LSE */
+    return BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S);
+}
+/* "gpu:N,host:M" (either part may go) -> 1 with the counts; 0 for any other word */
+static int parse_split(const char *s, int64_t *gpu, int64_t *host) {
+    *gpu = *host = 0;
+    if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) return 0;
+    char w[128];
+    snprintf(w, sizeof w, "%s", s);
+    for (char *t = strtok(w, ","); t; t = strtok(NULL, ",")) {
+        int64_t *n = !strncmp(t, "gpu:", 4) ? gpu : !strncmp(t, "host:", 5) ? host : NULL;
+        if (!n || cli_parse_int(strchr(t, ':') + 1, n) || *n < 0)
+            DIE("--keep-attn %s: \"%s\" is not gpu:N or host:M", s, t);
+    }
+    return 1;
+}
+static int64_t at_most(int64_t a, int64_t b) { return a < b ? a : b; }
 static void choose_kept(Model *M) {
+    const Opts *o = &M->o;
+    const char *k = o->keep_attn;
     const int64_t L = M->c.layers;
-    if (M->o.keep_attn == KEEP_AUTO) M->o.keep_attn = M->off.attn ? -1 : 0; /* stage 5: the default */
-    M->kept = M->o.keep_attn < 0 ? L : M->o.keep_attn < L ? M->o.keep_attn : L;
-    if (M->o.keep_attn >= 0 || !M->off.attn) return;
-    M->kept = 0;
-    MemPlan mp = plan_memory(M);
-    const double per_layer = (double)BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S),
-                 room = 0.9 * host_budget(M) / ranks_per_node(&M->o.ranks) - (double)memplan_host(&mp);
-    M->kept = room <= 0 ? 0 : (int64_t)(room / per_layer) < L ? (int64_t)(room / per_layer) : L;
+    int64_t want = L, gpu, host;
+    M->kept = M->kept_gpu = 0;
+    if (!k) return;
+    if (parse_split(k, &gpu, &host)) {
+        if (host && !M->off.attn) DIE("--keep-attn %s: layers on the host need --offload attn (or all)", k);
+        M->kept_gpu = at_most(gpu, L);
+        M->kept = M->kept_gpu + at_most(host, L - M->kept_gpu);
+        return;
+    }
+    const int counted = *k && strcmp(k, "auto"); /* N: keep N layers whether or not the plan fits */
+    if (counted && (cli_parse_int(k, &want) || want < 0)) DIE("--keep-attn %s: not a count, auto, or gpu:N,host:M", k);
+    want = at_most(want, L);
+    if (!want) return;
+    const MemPlan mp = plan_memory(M); /* with nothing kept */
+    const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */
+                 gpu_room = (double)gpu_plan_bytes(o->gpu_gib, o->dry_run) / share - (double)memplan_peak(&mp),
+                 host_room = 0.9 * host_budget(M) / ranks_per_node(&o->ranks) - (double)memplan_host(&mp);
+    const int64_t g = gpu_room > 0 ? at_most((int64_t)(gpu_room / per), L) : 0; /* layers the GPU holds */
+    if (want <= g || !M->off.attn) { /* all on the GPU */
+        M->kept = M->kept_gpu = counted ? want : at_most(want, g);
+        return;
+    }
+    /* some on the host: their two GPU slots take two layers' room */
+    const int64_t g2 = g > 2 ? g - 2 : 0, room = host_room > 0 ? at_most((int64_t)(host_room / per), L) : 0,
+                  h = counted ? want - g2 : at_most(want - g2, room);
+    M->kept_gpu = g2 + h > g ? g2 : g;
+    M->kept = g2 + h > g ? g2 + h : g;
 }
 /* Every rank must keep the same layers: backward re-runs the ring's forward (its send/recvs) for
  * the others, so two nodes that chose from their own free memory would pair different messages
- * and hang. The fewest any rank chose holds everywhere; its plan only shrinks. */
+ * and hang. The fewest any rank chose, on the GPU and on the host, holds everywhere; its plan only
+ * shrinks. */
 static void agree_kept(Model *M) {
-    const int64_t k = comm_min_i64(M->comm, M->kept, M->gpu.stream);
-    if (k == M->kept) return;
-    if (rank_prints()) printf("keeping %lld layers' attention (not %lld): another node holds fewer\n", (long long)k, (long long)M->kept);
-    M->kept = k;
+    const int64_t g = comm_min_i64(M->comm, M->kept_gpu, M->gpu.stream),
+                  h = comm_min_i64(M->comm, M->kept - M->kept_gpu, M->gpu.stream);
+    if (g == M->kept_gpu && g + h == M->kept) return;
+    if (rank_prints())
+        printf("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds "
+               "fewer\n", (long long)g, (long long)h, (long long)M->kept_gpu, (long long)(M->kept - M->kept_gpu));
+    M->kept_gpu = g, M->kept = g + h;
     plan_memory(M); /* the arenas of the fewer kept layers */
+}
+/* the plan's line: where the kept layers sit and the attention forwards they spare (at the rate
+ * cuDNN's forward reaches in the ring's blocks on an H200, bench/sdpa_rate.c) */
+#define ATTN_FWD_TFLOPS 600.0
+static void kept_report(const Model *M) {
+    const int64_t L = M->c.layers;
+    const double tflop = 2.0 * (double)M->o.seq * (double)M->o.seq * (double)(M->c.heads * M->c.head_dim) / M->P / 1e12;
+    printf("attention kept: %lld layers on the GPU, %lld on the host, %lld recompute; keeping spares %lld attention "
+           "forwards of %.1f TFLOP per rank, ~%.1f s a step at %.0f TFLOP/s\n", (long long)M->kept_gpu,
+           (long long)(M->kept - M->kept_gpu), (long long)(L - M->kept), (long long)M->kept, tflop,
+           (double)M->kept * tflop / ATTN_FWD_TFLOPS, ATTN_FWD_TFLOPS);
 }
 /* ---- end stage 4 ---- */
 
@@ -923,6 +979,8 @@ static void offloaded_events(Offloaded *t) {
         for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&e[k][i], cudaEventDisableTiming));
 }
 static int kept(const Model *M, int64_t l) { return l < M->kept; }
+static int on_host(const Model *M, int64_t l) { return kept(M, l) && l >= M->kept_gpu; }
+static int64_t host_ix(const Model *M, int64_t l) { return l - M->kept_gpu; } /* among those on the host */
 
 /* a terminal line per layer, printed when the GPU gets there (a step at 1M tokens takes minutes) */
 static void CUDART_CB show_progress(void *line) {
@@ -947,9 +1005,10 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     cudaStream_t st = M->gpu.stream;
     /* ---- stage 4: offload ---- */
-    if (kept(M, l) && M->off.attn) {
-        w->o = slot(&M->sv.ho, l);
-        w->lse = slot(&M->sv.hlse, l);
+    const int64_t h = host_ix(M, l);
+    if (on_host(M, l)) {
+        w->o = slot(&M->sv.ho, h);
+        w->lse = slot(&M->sv.hlse, h);
     } else if (kept(M, l)) {
         w->o = M->sv.o + l * S * Q;
         w->lse = M->sv.lse + l * c->heads * S;
@@ -957,10 +1016,10 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
         w->o = w->o_own;
         w->lse = w->lse_own;
     }
-    const int down = run_attn && kept(M, l) && M->off.attn; /* forward: the kept O goes to the host */
+    const int down = run_attn && on_host(M, l); /* forward: the kept O goes to the host */
     if (down) {
-        will_write(M, &M->sv.ho, l);
-        will_write(M, &M->sv.hlse, l);
+        will_write(M, &M->sv.ho, h);
+        will_write(M, &M->sv.hlse, h);
     }
     /* ---- end stage 4 ---- */
     mark(st, K_ELEM);
@@ -981,8 +1040,8 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     }
     /* ---- end stage 5 ---- */
     if (down) { /* stage 4 */
-        copy_down(M, &M->sv.ho, l);
-        copy_down(M, &M->sv.hlse, l);
+        copy_down(M, &M->sv.ho, h);
+        copy_down(M, &M->sv.hlse, h);
     }
     mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
@@ -1185,23 +1244,24 @@ static void backward(Model *M) {
     /* ---- stage 2: FSDP ---- */
     const int64_t last = M->p.shards.nunits - 1;
     fetch(M, M->c.layers); /* the last layer */
-    const int64_t L = M->c.layers, N = M->kept; /* stage 4 */
+    const int64_t L = M->c.layers, NH = M->kept - M->kept_gpu; /* stage 4: layers kept on the host */
     if (M->off.ckpt) done_with(M, &M->sv.hx, L); /* stage 4: x_L has fed the loss */
     for (int64_t l = M->c.layers - 1; l >= 0; l--) {
         if (l > 0) fetch(M, l); /* layer l-1, gathered while layer l runs */
         /* ---- stage 4: offload ---- */
-        /* layer l-1's input (and kept O) come up while layer l runs; the forward's last two of each
-         * are still in their slots (x_{L-1}; O of layers N-2, N-1) */
+        /* layer l-1's input (and O kept on the host) come up while layer l runs; the forward's last
+         * two of each are still in their slots (x_{L-1}; O of the last two on the host, h = NH-2, NH-1) */
         progress(M, 1, l);
         if (M->off.ckpt && l > 0) copy_up(M, &M->sv.hx, l - 1);
         if (M->off.ckpt && l < L - 1) await_up(M, &M->sv.hx, l);
-        if (M->off.attn && l > 0 && l - 1 <= N - 3) {
-            copy_up(M, &M->sv.ho, l - 1);
-            copy_up(M, &M->sv.hlse, l - 1);
+        const int64_t h = host_ix(M, l);
+        if (h > 0 && h - 1 <= NH - 3) {
+            copy_up(M, &M->sv.ho, h - 1);
+            copy_up(M, &M->sv.hlse, h - 1);
         }
-        if (M->off.attn && l <= N - 3) {
-            await_up(M, &M->sv.ho, l);
-            await_up(M, &M->sv.hlse, l);
+        if (h >= 0 && h <= NH - 3) {
+            await_up(M, &M->sv.ho, h);
+            await_up(M, &M->sv.hlse, h);
         }
         /* ---- end stage 4 ---- */
         await_unit(M, 1 + l);
@@ -1209,9 +1269,9 @@ static void backward(Model *M) {
         layer_backward(M, l);
         /* ---- stage 4: offload ---- */
         if (M->off.ckpt) done_with(M, &M->sv.hx, l);
-        if (M->off.attn && kept(M, l)) {
-            done_with(M, &M->sv.ho, l);
-            done_with(M, &M->sv.hlse, l);
+        if (on_host(M, l)) {
+            done_with(M, &M->sv.ho, h);
+            done_with(M, &M->sv.hlse, h);
         }
         /* ---- end stage 4 ---- */
         release(M, 1 + l);
@@ -1561,6 +1621,7 @@ static int job_fits(const Model *M, const char *model, int64_t seq, int64_t gpus
     Model *m = xcalloc(1, sizeof *m);
     m->o = M->o;
     m->o.model = model, m->o.seq = seq, m->o.layers = layers, m->o.dry_run = 1, m->o.resume = NULL;
+    m->o.gpu_gib = gpu_cap / (1 << 30); /* kept attention fills the GPU the job would have */
     m->o.ranks.gpus = gpus, m->o.ranks.rehearse = rehearse, m->o.ranks.nnodes = 1, m->o.ranks.local_ranks = 0;
     m->P = (int)gpus;
     load_config(m);
@@ -1655,9 +1716,9 @@ int main(int argc, char **argv) {
     choose_kept(&M);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage 5, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, %lld layers' "
-             "attention kept, %lld head groups, MLP tiles of %lld%s%s%s", M.c.name, (long long)M.o.seq, M.P,
-             (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.groups, (long long)M.tile,
+    snprintf(title, sizeof title, "stage 5, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, attention "
+             "kept for %lld layers (%lld on the GPU), %lld head groups, MLP tiles of %lld%s%s%s", M.c.name, (long long)M.o.seq, M.P,
+             (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.kept_gpu, (long long)M.groups, (long long)M.tile,
              M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     /* ---- stage 4: offload: the host's plan, per node ---- */
     const double node_host = (double)memplan_host(&mp) * ranks_per_node(&M.o.ranks), budget = host_budget(&M);
@@ -1670,11 +1731,13 @@ int main(int argc, char **argv) {
     if (M.o.dry_run) {
         memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
         printf("%s", host_line); /* stage 4 */
+        kept_report(&M);         /* stage 4 */
         tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
         return 0;
     }
     memplan_print(&mp, stdout, title, 0);
     printf("%s", host_line); /* stage 4 */
+    kept_report(&M);         /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     refuse_unless_fits(&M, &mp, visible); /* stage 5 */
     /* ---- stage 2: FSDP ---- */

@@ -47,6 +47,10 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
             }
             continue;
         }
+        if (o->type == OPT_OPTSTR) { /* the next word is its value unless it is the next option */
+            *(const char **)o->dst = eq ? eq + 1 : i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "";
+            continue;
+        }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) { snprintf(err, errlen, "%s needs a value (see --help)", o->name); return -1; }
         if (o->type == OPT_STRING) { *(const char **)o->dst = v; continue; }
@@ -73,10 +77,11 @@ void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, 
         char def[96] = "";
         if (o->type == OPT_INT) snprintf(def, sizeof def, " (default %lld)", (long long)*(int64_t *)o->dst);
         else if (o->type == OPT_DOUBLE) snprintf(def, sizeof def, " (default %g)", *(double *)o->dst);
-        else if (o->type == OPT_STRING && *(const char **)o->dst)
+        else if ((o->type == OPT_STRING || o->type == OPT_OPTSTR) && *(const char **)o->dst)
             snprintf(def, sizeof def, " (default %s)", *(const char **)o->dst);
         const char *arg = o->type == OPT_INT      ? " N"
                           : o->type == OPT_OPTINT ? " [N]"
+                          : o->type == OPT_OPTSTR ? " [S]"
                           : o->type == OPT_DOUBLE ? " X"
                           : o->type == OPT_STRING ? " S"
                                                   : "";

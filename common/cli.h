@@ -8,13 +8,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* OPT_OPTINT: a flag that may take an integer (int64_t*): alone it sets -1, "--flag N" sets N */
-typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG, OPT_OPTINT } OptType;
+/* OPT_OPTINT: a flag that may take an integer (int64_t*): alone it sets -1, "--flag N" sets N.
+ * OPT_OPTSTR: a flag that may take a word (const char**): alone it sets "", "--flag W" sets W
+ * unless W starts with '-' (the next option). */
+typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG, OPT_OPTINT, OPT_OPTSTR } OptType;
 
 typedef struct {
     const char *name;   /* "--seq" */
     OptType type;
-    void *dst;          /* int64_t*, double*, const char**, int*, int64_t* */
+    void *dst;          /* int64_t*, double*, const char**, int*, int64_t*, const char** */
     const char *help;   /* one line; the default is printed from *dst */
 } Opt;
 

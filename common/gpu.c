@@ -30,6 +30,18 @@ int64_t gpu_free_bytes(double cap_gib) {
     return cap > 0 && cap < (int64_t)free_b ? cap : (int64_t)free_b;
 }
 
+int64_t gpu_plan_bytes(double cap_gib, int plan_only) {
+    const int64_t G = 1 << 30, cap = cap_gib > 0 ? (int64_t)(cap_gib * G) : (int64_t)(139.8 * G);
+    size_t free_b = 0, total_b = 0;
+    if (plan_only) return cap;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) { /* no GPU here: plan for the cap */
+        (void)cudaGetLastError();
+        return cap;
+    }
+    /* planned against what is free: a GiB less, as free memory moves (other processes, the allocator) */
+    return cap_gib > 0 && cap < (int64_t)free_b - G ? cap : (int64_t)free_b - G;
+}
+
 int64_t gpu_used_bytes(void) {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

@@ -98,7 +98,7 @@ done
 
 echo "== the evaluation before step 1, on the training file, is step 1's loss bit for bit"
 # each: the stage, its flags, then K (--eval-windows: the windows of step 1, P of them for stage 2)
-for run in "stage1 1" "stage2 --local-ranks 2 2" "stage3 --local-ranks 4 1" "stage4 --local-ranks 2 --offload all --keep-attn 1 1" \
+for run in "stage1 1" "stage2 --local-ranks 2 2" "stage3 --local-ranks 4 1" "stage4 --local-ranks 2 --offload all --keep-attn host:1 1" \
     "stage5 --local-ranks 4 --mlp-tile 7 1"; do
     set -- $run
     bin=$1; shift
@@ -159,7 +159,7 @@ SL="--model 0.6B --layers 4 --seq 1024 --data data/books.tok"
 GS="--model $g --seq 128 --data $tmp/randm.tok"
 for run in "1e-5 stage1 $GS" "1e-5 stage2 --local-ranks 2 $GS" "1e-5 stage3 --local-ranks 2 --keep-attn $GS" \
     "1e-5 stage4 --local-ranks 2 --offload all $GS" "1e-5 stage5 --local-ranks 2 $GS" \
-    "1e-3 stage4 --local-ranks 2 --offload all --keep-attn $SL" "1e-3 stage3 --local-ranks 2 --keep-attn $SL"; do
+    "1e-3 stage4 --local-ranks 2 --offload all --keep-attn host:4 $SL" "1e-3 stage3 --local-ranks 2 --keep-attn $SL"; do
     set -- $run
     tol=$1; bin=$2; shift 2
     ev=$tmp/masked.tok # one window; stage 2 needs P of them

@@ -9,6 +9,7 @@
 # case; QUICK=2 also the stage-2 cases, stage 3's bf16 merges and its 16K slice (a re-check after
 # changes outside stages 2-3); SKIP_KILL=1 leaves out tests/kill_save_gpu.sh (SIGKILL mid-save, ~2 minutes);
 # SKIP_MASK=1 leaves out tests/mask_eval_gpu.sh (loss masks and --eval-data, stage 2's masked windows);
+# SKIP_KEEP=1 leaves out tests/keep_gpu.sh (kept attention on the GPU, on the host, recomputed);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
 # transformers), for a device call after the rest ran; SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
 # the two fits one device command); CASE_TIMEOUT (s, default 300) bounds each multi-rank run.
@@ -211,6 +212,9 @@ fi
 
 if [ -x ./stage5 ] && [ -z "${SKIP_STAGE5:-}" ]; then
     bash tests/stage5_gpu.sh 2>&1 | tee "$tmp/s5.txt"; count "$tmp/s5.txt" "stage 5"
+fi
+if [ -x ./stage5 ] && [ -z "${SKIP_KEEP:-}" ]; then
+    bash tests/keep_gpu.sh 2>&1 | tee "$tmp/k.txt"; count "$tmp/k.txt" "kept attention's placement"
 fi
 if [ -x ./stage5 ] && [ -z "${SKIP_MASK:-}" ]; then
     echo "== loss masks and evaluation (tests/mask_eval_gpu.sh)"

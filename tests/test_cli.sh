@@ -71,7 +71,8 @@ for s in stage[1-5]_*.c; do
     ok "$bin --dry-run 0.6B 128K exits 0" "[ $rc -eq 0 ]"
     ok "$bin --dry-run prints the plan" "grep -q 'total (peak)' <<< \"\$out\" && grep -q 'checkpoints' <<< \"\$out\""
     echo "$out" | sed 's/^/  /'
-    out=$($bin --model 0.6B --seq 1M --keep-attn --dry-run 2>&1)
+    keep=--keep-attn; grep -q OPT_OPTSTR "$s" && keep="--keep-attn gpu:28" # stages 4-5: alone it keeps what fits
+    out=$($bin --model 0.6B --seq 1M $keep --dry-run 2>&1)
     ok "$bin --dry-run says when a plan does not fit" "grep -q 'DOES NOT FIT' <<< \"\$out\""
 done
 # stage 5: the headline's defaults, its refusal without a GPU, YaRN from the sequence, tiling's bounds
@@ -82,13 +83,35 @@ if [ -x ./stage5 ]; then
     ok "./stage5 --seq 1M without a GPU stops, names what is short and the command that plans it" \
        "[ $rc -ne 0 ] && grep -q 'GPUs: the job needs 8 on this node, 0 visible' <<< \"\$out\" && grep -q -- '--dry-run' <<< \"\$out\""
     echo "$out" | sed -n '/cannot run/,$p' | sed 's/^/  /'
-    out=$(./stage5 --gpus 8 --seq 1M --dry-run 2>&1)
+    out=$(./stage5 --gpus 8 --seq 1M --keep-attn 0 --dry-run 2>&1)
     peak=$(sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p' <<< "$out")
-    ok "Qwen3-32B at 1M on 8 GPUs plans within 40 GiB per GPU (got $peak)" "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 40)}'"
-    out=$(./stage5 --gpus 8 --seq 2M --host-gib 2048 --dry-run 2>&1)
+    ok "Qwen3-32B at 1M on 8 GPUs, attention recomputed, plans within 40 GiB per GPU (got $peak)" "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 40)}'"
+    out=$(./stage5 --gpus 8 --seq 2M --gpu-gib 74.5 --host-gib 2048 --dry-run 2>&1)
     peak=$(sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p' <<< "$out")
-    ok "Qwen3-32B at 2M on 8 GPUs plans within 80 GiB per GPU (got $peak) and 2 TiB of host" \
-       "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 80)}' && grep -q 'of 2048.0 GiB (--host-gib): fits' <<< \"\$out\""
+    ok "Qwen3-32B at 2M on 8 GPUs plans within 80 GB (74.5 GiB) per GPU (got $peak) and 2 TiB of host" \
+       "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 74.5)}' && grep -q 'of 2048.0 GiB (--host-gib): fits' <<< \"\$out\""
+    # kept attention's placement: 32B at 1M, 80 GB GPUs, a 2 TiB node, NCCL without NVLS (as on the
+    # H200 here): per rank a layer's O and LSE are 2.03 GiB; the GPU's room above the plan holds 20,
+    # or 18 beside the two slots of the 40 layers the host holds (0.9 x 2048 GiB less the states and
+    # checkpoints, over 8 ranks)
+    J="--gpus 8 --seq 1M --gpu-gib 74.5 --host-gib 2048 --dry-run"
+    out=$(NCCL_NVLS_ENABLE=0 ./stage5 $J 2>&1)
+    peak=$(sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p' <<< "$out")
+    ok "32B at 1M, 80 GB GPUs and 2 TiB: 18 layers' attention on the GPU, 40 on the host, 6 recompute, within 74.5 GiB ($peak)" \
+       "grep -q 'attention kept: 18 layers on the GPU, 40 on the host, 6 recompute' <<< \"\$out\" && awk -v p='$peak' 'BEGIN{exit !(p > 70 && p <= 74.5)}'"
+    grep "attention kept:" <<< "$out" | sed 's/^/  /'
+    out=$(NCCL_NVLS_ENABLE=0 ./stage5 $J --keep-attn 20 2>&1)
+    ok "--keep-attn 20: all on the GPU (no slots needed)" "grep -q 'attention kept: 20 layers on the GPU, 0 on the host, 44 recompute' <<< \"\$out\""
+    out=$(NCCL_NVLS_ENABLE=0 ./stage5 $J --keep-attn 21 2>&1)
+    ok "--keep-attn 21: 18 on the GPU beside the host's slots, 3 on the host" "grep -q 'attention kept: 18 layers on the GPU, 3 on the host, 43 recompute' <<< \"\$out\""
+    out=$(./stage5 --gpus 8 --seq 1M --keep-attn gpu:2,host:70 --dry-run 2>&1)
+    ok "--keep-attn gpu:2,host:70 forces 2 and the other 62" "grep -q 'attention kept: 2 layers on the GPU, 62 on the host, 0 recompute' <<< \"\$out\""
+    for bad in "bogus:not a count" "gpu:x:is not gpu:N" "host:-1:is not gpu:N" "gpu:1,disk:2:is not gpu:N"; do
+        out=$(./stage5 --gpus 8 --seq 1M --keep-attn "${bad%:*}" --dry-run 2>&1); rc=$?
+        ok "stage5 refuses --keep-attn ${bad%:*}" "[ $rc -ne 0 ] && grep -q -- '${bad##*:}' <<< \"\$out\""
+    done
+    out=$(./stage5 --gpus 8 --seq 1M --offload ckpt --keep-attn host:3 --dry-run 2>&1); rc=$?
+    ok "stage5 refuses layers on the host without --offload attn" "[ $rc -ne 0 ] && grep -q 'need --offload attn' <<< \"\$out\""
     out=$(./stage5 --model 0.6B --seq 16K --dry-run 2>&1)
     ok "stage5 at 16K: no YaRN (below 32768)" "! grep -q YaRN <<< \"\$out\""
     out=$(./stage5 --model 0.6B --seq 128K --yarn-factor 1 --dry-run 2>&1)
@@ -101,8 +124,8 @@ if [ -x ./stage5 ]; then
         tests/golden/untied_gqa4_s100/config.json > "$long/config.json"
     out=$(./stage5 --model "$long" --seq 128K --dry-run 2>&1); rm -rf "$long"
     ok "stage5 leaves RoPE alone for a model trained on 262144 positions at 128K" "grep -q '^model' <<< \"\$out\" && ! grep -q YaRN <<< \"\$out\""
-    out=$(./stage5 --gpus 8 --offload ckpt,states --dry-run 2>&1)
-    ok "stage5's default keeps no attention outputs when they would stay on the GPU" "grep -q \"0 layers' attention kept\" <<< \"\$out\""
+    out=$(./stage5 --gpus 8 --offload ckpt,states --gpu-gib 40 --dry-run 2>&1)
+    ok "stage5's default keeps on the GPU only what fits when O is not offloaded" "grep -q 'attention kept: 2 layers on the GPU, 0 on the host, 62 recompute' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --rehearse 0 --layers 4 2>&1)
     ok "stage5 without a GPU: a rehearsal's advice plans the rehearsal" "grep -q -- '--gpus 8 --nnodes 1 --rehearse 0 --layers 4 --dry-run' <<< \"\$out\""
     out=$(./stage5 --model 0.6B --seq 128K --dry-run 2>&1)

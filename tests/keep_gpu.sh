@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tests/keep_gpu.sh -- where kept attention lives (stages 4 and 5, --keep-attn). A layer's O and
+# LSE kept on the GPU, kept on the host (copied down in the forward, up in the backward) or not kept
+# (the backward recomputes the ring's attention forward) must give the same step:
+#   - 4 layers of Qwen3-0.6B at 4,096 tokens on 2 local ranks, every kind of placement (all on the
+#     GPU, all on the host, mixed, some recomputed, one layer on the host: one slot) against stage 3
+#     with every layer's O kept on the GPU: the loss bit for bit (the forward has no atomics), every
+#     gradient within stage 3's own run-to-run band (tests/run_gpu.sh, SAME);
+#   - the memory each placement measures (cudaMemGetInfo after the step) against its plan, within 5%;
+#   - auto under a GPU cap that holds only some layers: the split it prints is the split it runs.
+# Prints "N passed, M failed". Run by tests/run_gpu.sh (SKIP_KEEP=1 leaves it out); ~2 minutes.
+set -u
+cd "$(dirname "$0")/.."
+T="timeout ${CASE_TIMEOUT:-300}"
+. tests/lib.sh
+tmp=$(mktemp -d)
+HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
+SAME="0.9999 0 2e-3"
+A="--model 0.6B --local-ranks 2 --layers 4 --seq 4096 --steps 1 $HP"
+
+echo "== kept on the GPU, on the host, recomputed: the same step as stage 3 with every layer kept on the GPU"
+./stage3 $A --keep-attn --dump-grads "$tmp/ref" > "$tmp/s3.log" 2>&1
+ok "stage3 reference runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
+for stage in stage4 stage5; do
+    for keep in gpu:4 host:4 gpu:1,host:3 gpu:2,host:1 host:1 gpu:1 0 auto; do
+        $T ./$stage $A --offload all --keep-attn $keep --dump-grads "$tmp/g" > "$tmp/r.log" 2>&1
+        ok "$stage --keep-attn $keep runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/r.log"; continue; }
+        ng=${keep#gpu:}; ng=${ng%%,*}; case $keep in gpu:*) ;; *) ng=0 ;; esac
+        nh=${keep#*host:}; case $keep in *host:*) ;; *) nh=0 ;; esac
+        [ "$keep" = auto ] && ng=4 nh=0 # an H200 holds the 4 layers' 128 MiB on the GPU
+        grep -E "^attention kept:" "$tmp/r.log" | sed 's/^/  /'
+        ok "$stage --keep-attn $keep plans $ng on the GPU and $nh on the host" \
+            "grep -q 'attention kept: $ng layers on the GPU, $nh on the host' $tmp/r.log"
+        ./build/check_stage same "$tmp/ref" "$tmp/g" $SAME 2>&1 | tail -3 > "$tmp/c.txt"; cat "$tmp/c.txt"
+        count "$tmp/c.txt" "$stage --keep-attn $keep vs stage 3"
+    done
+done
+
+echo "== measured GPU memory against the plan (0.6B, 8 layers, 131,072 tokens, one rank): within 5%"
+for stage in stage4 stage5; do
+    for keep in gpu:8 host:8 gpu:4,host:2 0; do
+        $T ./$stage --model 0.6B --layers 8 --seq 131072 --steps 1 --offload all --keep-attn $keep > "$tmp/m.log" 2>&1
+        ok "$stage 128K --keep-attn $keep runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/m.log"; continue; }
+        line=$(grep -E "^step +1 " "$tmp/m.log" | grep -oE "mem [0-9.]+ GiB \(plan [0-9.]+\)")
+        used=$(echo "$line" | awk '{print $2}'); plan=$(echo "$line" | awk '{print $5}' | tr -d ')')
+        echo "  $stage --keep-attn $keep: $line"
+        ok "$stage --keep-attn $keep measures $used GiB, plan $plan GiB: within 5%" \
+            "awk -v u='$used' -v p='$plan' 'BEGIN { exit !(u > 0 && p > 0 && (u - p) / p <= 0.05 && (p - u) / p <= 0.05) }'"
+    done
+done
+
+echo "== auto under a cap that holds some layers: the split it prints is the split it runs"
+# the cap: the plan with nothing kept, plus room for 3.5 layers' O and LSE (128 MiB + 256 KiB each
+# at 4,096 tokens on one rank, 16 heads of 128): 3 fit alone, or 1 beside the host's two slots
+for stage in stage4 stage5; do
+    base=$(./$stage --model 0.6B --layers 4 --seq 4096 --offload all --keep-attn 0 --dry-run | grep -E "^  total \(peak\)" | awk '{print $3}')
+    cap=$(awk -v b="$base" 'BEGIN { printf "%.4f", b + 3.5 * (4096 * 2048 * 2 + 16 * 4096 * 4) / 2^30 }')
+    $T ./$stage --model 0.6B --layers 4 --seq 4096 --steps 1 $HP --offload all --keep-attn --gpu-gib "$cap" --dump-grads "$tmp/g" \
+        > "$tmp/a.log" 2>&1
+    ok "$stage --keep-attn --gpu-gib $cap runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/a.log"; continue; }
+    grep -E "^attention kept:" "$tmp/a.log" | sed 's/^/  /'
+    ok "$stage auto under $cap GiB: 1 layer on the GPU, 3 on the host" \
+        "grep -q 'attention kept: 1 layers on the GPU, 3 on the host, 0 recompute' $tmp/a.log"
+done
+
+rm -rf "$tmp"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
