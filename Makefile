@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_ranks $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/offload
+all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_ranks $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/offload $(B)/sdpa_rate
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -102,6 +102,8 @@ $(B)/ring_blocks: $(B)/bench/ring_blocks.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 $(B)/offload: $(B)/bench/offload.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+$(B)/sdpa_rate: $(B)/bench/sdpa_rate.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -ldl -lstdc++
 $(B)/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<

@@ -627,8 +627,9 @@ static void agree_kept(Model *M) {
     M->kept_gpu = g, M->kept = g + h;
     plan_memory(M); /* the arenas of the fewer kept layers */
 }
-/* the plan's line: where the kept layers sit and the attention forwards they spare (at the rate
- * cuDNN's forward reaches in the ring's blocks on an H200, bench/sdpa_rate.c) */
+/* the plan's line: where the kept layers sit and the attention forwards they spare, at the rate
+ * cuDNN's forward keeps up in the ring's blocks on an H200, back to back (572-622 TFLOP/s at 32B
+ * 1M: build/sdpa_rate; one call after an idle gap runs faster, until the power cap slows the clock) */
 #define ATTN_FWD_TFLOPS 600.0
 static void kept_report(const Model *M) {
     const int64_t L = M->c.layers;

@@ -44,7 +44,7 @@ s5_moe) two stage5 s5_moe 1 2 $J8 --model 30B-A3B --keep-attn 0 --gpu-gib 80 ;;
 s5_32b_kgpu) two stage5 s5_32b_kgpu 1 2 $J8 --model 32B --keep-attn gpu:2 --gpu-gib 74.5 ;;
 s5_32b_khost) two stage5 s5_32b_khost 1 2 $J8 --model 32B --keep-attn host:2 --gpu-gib 74.5 ;;
 s5_32b_rec) two stage5 s5_32b_rec 1 2 $J8 --model 32B --keep-attn 0 --gpu-gib 74.5 ;;
-s5_32b_place) run stage5 s5_32b_place 18 $J8 --model 32B --keep-attn gpu:17,host:1 --gpu-gib 74.5 ;; # the 64-layer job's GPU memory
+s5_32b_place) run stage5 s5_32b_place 20 $J8 --model 32B --keep-attn gpu:18,host:1 --gpu-gib 74.5 ;; # the 64-layer job's GPU memory (18 on the GPU, slots, one recompute)
 s5_06b_4m_kgpu) two stage5 s5_06b_4m_kgpu 1 2 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn gpu:2 --gpu-gib 74.5 --data "$O/rand.tok" ;;
 s5_06b_4m_khost) two stage5 s5_06b_4m_khost 1 2 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn host:2 --gpu-gib 74.5 --data "$O/rand.tok" ;;
 s5_moe_keep) two stage5 s5_moe_keep 1 2 $J8 --model 30B-A3B --keep-attn --gpu-gib 80 ;;
