@@ -8,6 +8,9 @@
 # the plan cache prints ("built in"); the per-layer difference of two depths cancels them.
 set -u
 cd "$(dirname "$0")/.."
+# the plans count NCCL's buffers; the project's GPUs run NCCL without NVLS (its 2.25 GiB row), as
+# the device machines are set up -- a call that lost the setting planned 2.25 GiB more
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 O=${OUT:-bench_out}; mkdir -p "$O"
 STEPS=${STEPS:-1}
 run() { # stage, case name, depth, args...
