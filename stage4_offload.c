@@ -581,6 +581,9 @@ static int parse_split(const char *s, int64_t *gpu, int64_t *host) {
     return 1;
 }
 static int64_t at_most(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t layers_in(double room, double per, int64_t L) { /* whole layers of `per` bytes in `room` */
+    return room <= 0 ? 0 : room / per >= (double)L ? L : (int64_t)(room / per);
+}
 static void choose_kept(Model *M) {
     const Opts *o = &M->o;
     const char *k = o->keep_attn;
@@ -600,15 +603,16 @@ static void choose_kept(Model *M) {
     if (!want) return;
     const MemPlan mp = plan_memory(M); /* with nothing kept */
     const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */
-                 gpu_room = (double)gpu_plan_bytes(o->gpu_gib, o->dry_run) / share - (double)memplan_peak(&mp),
+                 gpu_room = (double)gpu_plan_bytes(o->gpu_gib, o->dry_run, ranks_here(&o->ranks)) / share -
+                            (double)memplan_peak(&mp),
                  host_room = 0.9 * host_budget(M) / ranks_per_node(&o->ranks) - (double)memplan_host(&mp);
-    const int64_t g = gpu_room > 0 ? at_most((int64_t)(gpu_room / per), L) : 0; /* layers the GPU holds */
-    if (want <= g || !M->off.attn) { /* all on the GPU */
+    const int64_t g = layers_in(gpu_room, per, L); /* layers the GPU holds */
+    if (want <= g || !M->off.attn || (g < 2 && !counted)) { /* all on the GPU (no room for the host's slots) */
         M->kept = M->kept_gpu = counted ? want : at_most(want, g);
         return;
     }
     /* some on the host: their two GPU slots take two layers' room */
-    const int64_t g2 = g > 2 ? g - 2 : 0, room = host_room > 0 ? at_most((int64_t)(host_room / per), L) : 0,
+    const int64_t g2 = g > 2 ? g - 2 : 0, room = layers_in(host_room, per, L),
                   h = counted ? want - g2 : at_most(want - g2, room);
     M->kept_gpu = g2 + h > g ? g2 : g;
     M->kept = g2 + h > g ? g2 + h : g;

@@ -1,6 +1,7 @@
 /* gpu.c -- device setup and helpers. */
 #include "gpu.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,16 +31,25 @@ int64_t gpu_free_bytes(double cap_gib) {
     return cap > 0 && cap < (int64_t)free_b ? cap : (int64_t)free_b;
 }
 
-int64_t gpu_plan_bytes(double cap_gib, int plan_only) {
-    const int64_t G = 1 << 30, cap = cap_gib > 0 ? (int64_t)(cap_gib * G) : (int64_t)(139.8 * G);
-    size_t free_b = 0, total_b = 0;
-    if (plan_only) return cap;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) { /* no GPU here: plan for the cap */
-        (void)cudaGetLastError();
+int64_t gpu_plan_bytes(double cap_gib, int plan_only, int ngpus) {
+    const double G = 1 << 30, want = cap_gib > 0 ? (cap_gib < 1e9 ? cap_gib : 1e9) * G : 139.8 * G; /* no overflow */
+    const int64_t cap = (int64_t)want;
+    int n = 0, cur = 0;
+    if (plan_only || cudaGetDeviceCount(&n) != cudaSuccess || n < 1 || cudaGetDevice(&cur) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no GPU here: plan for the cap */
         return cap;
     }
+    int64_t least = INT64_MAX;
+    for (int d = 0; d < (ngpus < n ? ngpus : n); d++) { /* the busiest of them decides */
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaSetDevice(d));
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        if ((int64_t)free_b < least) least = (int64_t)free_b;
+    }
+    CUDA_CHECK(cudaSetDevice(cur));
     /* planned against what is free: a GiB less, as free memory moves (other processes, the allocator) */
-    return cap_gib > 0 && cap < (int64_t)free_b - G ? cap : (int64_t)free_b - G;
+    least -= (int64_t)G;
+    return cap_gib > 0 && cap < least ? cap : least;
 }
 
 int64_t gpu_used_bytes(void) {

@@ -20,9 +20,10 @@ typedef struct {
 void gpu_init(Gpu *g, int device);
 /* free bytes on the device now, no more than cap_gib when that is > 0 */
 int64_t gpu_free_bytes(double cap_gib);
-/* bytes a plan may fill per GPU: cap_gib when > 0 (no more than is free on a GPU here, less a GiB),
- * else the free memory less a GiB; with plan_only set, or no GPU visible, cap_gib or an H200's 139.8 GiB */
-int64_t gpu_plan_bytes(double cap_gib, int plan_only);
+/* bytes a plan may fill on each of this process's first ngpus GPUs: cap_gib when > 0 (no more than
+ * the least free on them, less a GiB), else that least free memory less a GiB; with plan_only set,
+ * or no GPU visible, cap_gib or an H200's 139.8 GiB */
+int64_t gpu_plan_bytes(double cap_gib, int plan_only, int ngpus);
 /* bytes in use on the device right now (cudaMemGetInfo), CUDA context included */
 int64_t gpu_used_bytes(void);
 void *gpu_malloc(int64_t bytes, const char *what);

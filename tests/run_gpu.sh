@@ -186,7 +186,8 @@ if [ -x ./stage4 ] && early; then
         ./stage3 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn --dump-grads "$tmp/s3.l4" > "$tmp/s3.log" 2>&1
         ok "stage3 0.6B 4 layers P=$P runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s3.log"
         for off in all ckpt attn states none; do
-            $T ./stage4 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn --offload $off \
+            keep=; case $off in all | attn) keep=gpu:1,host:3 ;; esac # O through the host's slots and prefetch
+            $T ./stage4 --local-ranks $P --layers 4 --seq 4096 --steps 1 $HP --keep-attn $keep --offload $off \
                 --dump-grads "$tmp/s4.l4" > "$tmp/s4.log" 2>&1
             ok "stage4 0.6B 4 layers P=$P --offload $off runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"
             ./build/check_stage same "$tmp/s3.l4" "$tmp/s4.l4" $SAME 2>&1 | tail -3 > "$tmp/c.txt"; cat "$tmp/c.txt"

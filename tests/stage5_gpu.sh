@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stage 5's GPU tests (run by tests/run_gpu.sh, or alone: bash tests/stage5_gpu.sh), on an H100/H200.
 # Tiling changes only the order of sums, so stage 5 is held to stage 4 on the same tokens:
-#   - the golden configs (the YaRN one included) at P = 1, 2, 4 local ranks, plain and --keep-attn,
+#   - the golden configs (the YaRN one included) at P = 1, 2, 4 local ranks, plain, --keep-attn and one layer's O on the host,
 #     with MLP tiles of 7 rows (uneven: the last tile is short) and one head group per K/V head;
 #   - 2 layers of Qwen3-0.6B at 16K tokens, MLP tiles of 3000 rows, 8 head groups, P = 1 and 2;
 # each: loss within 1e-4 relative, every gradient's cosine >= 0.9999 and norm ratio within 1e-3
@@ -41,7 +41,7 @@ for g in tests/golden/*/; do
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
     for P in 1 2 4; do
         [ $((S % (2 * P))) -eq 0 ] || continue
-        for keep in "" "--keep-attn"; do
+        for keep in "" "--keep-attn" "--keep-attn gpu:1,host:1"; do # auto keeps all on the GPU; the last: host slots too
             A="--local-ranks $P $keep --model $g --data $tmp/$name.tok --seq $S --steps 1 --loss-chunk 7 $HP"
             $T ./stage4 $A --dump-grads "$tmp/s4.grads" > "$tmp/s4.log" 2>&1
             ok "stage4 $name P=$P $keep runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"

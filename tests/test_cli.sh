@@ -106,10 +106,19 @@ if [ -x ./stage5 ]; then
     ok "--keep-attn 21: 18 on the GPU beside the host's slots, 3 on the host" "grep -q 'attention kept: 18 layers on the GPU, 3 on the host, 43 recompute' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --seq 1M --keep-attn gpu:2,host:70 --dry-run 2>&1)
     ok "--keep-attn gpu:2,host:70 forces 2 and the other 62" "grep -q 'attention kept: 2 layers on the GPU, 62 on the host, 0 recompute' <<< \"\$out\""
-    for bad in "bogus:not a count" "gpu:x:is not gpu:N" "host:-1:is not gpu:N" "gpu:1,disk:2:is not gpu:N"; do
-        out=$(./stage5 --gpus 8 --seq 1M --keep-attn "${bad%:*}" --dry-run 2>&1); rc=$?
-        ok "stage5 refuses --keep-attn ${bad%:*}" "[ $rc -ne 0 ] && grep -q -- '${bad##*:}' <<< \"\$out\""
+    for bad in "bogus|not a count" "gpu:x|\"gpu:x\" is not gpu:N" "host:-1|\"host:-1\" is not gpu:N" \
+               "gpu:1,disk:2|\"disk:2\" is not gpu:N"; do
+        out=$(./stage5 --gpus 8 --seq 1M --keep-attn "${bad%%|*}" --dry-run 2>&1); rc=$?
+        ok "stage5 refuses --keep-attn ${bad%%|*} (${bad#*|})" "[ $rc -ne 0 ] && grep -qF -- '${bad#*|}' <<< \"\$out\""
     done
+    # auto where the GPU holds less than the host's two slots: the rest recompute (a host layer would not fit)
+    one=$(./stage5 --model 0.6B --layers 4 --seq 4096 --keep-attn 0 --dry-run | sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p')
+    cap=$(awk -v b="$one" 'BEGIN { printf "%.4f", b + 1.5 * (4096 * 2048 * 2 + 16 * 4096 * 4) / 2^30 }')
+    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --keep-attn --gpu-gib "$cap" --dry-run 2>&1)
+    ok "auto with room for 1.5 layers keeps 1 on the GPU and none on the host" \
+       "grep -q 'attention kept: 1 layers on the GPU, 0 on the host, 3 recompute' <<< \"\$out\" && grep -q 'on the device: fits' <<< \"\$out\""
+    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --keep-attn --gpu-gib 1e10 --host-gib 1e12 --dry-run 2>&1)
+    ok "auto under a huge --gpu-gib keeps every layer on the GPU" "grep -q 'attention kept: 4 layers on the GPU, 0 on the host' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --seq 1M --offload ckpt --keep-attn host:3 --dry-run 2>&1); rc=$?
     ok "stage5 refuses layers on the host without --offload attn" "[ $rc -ne 0 ] && grep -q 'need --offload attn' <<< \"\$out\""
     out=$(./stage5 --model 0.6B --seq 16K --dry-run 2>&1)
