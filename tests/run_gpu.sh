@@ -10,6 +10,7 @@
 # changes outside stages 2-3); SKIP_KILL=1 leaves out tests/kill_save_gpu.sh (SIGKILL mid-save, ~2 minutes);
 # SKIP_MASK=1 leaves out tests/mask_eval_gpu.sh (loss masks and --eval-data, stage 2's masked windows);
 # SKIP_KEEP=1 leaves out tests/keep_gpu.sh (kept attention on the GPU, on the host, recomputed);
+# SKIP_LONG=1 leaves out tests/long_grad_gpu.sh (stage 5's gradients at 64K and 128K against fp32; ~2 minutes);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
 # transformers), for a device call after the rest ran; SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
 # the two fits one device command); CASE_TIMEOUT (s, default 300) bounds each multi-rank run.
@@ -216,6 +217,9 @@ if [ -x ./stage5 ] && [ -z "${SKIP_STAGE5:-}" ]; then
 fi
 if [ -x ./stage5 ] && [ -z "${SKIP_KEEP:-}" ]; then
     bash tests/keep_gpu.sh 2>&1 | tee "$tmp/k.txt"; count "$tmp/k.txt" "kept attention's placement"
+fi
+if [ -x ./stage5 ] && [ -z "${SKIP_LONG:-}" ] && python3 -c 'import torch, transformers' 2>/dev/null; then
+    bash tests/long_grad_gpu.sh "$tmp/long" 2>&1 | tee "$tmp/l.txt"; count "$tmp/l.txt" "gradients at 64K and 128K vs fp32"
 fi
 if [ -x ./stage5 ] && [ -z "${SKIP_MASK:-}" ]; then
     echo "== loss masks and evaluation (tests/mask_eval_gpu.sh)"
