@@ -52,10 +52,6 @@
 #include "common/train.h"
 #include "kernels/kernels.h"
 
-/* ---- stage 2: FSDP ---- */
-/* Every rank runs the same code; only one prints (rank 0; errors print from any rank). */
-#define printf(...) (rank_prints() ? printf(__VA_ARGS__) : 0)
-/* ---- end stage 2 ---- */
 
 static const char *SUMMARY =
     "Train a Qwen3 model on P GPUs with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
@@ -387,7 +383,7 @@ static void load_config(Model *M) {
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 0, err, sizeof err))
         DIE("%s", err);
     M->S = M->o.seq;
-    M->attn = (SdpaShape){M->c.heads, M->c.kv_heads, M->S, M->S, M->c.head_dim, 1, 0};
+    M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
         if (!M->o.dry_run) DIE("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
@@ -403,8 +399,9 @@ static void load_config(Model *M) {
 static StateIO state_io(Model *M) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int here = ranks_here(&M->o.ranks); /* stage 2: the ranks of this process share the cores */
-    return (StateIO){&M->c, &M->p.table, M->p.pieces, M->p.npieces, M->p.total, M->p.master, M->p.m, M->p.v,
-                     M->p.grad, M->rank, cores > here ? (int)(cores / here) : 1, M->comm, M->gpu.stream};
+    return (StateIO){.c = &M->c, .t = &M->p.table, .pieces = M->p.pieces, .npieces = M->p.npieces, .total = M->p.total,
+                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->rank,
+                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->comm, .st = M->gpu.stream};
 }
 
 /* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
@@ -704,17 +701,17 @@ static void data_open(Data *d, const Model *M, const char *path) {
         DIE("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", path,
             (long long)d->tf.count, (long long)d->tf.counted);
     /* ---- end stage 2 ---- */
-    printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
+    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
            (long long)d->ld.windows, (long long)M->S);
     if (d->tf.weights)
-        printf("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
+        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
 static void data_load(Data *d, Model *M, int64_t step) {
     const int64_t e = loader_window(&d->ld, step, d->host);
     if (e != d->epoch) {
-        if (d->epoch >= 0) printf("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
+        if (d->epoch >= 0) say("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
         d->epoch = e;
     }
     M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
@@ -806,7 +803,7 @@ static void train(Model *M, const MemPlan *mp) {
     cudaEvent_t ev0, ev1;
     CUDA_CHECK(cudaEventCreate(&ev0));
     CUDA_CHECK(cudaEventCreate(&ev1));
-    printf("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
+    say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
            M->P, (long long)M->S, flops / 1e12);
     /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
      * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
@@ -865,7 +862,7 @@ static void train(Model *M, const MemPlan *mp) {
         fflush(stdout);
         if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
     }
-    printf("done: %.1f s\n", now_s() - t_start);
+    say("done: %.1f s\n", now_s() - t_start);
     if (M->o.save) save_checkpoint(M, M->o.save, M->o.steps);
     if (log) fclose(log);
 }

@@ -80,10 +80,6 @@
 #include "common/zigzag.h"
 #include "kernels/kernels.h"
 
-/* ---- stage 2: FSDP ---- */
-/* Every rank runs the same code; only one prints (rank 0; errors print from any rank). */
-#define printf(...) (rank_prints() ? printf(__VA_ARGS__) : 0)
-/* ---- end stage 2 ---- */
 
 static const char *SUMMARY =
     "Train a Qwen3 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
@@ -511,7 +507,7 @@ static void load_config(Model *M) {
         DIE("%s", err);
     if (zigzag_check(M->o.seq, M->P, err, sizeof err)) DIE("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
-    M->attn = (SdpaShape){M->c.heads, M->c.kv_heads, M->S, M->S, M->c.head_dim, 1, 0};
+    M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
         if (!M->o.dry_run) DIE("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
@@ -527,8 +523,9 @@ static void load_config(Model *M) {
 static StateIO state_io(Model *M) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int here = ranks_here(&M->o.ranks); /* stage 2: the ranks of this process share the cores */
-    return (StateIO){&M->c, &M->p.table, M->p.pieces, M->p.npieces, M->p.total, M->p.master, M->p.m, M->p.v,
-                     M->p.grad, M->rank, cores > here ? (int)(cores / here) : 1, M->comm, M->gpu.stream};
+    return (StateIO){.c = &M->c, .t = &M->p.table, .pieces = M->p.pieces, .npieces = M->p.npieces, .total = M->p.total,
+                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->rank,
+                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->comm, .st = M->gpu.stream};
 }
 
 /* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
@@ -626,7 +623,7 @@ static void agree_kept(Model *M) {
                   h = comm_min_i64(M->comm, M->kept - M->kept_gpu, M->gpu.stream);
     if (g == M->kept_gpu && g + h == M->kept) return;
     if (rank_prints())
-        printf("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds "
+        say("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds "
                "fewer\n", (long long)g, (long long)h, (long long)M->kept_gpu, (long long)(M->kept - M->kept_gpu));
     M->kept_gpu = g, M->kept = g + h;
     plan_memory(M); /* the arenas of the fewer kept layers */
@@ -638,7 +635,7 @@ static void agree_kept(Model *M) {
 static void kept_report(const Model *M) {
     const int64_t L = M->c.layers;
     const double tflop = 2.0 * (double)M->o.seq * (double)M->o.seq * (double)(M->c.heads * M->c.head_dim) / M->P / 1e12;
-    printf("attention kept: %lld layers on the GPU, %lld on the host, %lld recompute; keeping spares %lld attention "
+    say("attention kept: %lld layers on the GPU, %lld on the host, %lld recompute; keeping spares %lld attention "
            "forwards of %.1f TFLOP per rank, ~%.1f s a step at %.0f TFLOP/s\n", (long long)M->kept_gpu,
            (long long)(M->kept - M->kept_gpu), (long long)(L - M->kept), (long long)M->kept, tflop,
            (double)M->kept * tflop / ATTN_FWD_TFLOPS, ATTN_FWD_TFLOPS);
@@ -1140,17 +1137,17 @@ static void data_open(Data *d, const Model *M, const char *path) {
         DIE("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", path,
             (long long)d->tf.count, (long long)d->tf.counted);
     /* ---- end stage 2 ---- */
-    printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
+    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
            (long long)d->ld.windows, (long long)M->o.seq);
     if (d->tf.weights)
-        printf("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
+        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
 static void data_load(Data *d, Model *M, int64_t step) {
     const int64_t e = loader_window(&d->ld, step, d->host);
     if (e != d->epoch) {
-        if (d->epoch >= 0) printf("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
+        if (d->epoch >= 0) say("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
         d->epoch = e;
     }
     M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
@@ -1255,7 +1252,7 @@ static void train(Model *M, const MemPlan *mp) {
     cudaEvent_t ev0, ev1;
     CUDA_CHECK(cudaEventCreate(&ev0));
     CUDA_CHECK(cudaEventCreate(&ev1));
-    printf("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
+    say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
            M->P, (long long)M->S, flops / 1e12);
     /* ---- stage 4: offload ---- */
     if (isatty(fileno(stdout)) && rank_prints()) {
@@ -1310,7 +1307,7 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        if (M->progress) printf("\r\033[K"); /* stage 4: the progress line gives way to the step line */
+        if (M->progress) say("\r\033[K"); /* stage 4: the progress line gives way to the step line */
         step_report(&(StepLog){.stage = 4, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
@@ -1327,7 +1324,7 @@ static void train(Model *M, const MemPlan *mp) {
         fflush(stdout);
         if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
     }
-    printf("done: %.1f s\n", now_s() - t_start);
+    say("done: %.1f s\n", now_s() - t_start);
     if (M->o.save) save_checkpoint(M, M->o.save, M->o.steps);
     if (log) fclose(log);
 }
@@ -1395,12 +1392,12 @@ int main(int argc, char **argv) {
     /* ---- end stage 4 ---- */
     if (M.o.dry_run) {
         memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
-        printf("%s", host_line); /* stage 4 */
+        say("%s", host_line); /* stage 4 */
         kept_report(&M);         /* stage 4 */
         return 0;
     }
     memplan_print(&mp, stdout, title, 0);
-    printf("%s", host_line); /* stage 4 */
+    say("%s", host_line); /* stage 4 */
     kept_report(&M);         /* stage 4 */
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */

@@ -97,10 +97,6 @@
 #include "common/zigzag.h"
 #include "kernels/kernels.h"
 
-/* ---- stage 2: FSDP ---- */
-/* Every rank runs the same code; only one prints (rank 0; errors print from any rank). */
-#define printf(...) (rank_prints() ? printf(__VA_ARGS__) : 0)
-/* ---- end stage 2 ---- */
 
 /* ---- stage 5: YaRN ---- */
 /* Qwen3's pretraining context: the model cards extend it with YaRN from 32768 positions
@@ -591,7 +587,7 @@ static void load_config(Model *M) {
     M->kg = M->c.kv_heads / M->groups;
     M->tile = M->S; /* until choose_tile() */
     /* ---- end stage 5 ---- */
-    M->attn = (SdpaShape){M->hg, M->kg, M->S, M->S, M->c.head_dim, 1, 0}; /* stage 5: one head group */
+    M->attn = (SdpaShape){.Hq = M->hg, .Hkv = M->kg, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1}; /* stage 5: one head group */
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
         if (!M->o.dry_run) DIE("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
@@ -607,8 +603,9 @@ static void load_config(Model *M) {
 static StateIO state_io(Model *M) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int here = ranks_here(&M->o.ranks); /* stage 2: the ranks of this process share the cores */
-    return (StateIO){&M->c, &M->p.table, M->p.pieces, M->p.npieces, M->p.total, M->p.master, M->p.m, M->p.v,
-                     M->p.grad, M->rank, cores > here ? (int)(cores / here) : 1, M->comm, M->gpu.stream};
+    return (StateIO){.c = &M->c, .t = &M->p.table, .pieces = M->p.pieces, .npieces = M->p.npieces, .total = M->p.total,
+                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->rank,
+                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->comm, .st = M->gpu.stream};
 }
 
 /* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
@@ -733,7 +730,7 @@ static void agree_kept(Model *M) {
                   h = comm_min_i64(M->comm, M->kept - M->kept_gpu, M->gpu.stream);
     if (g == M->kept_gpu && g + h == M->kept) return;
     if (rank_prints())
-        printf("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds "
+        say("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds "
                "fewer\n", (long long)g, (long long)h, (long long)M->kept_gpu, (long long)(M->kept - M->kept_gpu));
     M->kept_gpu = g, M->kept = g + h;
     plan_memory(M); /* the arenas of the fewer kept layers */
@@ -745,7 +742,7 @@ static void agree_kept(Model *M) {
 static void kept_report(const Model *M) {
     const int64_t L = M->c.layers;
     const double tflop = 2.0 * (double)M->o.seq * (double)M->o.seq * (double)(M->c.heads * M->c.head_dim) / M->P / 1e12;
-    printf("attention kept: %lld layers on the GPU, %lld on the host, %lld recompute; keeping spares %lld attention "
+    say("attention kept: %lld layers on the GPU, %lld on the host, %lld recompute; keeping spares %lld attention "
            "forwards of %.1f TFLOP per rank, ~%.1f s a step at %.0f TFLOP/s\n", (long long)M->kept_gpu,
            (long long)(M->kept - M->kept_gpu), (long long)(L - M->kept), (long long)M->kept, tflop,
            (double)M->kept * tflop / ATTN_FWD_TFLOPS, ATTN_FWD_TFLOPS);
@@ -1351,17 +1348,17 @@ static void data_open(Data *d, const Model *M, const char *path) {
         DIE("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", path,
             (long long)d->tf.count, (long long)d->tf.counted);
     /* ---- end stage 2 ---- */
-    printf("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
+    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
            (long long)d->ld.windows, (long long)M->o.seq);
     if (d->tf.weights)
-        printf("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
+        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
 static void data_load(Data *d, Model *M, int64_t step) {
     const int64_t e = loader_window(&d->ld, step, d->host);
     if (e != d->epoch) {
-        if (d->epoch >= 0) printf("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
+        if (d->epoch >= 0) say("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
         d->epoch = e;
     }
     M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
@@ -1468,7 +1465,7 @@ static void train(Model *M, const MemPlan *mp) {
     cudaEvent_t ev0, ev1;
     CUDA_CHECK(cudaEventCreate(&ev0));
     CUDA_CHECK(cudaEventCreate(&ev1));
-    printf("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
+    say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
            M->P, (long long)M->S, flops / 1e12);
     /* ---- stage 4: offload ---- */
     if (isatty(fileno(stdout)) && rank_prints()) {
@@ -1526,7 +1523,7 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* stage 5: + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        if (M->progress) printf("\r\033[K"); /* stage 4: the progress line gives way to the step line */
+        if (M->progress) say("\r\033[K"); /* stage 4: the progress line gives way to the step line */
         step_report(&(StepLog){.stage = 5, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
@@ -1541,11 +1538,11 @@ static void train(Model *M, const MemPlan *mp) {
         blocks_report(&M->blocks, 1e3 * comm_ring_hop_s(M->comm, kv_bytes), 1e3 * comm_ring_hop_s(M->comm, kv_bytes * acc / 2));
         prof_report(st);
         if (M->o.profile && M->c.experts && rank_prints()) /* stage 5: the ragged GEMMs' algorithm lookups */
-            printf("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
+            say("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
         fflush(stdout);
         if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
     }
-    printf("done: %.1f s\n", now_s() - t_start);
+    say("done: %.1f s\n", now_s() - t_start);
     if (M->o.save) save_checkpoint(M, M->o.save, M->o.steps);
     if (log) fclose(log);
 }
@@ -1598,10 +1595,10 @@ static void tiling_report(const Model *M, int64_t peak) {
     MemPlan mp = plan_memory(m);
     const int64_t untiled_mlp = memplan_peak(&mp);
     m->groups = 1, m->hg = m->c.heads, m->kg = m->c.kv_heads;
-    m->attn = (SdpaShape){m->hg, m->kg, m->S, m->S, m->c.head_dim, 1, 0};
+    m->attn = (SdpaShape){.Hq = m->hg, .Hkv = m->kg, .Sq = m->S, .Skv = m->S, .D = m->c.head_dim, .causal = 1};
     mp = plan_memory(m);
     const double gib = 1 << 30;
-    printf("tiling saves per GPU: MLP tiles of %lld rows %.1f GiB, %lld head groups %.1f GiB (untiled peak %.1f GiB)\n",
+    say("tiling saves per GPU: MLP tiles of %lld rows %.1f GiB, %lld head groups %.1f GiB (untiled peak %.1f GiB)\n",
            (long long)M->tile, (double)(untiled_mlp - peak) / gib, (long long)M->groups,
            (double)(memplan_peak(&mp) - untiled_mlp) / gib, (double)memplan_peak(&mp) / gib);
     free(m);
@@ -1657,8 +1654,8 @@ static void refuse_unless_fits(const Model *M, const MemPlan *mp, int visible) {
         snprintf(why[n++], sizeof why[0], "host memory: %.1f GiB pinned per node planned, %.1f GiB available",
                  host / gib, budget / gib);
     if (!n) return;
-    printf("this machine cannot run it -- short of\n");
-    for (int i = 0; i < n; i++) printf("  %s\n", why[i]);
+    say("this machine cannot run it -- short of\n");
+    for (int i = 0; i < n; i++) say("  %s\n", why[i]);
     const char *model = M->o.model;
     Qwen3Config full; /* the model's own depth: the rehearsal's --layers is chosen from it */
     char err[512];
@@ -1672,29 +1669,29 @@ static void refuse_unless_fits(const Model *M, const MemPlan *mp, int visible) {
         else if (r->local_ranks > 0) snprintf(job, sizeof job, "--local-ranks %lld", (long long)r->local_ranks);
         else snprintf(job, sizeof job, "--gpus %d", need);
         if (M->o.layers) snprintf(job + strlen(job), sizeof job - strlen(job), " --layers %lld", (long long)M->o.layers);
-        printf("nearest: the plan, without a GPU: %s --model %s --seq %lld %s --dry-run; on a machine with %d GPU(s) "
+        say("nearest: the plan, without a GPU: %s --model %s --seq %lld %s --dry-run; on a machine with %d GPU(s) "
                "of %.0f GiB free and %.0f GiB of host memory, the same command runs as it is\n", "./stage5", model,
                (long long)seq, job, need, ceil(peak / gib), ceil(host / gib));
         exit(1);
     }
-    printf("nearest commands that fit here:\n");
+    say("nearest commands that fit here:\n");
     const int64_t job = M->P > 1 ? M->P : HEADLINE_GPUS; /* rehearse the job, or the headline's 8 GPUs */
     for (int64_t l = L; l >= 1; l = l > 4 ? l / 2 : l - 1)
         if (job_fits(M, model, seq, job, 0, l, gpu, budget)) {
-            printf("  rehearse rank 0 of %lld GPUs: ./stage5 --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld\n",
+            say("  rehearse rank 0 of %lld GPUs: ./stage5 --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld\n",
                    (long long)job, model, (long long)seq, (long long)job, l < L ? " --layers " : "", l < L ? (long long)l : 0);
             break;
         }
     for (int64_t s = seq / 2; s >= 2 * gpus * 1024; s /= 2)
         if (job_fits(M, model, s, gpus, -1, 0, gpu, budget)) {
-            printf("  fewer tokens: ./stage5 --model %s --seq %lld --gpus %lld\n", model, (long long)s, (long long)gpus);
+            say("  fewer tokens: ./stage5 --model %s --seq %lld --gpus %lld\n", model, (long long)s, (long long)gpus);
             break;
         }
     const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
     int below = 0;
     for (int i = 0; i < 6; i++) {
         if (below && job_fits(M, smaller[i], seq, gpus, -1, 0, gpu, budget)) {
-            printf("  a smaller model: ./stage5 --model %s --seq %lld --gpus %lld\n", smaller[i], (long long)seq,
+            say("  a smaller model: ./stage5 --model %s --seq %lld --gpus %lld\n", smaller[i], (long long)seq,
                    (long long)gpus);
             break;
         }
@@ -1735,13 +1732,13 @@ int main(int argc, char **argv) {
     /* ---- end stage 4 ---- */
     if (M.o.dry_run) {
         memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
-        printf("%s", host_line); /* stage 4 */
+        say("%s", host_line); /* stage 4 */
         kept_report(&M);         /* stage 4 */
         tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
         return 0;
     }
     memplan_print(&mp, stdout, title, 0);
-    printf("%s", host_line); /* stage 4 */
+    say("%s", host_line); /* stage 4 */
     kept_report(&M);         /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     refuse_unless_fits(&M, &mp, visible); /* stage 5 */

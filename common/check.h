@@ -15,6 +15,9 @@ extern _Thread_local int longctx_rank;
 /* The rank that prints progress and reports (0; a rehearsal's one rank otherwise). */
 extern int longctx_print_rank;
 static inline int rank_prints(void) { return longctx_rank < 0 || longctx_rank == longctx_print_rank; }
+/* the trainers' stdout: every rank runs the same code and only the printing rank speaks (errors, on
+ * stderr, print from any rank) */
+#define say(...) (rank_prints() ? printf(__VA_ARGS__) : 0)
 
 /* The one way out on a fatal error, from any thread: the first caller runs the registered hooks
  * (abort every NCCL communicator of the process, so no other rank's kernels keep spinning; remove
