@@ -383,6 +383,15 @@ void rope_inv_freq(const Qwen3Config *c, double *inv_freq, double *attention_fac
     else if (c->yarn_mscale > 0 && c->yarn_mscale_all_dim > 0)
         *attention_factor = yarn_get_mscale(factor, c->yarn_mscale) / yarn_get_mscale(factor, c->yarn_mscale_all_dim);
     else *attention_factor = yarn_get_mscale(factor, 1.0);
+    /* YaRN (transformers v5's _compute_yarn_parameters). Frequency pair i turns r_i = L0 / lambda_i
+     * times over the original context L0, with wavelength lambda_i = 2 pi base^(2i/dim). Pairs that turn
+     * more than beta_fast times keep their frequency (extrapolated), pairs that turn fewer than
+     * beta_slow times are divided by the factor (interpolated), and a linear ramp blends between:
+     *   dim(r) = dim * ln(L0 / (2 pi r)) / (2 ln base)      the pair index that turns r times
+     *   low = dim(beta_fast), high = dim(beta_slow)         floor/ceil when truncate, clamped to [0, dim-1]
+     *   ramp_i = clamp((i - low) / (high - low), 0, 1)
+     *   inv_freq_i = (1 - ramp_i) inv_freq_i + ramp_i inv_freq_i / factor
+     * and the attention factor 0.1 ln(factor) + 1 scales cos and sin (mscale). */
     double low = dim * log(L0 / (c->yarn_beta_fast * 2 * M_PI)) / (2 * log(base));
     double high = dim * log(L0 / (c->yarn_beta_slow * 2 * M_PI)) / (2 * log(base));
     if (c->yarn_truncate) { low = floor(low); high = ceil(high); }
