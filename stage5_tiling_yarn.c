@@ -77,6 +77,7 @@
 #include <cublasLt.h>
 #include <cudnn.h>
 
+#include "common/advice.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
@@ -1586,7 +1587,6 @@ static void rank_main(const Rank *r, void *arg) {
 /* ---- end stage 2 ---- */
 
 /* ---- stage 5: the headline's check ---- */
-#define HEADLINE_GPUS 8
 /* what each tiling saves: the same job planned with the MLP in one tile, then attention in one group */
 static void tiling_report(const Model *M, int64_t peak) {
     Model *m = xcalloc(1, sizeof *m);
@@ -1603,18 +1603,11 @@ static void tiling_report(const Model *M, int64_t peak) {
            (double)(memplan_peak(&mp) - untiled_mlp) / gib, (double)memplan_peak(&mp) / gib);
     free(m);
 }
-static int gpus_visible(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
-/* plan another job as main plans this one: does it fit gpu_cap bytes per GPU and host_cap per node? */
-static int job_fits(const Model *M, const char *model, int64_t seq, int64_t gpus, int64_t rehearse, int64_t layers,
-                    double gpu_cap, double host_cap) {
+/* plan another job as main plans this one: does it fit gpu_cap bytes per GPU and host_cap per node?
+ * (common/advice.c asks, for the nearest commands; *tflop: its model TFLOP per rank and step) */
+static int job_fits(const void *ctx, const char *model, int64_t seq, int64_t gpus, int64_t rehearse, int64_t layers,
+                    double gpu_cap, double host_cap, double *tflop) {
+    const Model *M = ctx;
     Qwen3Config c;
     char err[512];
     if (config_load(model, &c, err, sizeof err) || zigzag_check(seq, (int)gpus, err, sizeof err)) return 0;
@@ -1633,72 +1626,11 @@ static int job_fits(const Model *M, const char *model, int64_t seq, int64_t gpus
     const MemPlan mp = plan_memory(m);
     const double host = (double)memplan_host(&mp) * (rehearse >= 0 ? 1 : (double)gpus);
     const int fits = (double)memplan_peak(&mp) <= gpu_cap && host <= host_cap;
+    *tflop = config_step_flops(&m->c, seq) / (double)gpus / 1e12;
     free(m);
     return fits;
 }
 
-/* Before anything is allocated: can this machine run the job (GPUs, each GPU's memory, the node's
- * host memory)? If not, say what is short and the nearest commands that fit, and stop. */
-static void refuse_unless_fits(const Model *M, const MemPlan *mp, int visible) {
-    const RankOpts *r = &M->o.ranks;
-    const int one_gpu = r->local_ranks > 0 || r->rehearse >= 0, need = one_gpu ? 1 : M->P / (int)r->nnodes;
-    const double gib = 1 << 30, share = r->local_ranks > 0 ? M->P : 1,
-                 gpu = visible ? (double)gpu_free_bytes(M->o.gpu_gib) : 0, peak = (double)memplan_peak(mp) * share,
-                 host = (double)memplan_host(mp) * (r->rehearse >= 0 ? 1 : ranks_per_node(r)), budget = host_budget(M);
-    char why[3][160];
-    int n = 0;
-    if (need > visible) snprintf(why[n++], sizeof why[0], "GPUs: the job needs %d on this node, %d visible", need, visible);
-    if (visible && peak > gpu)
-        snprintf(why[n++], sizeof why[0], "GPU memory: %.1f GiB per GPU planned, %.1f GiB free", peak / gib, gpu / gib);
-    if (host > budget)
-        snprintf(why[n++], sizeof why[0], "host memory: %.1f GiB pinned per node planned, %.1f GiB available",
-                 host / gib, budget / gib);
-    if (!n) return;
-    say("this machine cannot run it -- short of\n");
-    for (int i = 0; i < n; i++) say("  %s\n", why[i]);
-    const char *model = M->o.model;
-    Qwen3Config full; /* the model's own depth: the rehearsal's --layers is chosen from it */
-    char err[512];
-    if (config_load(model, &full, err, sizeof err)) full.layers = M->c.layers;
-    const int64_t seq = M->o.seq, L = full.layers, gpus = visible < need ? visible : need;
-    if (!visible) {
-        char job[96]; /* the job as asked: its --dry-run plans the same ranks */
-        if (r->rehearse >= 0)
-            snprintf(job, sizeof job, "--gpus %lld --nnodes %lld --rehearse %lld", (long long)r->gpus,
-                     (long long)r->nnodes, (long long)r->rehearse);
-        else if (r->local_ranks > 0) snprintf(job, sizeof job, "--local-ranks %lld", (long long)r->local_ranks);
-        else snprintf(job, sizeof job, "--gpus %d", need);
-        if (M->o.layers) snprintf(job + strlen(job), sizeof job - strlen(job), " --layers %lld", (long long)M->o.layers);
-        say("nearest: the plan, without a GPU: %s --model %s --seq %lld %s --dry-run; on a machine with %d GPU(s) "
-               "of %.0f GiB free and %.0f GiB of host memory, the same command runs as it is\n", "./stage5", model,
-               (long long)seq, job, need, ceil(peak / gib), ceil(host / gib));
-        exit(1);
-    }
-    say("nearest commands that fit here:\n");
-    const int64_t job = M->P > 1 ? M->P : HEADLINE_GPUS; /* rehearse the job, or the headline's 8 GPUs */
-    for (int64_t l = L; l >= 1; l = l > 4 ? l / 2 : l - 1)
-        if (job_fits(M, model, seq, job, 0, l, gpu, budget)) {
-            say("  rehearse rank 0 of %lld GPUs: ./stage5 --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld\n",
-                   (long long)job, model, (long long)seq, (long long)job, l < L ? " --layers " : "", l < L ? (long long)l : 0);
-            break;
-        }
-    for (int64_t s = seq / 2; s >= 2 * gpus * 1024; s /= 2)
-        if (job_fits(M, model, s, gpus, -1, 0, gpu, budget)) {
-            say("  fewer tokens: ./stage5 --model %s --seq %lld --gpus %lld\n", model, (long long)s, (long long)gpus);
-            break;
-        }
-    const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
-    int below = 0;
-    for (int i = 0; i < 6; i++) {
-        if (below && job_fits(M, smaller[i], seq, gpus, -1, 0, gpu, budget)) {
-            say("  a smaller model: ./stage5 --model %s --seq %lld --gpus %lld\n", smaller[i], (long long)seq,
-                   (long long)gpus);
-            break;
-        }
-        below = below || !strcmp(smaller[i], M->c.name);
-    }
-    exit(1);
-}
 /* ---- end stage 5 ---- */
 
 int main(int argc, char **argv) {
@@ -1741,7 +1673,9 @@ int main(int argc, char **argv) {
     say("%s", host_line); /* stage 4 */
     kept_report(&M);         /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
-    refuse_unless_fits(&M, &mp, visible); /* stage 5 */
+    advise_unless_fits(&(FitAsk){.fits = job_fits, .ctx = &M, .prog = "./stage5", .model = M.o.model, .name = M.c.name,
+                                 .seq = M.o.seq, .layers = M.o.layers, .depth = M.c.layers, .P = M.P, .ranks = &M.o.ranks,
+                                 .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M)}, &mp, visible); /* stage 5 */
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
     ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);
