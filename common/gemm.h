@@ -1,5 +1,5 @@
 /* gemm.h -- cuBLASLt matrix products in bf16 with fp32 accumulation, as the three products of a
- * linear layer y = x W^T (row-major x [S, I], W [O, I], y [S, O]):
+ * linear layer y = x W^T (row-major x [S, n_in], W [n_out, n_in], y [S, n_out]):
  *   linear_fwd  y  = x W^T        (+ beta y; y bf16 or fp32)
  *   linear_fwd_add  y = r + x W^T (residual add in the epilogue; y may not alias r)
  *   linear_dx   dx = dy W         (+ beta dx)
@@ -44,22 +44,22 @@ typedef struct {
 
 void gemm_init(Gemm *g, void *workspace, int64_t ws_bytes);
 void gemm_destroy(Gemm *g);
-void linear_fwd(Gemm *g, void *y, int y_f32, const bf16_t *x, const bf16_t *W, int64_t S, int64_t I, int64_t O,
+void linear_fwd(Gemm *g, void *y, int y_f32, const bf16_t *x, const bf16_t *W, int64_t S, int64_t n_in, int64_t n_out,
                 float beta, cudaStream_t st);
-void linear_fwd_add(Gemm *g, bf16_t *y, const bf16_t *resid, const bf16_t *x, const bf16_t *W, int64_t S, int64_t I,
-                    int64_t O, cudaStream_t st);
-void linear_dx(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, int64_t S, int64_t I, int64_t O, float beta,
+void linear_fwd_add(Gemm *g, bf16_t *y, const bf16_t *resid, const bf16_t *x, const bf16_t *W, int64_t S, int64_t n_in,
+                    int64_t n_out, cudaStream_t st);
+void linear_dx(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, int64_t S, int64_t n_in, int64_t n_out, float beta,
                cudaStream_t st);
-void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S, int64_t I, int64_t O, cudaStream_t st);
+void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S, int64_t n_in, int64_t n_out, cudaStream_t st);
 
 /* Grouped over E segments, r (host) [E+1] the segments' first rows and r_dev the same on the device,
- * W's segment e at W + e*O*I, ptrs device scratch of 3E pointers:
- *   linear_fwd_grouped  y[r_e.., O]  = x[r_e.., I] W_e^T
- *   linear_dx_grouped   dx[r_e.., I] = dy[r_e.., O] W_e (+ beta dx)
+ * W's segment e at W + e*n_out*n_in, ptrs device scratch of 3E pointers:
+ *   linear_fwd_grouped  y[r_e.., n_out]  = x[r_e.., n_in] W_e^T
+ *   linear_dx_grouped   dx[r_e.., n_in] = dy[r_e.., n_out] W_e (+ beta dx)
  * all bf16; empty segments skipped */
 void linear_fwd_grouped(Gemm *g, bf16_t *y, const bf16_t *x, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
-                        int64_t E, int64_t I, int64_t O, void **ptrs, cudaStream_t st);
+                        int64_t E, int64_t n_in, int64_t n_out, void **ptrs, cudaStream_t st);
 void linear_dx_grouped(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
-                       int64_t E, int64_t I, int64_t O, float beta, void **ptrs, cudaStream_t st);
+                       int64_t E, int64_t n_in, int64_t n_out, float beta, void **ptrs, cudaStream_t st);
 
 #endif
