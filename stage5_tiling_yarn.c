@@ -923,6 +923,7 @@ static void ring_backward(Model *M, int64_t l, int64_t g) {
         CUDA_CHECK(cudaMemcpyAsync(w->dkv_blk, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
     }
 }
+/* ---- end stage 3 ---- */
 
 /* ---- stage 5: head groups ---- */
 /* `cols` bf16 columns from rows of length src_ld to rows of length dst_ld (pointers at the first column) */
@@ -952,7 +953,6 @@ static void group_kv(Model *M, int64_t g) {
     copy_cols(w->kv_g + S * KVg, KVg, w->v + g * KVg, KV, KVg, S, M->gpu.stream);
 }
 /* ---- end stage 5 ---- */
-/* ---- end stage 3 ---- */
 
 /* ---- stage 4: offload ---- */
 /* An Offloaded tensor of layer l is used on the GPU in slot l % 2. Copies run on the copy stream and
