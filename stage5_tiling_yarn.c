@@ -875,6 +875,9 @@ static void ring_forward(Model *M, int64_t l, int64_t g) {
 
 /* the same blocks backward with the final O and LSE: dQ adds up here; each block's dK/dV joins the
  * running sum that travels with it, and after P passes every rank holds its own K/V's total.
+ * Why the final O and LSE, not each block's: a row's softmax spans every block, so a block's
+ * probabilities are exp(scores - LSE_final) and its dScores = P (dP - rowsum(dO * O_final)). Given
+ * the final ones, each block's backward is exactly its slice of the whole attention's backward.
  * Stage 5: head group g (w.q, w.kv_g, w.o_g, w.d_o_g); its dQ lands in w.d_o_g, dK and dV in w.dkv_blk */
 static void ring_backward(Model *M, int64_t l, int64_t g) {
     const Qwen3Config *c = &M->c;
@@ -1365,6 +1368,8 @@ static void data_load(Data *d, Model *M, int64_t step) {
     M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
     loader_weights(&d->ld, step, d->wt);
     /* ---- stage 3: ring attention ---- */
+    /* the sequence is split, not the data: every rank reads the same window and keeps the tokens of
+     * its two zigzag chunks (and the labels that follow them) */
     uint32_t *ids = d->host + M->o.seq + 1, *labels = ids + M->S;
     uint8_t *lw = d->wt + M->o.seq + 1;
     int64_t *pos = xmalloc((size_t)(8 * M->S));
