@@ -305,16 +305,16 @@ typedef struct {
 static void carve(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
-                  I = c->intermediate, V = c->vocab, T = M->p.total,
+                  I = c->intermediate, V = c->vocab, NP = M->p.total,
                   C = M->o.loss_chunk < S ? M->o.loss_chunk : S;
     Arena *A = M->arena;
     Params *p = &M->p;
     Work *w = &M->w;
-    p->w = arena_take(&A[A_WEIGHTS], BF(T), "weights");
-    p->grad = arena_take(&A[A_GRADS], F32(T), "grads");
-    p->master = arena_take(&A[A_OPTIM], F32(T), "master");
-    p->m = arena_take(&A[A_OPTIM], F32(T), "adam m");
-    p->v = arena_take(&A[A_OPTIM], F32(T), "adam v");
+    p->w = arena_take(&A[A_WEIGHTS], BF(NP), "weights");
+    p->grad = arena_take(&A[A_GRADS], F32(NP), "grads");
+    p->master = arena_take(&A[A_OPTIM], F32(NP), "master");
+    p->m = arena_take(&A[A_OPTIM], F32(NP), "adam m");
+    p->v = arena_take(&A[A_OPTIM], F32(NP), "adam v");
     /* ---- stage 2: FSDP ---- */
     const ShardLayout *sl = &p->shards;
     const int64_t E0 = P_UNITS(sl, 0), ET = P_UNITS(sl, sl->nunits - 1);

@@ -419,18 +419,18 @@ static void offloaded(Offloaded *t, Arena *host, Arena *gpu, int64_t n, int64_t 
 static void carve(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
-                  I = c->intermediate, V = c->vocab, T = M->p.total,
+                  I = c->intermediate, V = c->vocab, NP = M->p.total,
                   C = M->o.loss_chunk < S ? M->o.loss_chunk : S,
-                  Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim, R = M->tile; /* stage 5 */
+                  Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim, T = M->tile; /* stage 5 */
     Arena *A = M->arena;
     Params *p = &M->p;
     Work *w = &M->w;
     Arena *H = M->off.states ? &A[A_H_STATES] : NULL; /* stage 4: the shards live on the host */
-    p->w = arena_take(H ? H : &A[A_WEIGHTS], BF(T), "weights");
-    p->grad = arena_take(H ? H : &A[A_GRADS], F32(T), "grads");
-    p->master = arena_take(H ? H : &A[A_OPTIM], F32(T), "master");
-    p->m = arena_take(H ? H : &A[A_OPTIM], F32(T), "adam m");
-    p->v = arena_take(H ? H : &A[A_OPTIM], F32(T), "adam v");
+    p->w = arena_take(H ? H : &A[A_WEIGHTS], BF(NP), "weights");
+    p->grad = arena_take(H ? H : &A[A_GRADS], F32(NP), "grads");
+    p->master = arena_take(H ? H : &A[A_OPTIM], F32(NP), "master");
+    p->m = arena_take(H ? H : &A[A_OPTIM], F32(NP), "adam m");
+    p->v = arena_take(H ? H : &A[A_OPTIM], F32(NP), "adam v");
     /* ---- stage 2: FSDP ---- */
     const ShardLayout *sl = &p->shards;
     const int64_t E0 = P_UNITS(sl, 0), ET = P_UNITS(sl, sl->nunits - 1);
@@ -511,15 +511,15 @@ static void carve(Model *M) {
     w->x_mid = arena_take(W, BF(S * D), "x_mid");
     const int64_t region_b = arena_mark(W);
     /* B1 (stage 5: one MLP tile) */
-    w->xn2 = arena_take(W, BF(R * D), "xn2");
+    w->xn2 = arena_take(W, BF(T * D), "xn2");
     w->rstd2 = arena_take(W, F32(S), "rstd2");
-    if (c->experts) moe_carve_tile(&w->moe, W, c, R); /* stage 5 */
+    if (c->experts) moe_carve_tile(&w->moe, W, c, T); /* stage 5 */
     else {
-        w->g = arena_take(W, BF(R * I), "g");
-        w->u = arena_take(W, BF(R * I), "u");
-        w->h = arena_take(W, BF(R * I), "h");
+        w->g = arena_take(W, BF(T * I), "g");
+        w->u = arena_take(W, BF(T * I), "u");
+        w->h = arena_take(W, BF(T * I), "h");
     }
-    w->dxn2 = arena_take(W, BF(R * D), "dxn2");
+    w->dxn2 = arena_take(W, BF(T * D), "dxn2");
     arena_release(W, region_b);
     /* B2 */
     w->d_o = arena_take(W, BF(S * Q), "d_o");
