@@ -672,55 +672,33 @@ static double host_budget(const Model *M) { /* bytes per node: --host-gib, or wh
 static int64_t kept_bytes(const Model *M) { /* one layer's O and LSE */
     return BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S);
 }
-/* "gpu:N,host:M" (either part may go) -> 1 with the counts; 0 for any other word */
-static int parse_split(const char *s, int64_t *gpu, int64_t *host) {
-    *gpu = *host = 0;
-    if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) return 0;
-    char w[128];
-    snprintf(w, sizeof w, "%s", s);
-    for (char *t = strtok(w, ","); t; t = strtok(NULL, ",")) {
-        int64_t *n = !strncmp(t, "gpu:", 4) ? gpu : !strncmp(t, "host:", 5) ? host : NULL;
-        if (!n || cli_parse_int(strchr(t, ':') + 1, n) || *n < 0)
-            DIE("--keep-attn %s: \"%s\" is not gpu:N or host:M", s, t);
-    }
-    return 1;
-}
-static int64_t at_most(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t layers_in(double room, double per, int64_t L) { /* whole layers of `per` bytes in `room` */
-    return room <= 0 ? 0 : room / per >= (double)L ? L : (int64_t)(room / per);
-}
 static void choose_kept(Model *M) {
     const Opts *o = &M->o;
     const char *k = o->keep_attn;
     const int64_t L = M->c.layers;
     int64_t want = L, gpu, host;
+    char err[256];
     M->kept = M->kept_gpu = 0;
     if (!k) return;
-    if (parse_split(k, &gpu, &host)) {
+    const int split = kept_parse_split(k, &gpu, &host, err, sizeof err); /* common/memplan.c */
+    if (split < 0) DIE("%s", err);
+    if (split) {
         if (host && !M->off.attn) DIE("--keep-attn %s: layers on the host need --offload attn (or all)", k);
-        M->kept_gpu = at_most(gpu, L);
-        M->kept = M->kept_gpu + at_most(host, L - M->kept_gpu);
+        M->kept_gpu = gpu < L ? gpu : L;
+        M->kept = M->kept_gpu + (host < L - M->kept_gpu ? host : L - M->kept_gpu);
         return;
     }
     const int counted = *k && strcmp(k, "auto"); /* N: keep N layers whether or not the plan fits */
     if (counted && (cli_parse_int(k, &want) || want < 0)) DIE("--keep-attn %s: not a count, auto, or gpu:N,host:M", k);
-    want = at_most(want, L);
+    want = want < L ? want : L;
     if (!want) return;
     const MemPlan mp = plan_memory(M); /* with nothing kept */
     const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */
                  gpu_room = (double)gpu_plan_bytes(o->gpu_gib, o->dry_run, ranks_here(&o->ranks)) / share -
                             (double)memplan_peak(&mp),
                  host_room = 0.9 * host_budget(M) / ranks_per_node(&o->ranks) - (double)memplan_host(&mp);
-    const int64_t g = layers_in(gpu_room, per, L); /* layers the GPU holds */
-    if (want <= g || !M->off.attn || (g < 2 && !counted)) { /* all on the GPU (no room for the host's slots) */
-        M->kept = M->kept_gpu = counted ? want : at_most(want, g);
-        return;
-    }
-    /* some on the host: their two GPU slots take two layers' room */
-    const int64_t g2 = g > 2 ? g - 2 : 0, room = layers_in(host_room, per, L),
-                  h = counted ? want - g2 : at_most(want - g2, room);
-    M->kept_gpu = g2 + h > g ? g2 : g;
-    M->kept = g2 + h > g ? g2 + h : g;
+    kept_split(want, layers_in(gpu_room, per, L), layers_in(host_room, per, L), M->off.attn, counted, &gpu, &host);
+    M->kept_gpu = gpu, M->kept = gpu + host;
 }
 /* Every rank must keep the same layers: backward re-runs the ring's forward (its send/recvs) for
  * the others, so two nodes that chose from their own free memory would pair different messages

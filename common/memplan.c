@@ -1,8 +1,11 @@
 /* memplan.c -- memory plan table. */
 #include "memplan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cli.h"
 
 MemPlan memplan_of(const Arena *a, int n) {
     MemPlan m = {0};
@@ -48,4 +51,36 @@ int64_t host_available_bytes(void) {
         if (!strncmp(line, "MemAvailable:", 13)) { kb = atoll(line + 13); break; }
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
+}
+
+int kept_parse_split(const char *s, int64_t *gpu, int64_t *host, char *err, size_t n) {
+    *gpu = *host = 0;
+    if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) return 0;
+    char w[128];
+    snprintf(w, sizeof w, "%s", s);
+    for (char *t = strtok(w, ","); t; t = strtok(NULL, ",")) {
+        int64_t *c = !strncmp(t, "gpu:", 4) ? gpu : !strncmp(t, "host:", 5) ? host : NULL;
+        if (!c || cli_parse_int(strchr(t, ':') + 1, c) || *c < 0) {
+            snprintf(err, n, "--keep-attn %s: \"%s\" is not gpu:N or host:M", s, t);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+static int64_t at_most(int64_t a, int64_t b) { return a < b ? a : b; }
+
+void kept_split(int64_t want, int64_t g, int64_t room, int host_ok, int counted, int64_t *gpu, int64_t *host) {
+    *host = 0;
+    if (want <= g || !host_ok || (g < 2 && !counted)) { /* all on the GPU (no room for the host's slots) */
+        *gpu = counted ? want : at_most(want, g);
+        return;
+    }
+    const int64_t g2 = g > 2 ? g - 2 : 0, h = counted ? want - g2 : at_most(want - g2, room);
+    if (g2 + h > g) *gpu = g2, *host = h;
+    else *gpu = g;
+}
+
+int64_t layers_in(double room, double per, int64_t L) {
+    return room <= 0 ? 0 : room / per >= (double)L ? L : (int64_t)(room / per);
 }
