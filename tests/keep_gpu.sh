@@ -60,19 +60,22 @@ echo "== three steps, an evaluation after each: GPU-kept, host-kept and mixed gi
 E="--steps 3 --eval-data data/books.tok --eval-every 1 --eval-windows 1"
 for stage in stage4 stage5; do
     for keep in gpu:4 host:4 gpu:1,host:3; do
-        $T ./$stage $A $E --offload all --keep-attn $keep --log "$tmp/e.$keep.jsonl" > "$tmp/e.log" 2>&1
+        $T ./$stage $A $E --offload all --keep-attn $keep --log "$tmp/e.$stage.$keep.jsonl" > "$tmp/e.log" 2>&1
         ok "$stage 3 steps --keep-attn $keep runs" "[ $? -eq 0 ]" || tail -5 "$tmp/e.log"
     done
     for keep in host:4 gpu:1,host:3; do
         for k in 1 3; do
-            a=$(grep "\"step\":$k," "$tmp/e.gpu:4.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
-            b=$(grep "\"step\":$k," "$tmp/e.$keep.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
-            ea=$(grep "\"step\":$k," "$tmp/e.gpu:4.jsonl" | grep -o '"eval_loss":[0-9.e+-]*' | cut -d: -f2)
-            eb=$(grep "\"step\":$k," "$tmp/e.$keep.jsonl" | grep -o '"eval_loss":[0-9.e+-]*' | cut -d: -f2)
-            tol=1e-3; [ $k -eq 1 ] && tol=0 # step 1: bit for bit; later: the fp32 atomics' noise at lr 1e-3
+            a=$(grep "\"step\":$k," "$tmp/e.$stage.gpu:4.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+            b=$(grep "\"step\":$k," "$tmp/e.$stage.$keep.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+            ea=$(grep "\"step\":$k," "$tmp/e.$stage.gpu:4.jsonl" | grep -o '"eval_loss":[0-9.e+-]*' | cut -d: -f2)
+            eb=$(grep "\"step\":$k," "$tmp/e.$stage.$keep.jsonl" | grep -o '"eval_loss":[0-9.e+-]*' | cut -d: -f2)
+            # step 1's loss is bit for bit (the same weights); every evaluation follows an update, and
+            # no two runs' updates are bitwise equal (fp32 atomics in the embedding and norm backward),
+            # so evaluations and later losses get the run-to-run band at lr 1e-3 (measured: 2e-5)
+            tol=1e-3; [ $k -eq 1 ] && tol=0
             echo "  $stage step $k: gpu:4 loss $a eval $ea | $keep loss $b eval $eb"
-            ok "$stage step $k --keep-attn $keep: loss and evaluation as gpu:4's (tolerance $tol)" \
-                "awk -v a='${a:-x}' -v b='${b:-y}' -v c='${ea:-x}' -v d='${eb:-y}' -v t=$tol 'BEGIN { exit !(a > 0 && c > 0 && (a - b) <= t * a && (b - a) <= t * a && (c - d) <= t * c && (d - c) <= t * c) }'"
+            ok "$stage step $k --keep-attn $keep: loss as gpu:4's (tolerance $tol), evaluation within 1e-3" \
+                "awk -v a='${a:-x}' -v b='${b:-y}' -v c='${ea:-x}' -v d='${eb:-y}' -v t=$tol 'BEGIN { exit !(a > 0 && c > 0 && (a - b) <= t * a && (b - a) <= t * a && (c - d) <= 1e-3 * c && (d - c) <= 1e-3 * c) }'"
         done
     done
 done
