@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_ranks $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/offload $(B)/sdpa_rate
+all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/offload $(B)/sdpa_rate
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -70,6 +70,8 @@ $(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o 
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 # host logic of the several-GPU path that needs the GPU objects to link, not a GPU to run
 $(B)/test_ranks: $(B)/tests/test_ranks.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+$(B)/test_advice: $(B)/tests/test_advice.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 $(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++

@@ -1586,34 +1586,6 @@ static void tiling_report(const Model *M, int64_t peak) {
            (double)(memplan_peak(&mp) - untiled_mlp) / gib, (double)memplan_peak(&mp) / gib);
     free(m);
 }
-/* plan another job as main plans this one: does it fit gpu_cap bytes per GPU and host_cap per node?
- * (common/advice.c asks, for the nearest commands; *tflop: its model TFLOP per rank and step) */
-static int job_fits(const void *ctx, const char *model, int64_t seq, int64_t gpus, int64_t rehearse, int64_t layers,
-                    double gpu_cap, double host_cap, double *tflop) {
-    const Model *M = ctx;
-    Qwen3Config c;
-    char err[512];
-    if (config_load(model, &c, err, sizeof err) || zigzag_check(seq, (int)gpus, err, sizeof err)) return 0;
-    const int64_t groups = M->o.attn_groups ? M->o.attn_groups : c.kv_heads;
-    if (c.kv_heads % groups || seq / gpus * (c.heads / groups) * c.head_dim > (1ll << 31)) return 0; /* cuDNN's limit */
-    Model *m = xcalloc(1, sizeof *m);
-    m->o = M->o;
-    m->o.model = model, m->o.seq = seq, m->o.layers = layers, m->o.dry_run = 1, m->o.resume = NULL;
-    m->o.gpu_gib = gpu_cap / (1 << 30); /* kept attention fills the GPU the job would have */
-    m->o.ranks.gpus = gpus, m->o.ranks.rehearse = rehearse, m->o.ranks.nnodes = 1, m->o.ranks.local_ranks = 0;
-    m->P = (int)gpus;
-    load_config(m);
-    parse_offload(m);
-    choose_tile(m);
-    choose_kept(m);
-    const MemPlan mp = plan_memory(m);
-    const double host = (double)memplan_host(&mp) * (rehearse >= 0 ? 1 : (double)gpus);
-    const int fits = (double)memplan_peak(&mp) <= gpu_cap && host <= host_cap;
-    *tflop = config_step_flops(&m->c, seq) / (double)gpus / 1e12;
-    free(m);
-    return fits;
-}
-
 /* ---- end stage 5 ---- */
 
 int main(int argc, char **argv) {
@@ -1621,10 +1593,7 @@ int main(int argc, char **argv) {
     M.o = parse_opts(argc, argv);
     prof_enable(M.o.profile);
     trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
-    /* ---- stage 5: no GPU here: plan the headline's GPUs, to say what a machine needs ---- */
-    const int visible = M.o.dry_run ? 0 : gpus_visible();
-    if (!M.o.dry_run && !visible && !M.o.ranks.gpus && !M.o.ranks.local_ranks) M.o.ranks.gpus = HEADLINE_GPUS;
-    /* ---- end stage 5 ---- */
+    const int visible = advice_gpus(&M.o.ranks, M.o.dry_run); /* stage 5: none here: plan the headline's 8 */
     M.P = ranks_in_job(&M.o.ranks, M.o.dry_run); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
@@ -1656,7 +1625,7 @@ int main(int argc, char **argv) {
     say("%s", host_line); /* stage 4 */
     kept_report(&M);         /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
-    advise_unless_fits(&(FitAsk){.fits = job_fits, .ctx = &M, .prog = "./stage5", .model = M.o.model, .name = M.c.name,
+    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .name = M.c.name,
                                  .seq = M.o.seq, .layers = M.o.layers, .depth = M.c.layers, .P = M.P, .ranks = &M.o.ranks,
                                  .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M)}, &mp, visible); /* stage 5 */
     /* ---- stage 2: FSDP ---- */

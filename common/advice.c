@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -12,13 +13,55 @@
 #include "config.h"
 #include "gpu.h"
 
-int gpus_visible(void) {
+static int gpus_visible(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
     return n;
+}
+
+int advice_gpus(RankOpts *r, int dry_run) {
+    const int visible = dry_run ? 0 : gpus_visible();
+    if (!dry_run && !visible && !r->gpus && !r->local_ranks) r->gpus = HEADLINE_GPUS;
+    return visible;
+}
+
+/* Does this command fit gpu_cap bytes per GPU and host_cap per node? The running program's own
+ * --dry-run plans it (the GPU's memory as --gpu-gib: kept attention fills what the job would have)
+ * and prints its peak per GPU and its pinned host memory per rank. *tflop: the job's model TFLOP
+ * per rank and step. */
+static int fits(const char *prog, const char *model, int64_t seq, int64_t gpus, int64_t rehearse, int64_t layers, double gpu_cap,
+                double host_cap, double *tflop) {
+    char exe[4096], cmd[8192], line[512];
+    const ssize_t n = prog ? (ssize_t)snprintf(exe, sizeof exe, "%s", prog) : readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof exe || strchr(model, '\'') || memchr(exe, '\'', (size_t)n)) return 0;
+    exe[n] = 0;
+    snprintf(cmd, sizeof cmd, "'%s' --model '%s' --seq %lld --gpus %lld --rehearse %lld --layers %lld --gpu-gib %.9g "
+             "--host-gib %.9g --dry-run 2>&1", exe, model, (long long)seq, (long long)gpus, (long long)rehearse,
+             (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30));
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    double peak = -1, host = 0;
+    int on_host = 0, stops = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (sscanf(line, "  total (peak) %lf", &peak) == 1) { /* its verdict against --gpu-gib, to the byte */
+            stops = stops || strstr(line, "DOES NOT FIT");
+            continue;
+        }
+        if (!strncmp(line, "pinned host memory per rank", 27)) on_host = 1;
+        else if (on_host && sscanf(line, "  total %lf", &host) == 1) on_host = 0;
+        stops = stops || strstr(line, "would stop before its first step"); /* e.g. past cuDNN's sizes */
+    }
+    if (pclose(p) || peak < 0 || stops) return 0;
+    Qwen3Config c;
+    char err[512];
+    if (config_load(model, &c, err, sizeof err)) return 0;
+    if (layers) c.layers = layers;
+    *tflop = config_step_flops(&c, seq) / (double)gpus / 1e12;
+    const double gib = 1 << 30;
+    return host * gib * (rehearse >= 0 ? 1 : (double)gpus) <= host_cap; /* a rehearsal's node holds one rank */
 }
 
 /* "  (~12.3 min a step here; --steps 24 ends in about 5 minutes)" for a job of tflop per rank */
@@ -58,30 +101,38 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
     if (!n) return;
     say("this machine cannot run it -- short of\n");
     for (int i = 0; i < n; i++) say("  %s\n", why[i]);
-    Qwen3Config full; /* the model's own depth: the rehearsal's --layers is chosen from it */
-    char err[512], est[128];
-    if (config_load(a->model, &full, err, sizeof err)) full.layers = a->depth;
-    const int64_t seq = a->seq, L = full.layers, gpus = visible < need ? visible : need;
     if (!visible) {
         char job[96];
         job_words(a, need, job, sizeof job);
         say("nearest: the plan, without a GPU: %s --model %s --seq %lld %s --dry-run; on a machine with %d GPU(s) "
             "of %.0f GiB free and %.0f GiB of host memory, the same command runs as it is\n", a->prog, a->model,
-            (long long)seq, job, need, ceil(peak / gib), ceil(host / gib));
+            (long long)a->seq, job, need, ceil(peak / gib), ceil(host / gib));
         exit(1);
     }
+    advise_nearest(a, visible < need ? visible : need, gpu, budget);
+    exit(1);
+}
+
+void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
+    Qwen3Config full; /* the model's own depth: the rehearsal's --layers is chosen from it */
+    char err[512], est[128];
+    if (config_load(a->model, &full, err, sizeof err)) full.layers = a->depth;
+    const int64_t seq = a->seq, L = full.layers;
     say("nearest commands that fit here (step times at ~%.0f model TFLOP/s, an H200's):\n", ADVICE_STEP_TFLOPS);
     const int64_t job = a->P > 1 ? a->P : HEADLINE_GPUS; /* rehearse the job, or the headline's 8 GPUs */
     double tf = 0;
-    for (int64_t l = L; l >= 1; l = l > 4 ? l / 2 : l - 1)
-        if (a->fits(a->ctx, a->model, seq, job, 0, l, gpu, budget, &tf)) {
-            say("  rehearse rank 0 of %lld GPUs: %s --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld%s\n",
-                (long long)job, a->prog, a->model, (long long)seq, (long long)job, l < L ? " --layers " : "",
-                l < L ? (long long)l : 0, estimate(tf, est, sizeof est));
-            break;
-        }
+    /* the deepest rehearsal that fits and whose step ends within the five minutes (else the shallowest
+     * that fits): a few layers already give the per-layer time the whole job's step is made of */
+    int64_t rl = 0;
+    double rtf = 0;
+    for (int64_t l = L; l >= 1 && !(rl && rtf / ADVICE_STEP_TFLOPS <= 300); l = l > 4 ? l / 2 : l - 1)
+        if (fits(a->exe, a->model, seq, job, 0, l, gpu, budget, &tf)) rl = l, rtf = tf;
+    if (rl)
+        say("  rehearse rank 0 of %lld GPUs: %s --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld%s\n",
+            (long long)job, a->prog, a->model, (long long)seq, (long long)job, rl < L ? " --layers " : "",
+            rl < L ? (long long)rl : 0, estimate(rtf, est, sizeof est));
     for (int64_t s = seq / 2; s >= 2 * gpus * 1024; s /= 2)
-        if (a->fits(a->ctx, a->model, s, gpus, -1, 0, gpu, budget, &tf)) {
+        if (fits(a->exe, a->model, s, gpus, -1, 0, gpu, budget, &tf)) {
             say("  fewer tokens: %s --model %s --seq %lld --gpus %lld%s\n", a->prog, a->model, (long long)s,
                 (long long)gpus, estimate(tf, est, sizeof est));
             break;
@@ -89,12 +140,11 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
     const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
     int below = 0;
     for (int i = 0; i < 6; i++) {
-        if (below && a->fits(a->ctx, smaller[i], seq, gpus, -1, 0, gpu, budget, &tf)) {
+        if (below && fits(a->exe, smaller[i], seq, gpus, -1, 0, gpu, budget, &tf)) {
             say("  a smaller model: %s --model %s --seq %lld --gpus %lld%s\n", a->prog, smaller[i], (long long)seq,
                 (long long)gpus, estimate(tf, est, sizeof est));
             break;
         }
         below = below || !strcmp(smaller[i], a->name);
     }
-    exit(1);
 }

@@ -1,8 +1,9 @@
 /* advice.h -- the headline's check, before anything is allocated: can this machine run the job
  * (its GPUs, each GPU's free memory, the node's host memory)? If not: what is short, and the
  * nearest commands that fit here, each with the step time it would take and a --steps that ends in
- * about five minutes. Operations, not a lever: a stage calls advise_unless_fits() in one line and
- * lends it a way to plan another job (FitAsk.fits). */
+ * about five minutes. Whether a command fits is asked of the stage itself: its --dry-run, run with
+ * this machine's memory as --gpu-gib and --host-gib, so a suggestion is what that command would
+ * plan. Operations, not a lever: a stage calls advice_gpus() and advise_unless_fits(), a line each. */
 #ifndef LONGCTX_ADVICE_H
 #define LONGCTX_ADVICE_H
 
@@ -17,12 +18,8 @@
 #define HEADLINE_GPUS 8 /* the headline's job when no GPU count is given */
 
 typedef struct {
-    /* plan another job as the stage plans this one: 1 if it fits gpu_cap bytes per GPU and
-     * host_cap per node, with its model TFLOP per rank and step in *tflop */
-    int (*fits)(const void *ctx, const char *model, int64_t seq, int64_t gpus, int64_t rehearse, int64_t layers,
-                double gpu_cap, double host_cap, double *tflop);
-    const void *ctx;
-    const char *prog;          /* "./stage5" */
+    const char *prog;          /* "./stage5": how the suggestions name the program */
+    const char *exe;           /* the program whose --dry-run answers (NULL: this one; tests name another) */
     const char *model;         /* --model as given */
     const char *name;          /* its config's name ("32B") */
     int64_t seq, layers;       /* --seq; --layers (0: the model's own depth) */
@@ -33,9 +30,13 @@ typedef struct {
     double host_budget;        /* host bytes per node to plan against */
 } FitAsk;
 
-/* GPUs this process sees (0 when CUDA finds none) */
-int gpus_visible(void);
+/* the GPUs this process sees (0 with --dry-run, or when CUDA finds none); with none and no rank
+ * option given, the job is the headline's: r->gpus = HEADLINE_GPUS, so its plan says what it needs */
+int advice_gpus(RankOpts *r, int dry_run);
 /* returns when the job fits this machine; otherwise prints why and the nearest commands, and exits 1 */
 void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible);
+/* the nearest commands that fit `gpus` GPUs of gpu_free bytes each and host_budget bytes of host
+ * memory (advise_unless_fits' list, for a machine with GPUs; tests/test_advice.c calls it alone) */
+void advise_nearest(const FitAsk *a, int gpus, double gpu_free, double host_budget);
 
 #endif

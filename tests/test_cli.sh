@@ -137,6 +137,24 @@ if [ -x ./stage5 ]; then
     ok "stage5's default keeps on the GPU only what fits when O is not offloaded" "grep -q 'attention kept: 2 layers on the GPU, 0 on the host, 62 recompute' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --rehearse 0 --layers 4 2>&1)
     ok "stage5 without a GPU: a rehearsal's advice plans the rehearsal" "grep -q -- '--gpus 8 --nnodes 1 --rehearse 0 --layers 4 --dry-run' <<< \"\$out\""
+    # the nearest commands on a machine with a GPU (common/advice.c; pretend memory, no GPU needed):
+    # each suggestion, planned by its own --dry-run on that memory, fits; each says its step time
+    for ask in "32B 1048576 8 1 139.8 100" "32B 1048576 8 1 74.5 2048" "8B 262144 2 1 139.8 120" "0.6B 4194304 1 1 139.8 100"; do
+        set -- $ask
+        out=$(./build/test_advice ./stage5 $ask 2>&1)
+        n=$(grep -c '^  .*: \./stage5 ' <<< "$out")
+        ok "advice for $1 at $2 over $3 ranks on $4 GPU of $5 GiB, $6 GiB host: suggestions ($n)" "[ $n -ge 1 ]"
+        echo "$out" | sed 's/^/  /'
+        while read -r line; do
+            cmd=${line%%   (~*}
+            plan=$(${cmd#*: } --gpu-gib $5 --host-gib $6 --dry-run 2>&1)
+            host=$(sed -n '/^pinned host memory per rank/,/^  total/s/^  total *\([0-9.]*\).*/\1/p' <<< "$plan")
+            g=$(sed -n 's/.*--gpus \([0-9]*\).*/\1/p' <<< "$cmd"); grep -q -- --rehearse <<< "$cmd" && g=1
+            ok "  its plan fits $5 GiB and $6 GiB host: ${cmd#*: }" \
+               "grep -q 'on the device: fits' <<< \"\$plan\" && awk -v h='${host:-0}' -v g=$g -v b=$6 'BEGIN { exit !(h * g <= b) }'"
+            ok "  it says its step time and a --steps" "grep -qE 'a step here; --steps [0-9]+ (ends in about 5 minutes|takes about)' <<< '$line'"
+        done < <(grep '^  .*: \./stage5 ' <<< "$out")
+    done
     out=$(./stage5 --model 0.6B --seq 128K --dry-run 2>&1)
     ok "stage5 0.6B at 128K tiles the MLP in 92160 rows and groups heads by 8" "grep -q '8 head groups, MLP tiles of 92160' <<< \"\$out\""
     out=$(./stage5 --model 32B --seq 1M --gpus 8 --mlp-tile 100000 --dry-run 2>&1); rc=$?
