@@ -1,6 +1,8 @@
 /* stage1_single_gpu.c -- train a Qwen3 model on one GPU, in bf16, on long sequences.
  *
- * The first rung of longctx.c. Everything later stages build on is here:
+ * The first rung of longctx.c: one GPU, and everything the later stages build on.
+ *
+ * What every stage does, from stage 1 on:
  *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
  *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
  *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the

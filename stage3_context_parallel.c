@@ -8,15 +8,9 @@
  * merged by log-sum-exp (--merge fp32, or bf16 as the reference recipe does). Backward runs the
  * same blocks with the final O and LSE; dQ accumulates locally, dK/dV travel around the ring
  * with their K/V and come home complete. FSDP shards over the same P ranks.
+ * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
- * From stage 2: every rank keeps 1/P of the fp32 master weights, AdamW moments and
- * gradients. A decoder layer's bf16 weights are all-gathered just before use (the next layer's
- * gather runs ahead on a communication stream) and dropped after; its gradients are
- * reduce-scattered to their owners right after its backward. Ranks train on different windows
- * of the data (data parallel); the loss is the token-weighted mean over ranks. One process,
- * one thread per GPU, NCCL between them; --local-ranks P runs P ranks on one GPU (tests).
- *
- * From stage 1:
+ * What every stage does, from stage 1 on:
  *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
  *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
  *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the

@@ -1,39 +1,19 @@
 /* stage4_offload.c -- train a Qwen3 model on one long sequence over several GPUs, keeping in pinned
  * host memory whatever the GPU does not need between two uses of it.
  *
- * Stage 3 plus offload (--offload; each part can be switched off, so its cost can be measured):
- *   - ckpt:   each layer's input goes to pinned host memory on a copy stream as soon as the layer's
- *             forward has written it (two GPU slots, reused when their copy is done); backward
- *             brings layer l-1's input back while layer l computes;
- *   - attn:   with --keep-attn [N], N layers' attention outputs O and LSE (as many as the host
- *             holds when N is not given) live in pinned host memory and come back ahead of their
- *             layer's backward, so their attention forward is never recomputed even where O for
- *             every layer cannot sit on the GPU;
- *   - states: the fp32 master weights, AdamW moments and gradient shards live in pinned host
- *             memory: each layer's reduce-scattered gradients go down as they are produced, AdamW
- *             runs on the host CPUs after the backward (common/cpu_adam.c: exact clipping, the GPU
- *             kernel's arithmetic), and each unit's bf16 shard goes up ahead of its all-gather.
- * Every copy is ordered by events between the compute, communication and copy streams, never by a
- * device-wide sync. The memory plan covers the host: pinned bytes per rank and per node, checked
- * against the machine before anything is allocated (--host-gib plans for another machine).
+ * Stage 3 plus offload (--offload ckpt,attn,states; each part can be switched off to measure it):
+ *   - ckpt:   each layer's input goes down on a copy stream once written (two GPU slots) and comes
+ *             back one layer ahead of its backward;
+ *   - attn:   kept attention O and LSE (--keep-attn) fill the GPU's spare memory first, then the
+ *             host's, through two slots the same way; the other layers recompute their attention;
+ *   - states: fp32 master weights, AdamW moments and gradient shards live on the host: gradients go
+ *             down as they are reduce-scattered, AdamW runs on the host CPUs (common/cpu_adam.c),
+ *             and bf16 shards go up ahead of their all-gather.
+ * Events order every copy against compute and communication, never a device-wide sync. The plan
+ * covers the host, per rank and per node (--host-gib plans for another machine).
+ * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
- * From stage 3: all P ranks train on ONE sequence, cut into 2P chunks; rank r
- * holds chunks r and 2P-1-r (the zigzag: every rank gets one early and one late chunk, so causal
- * work is balanced), with RoPE seeing the global positions. Attention is a ring: at each of P steps
- * a rank attends its queries to one rank's K/V block with cuDNN while that block travels on to
- * the next rank (ncclSend/ncclRecv on the communication stream), and the partial results are
- * merged by log-sum-exp (--merge fp32, or bf16 as the reference recipe does). Backward runs the
- * same blocks with the final O and LSE; dQ accumulates locally, dK/dV travel around the ring
- * with their K/V and come home complete. FSDP shards over the same P ranks.
- *
- * From stage 2: every rank keeps 1/P of the fp32 master weights, AdamW moments and
- * gradients. A decoder layer's bf16 weights are all-gathered just before use (the next layer's
- * gather runs ahead on a communication stream) and dropped after; its gradients are
- * reduce-scattered to their owners right after its backward. Ranks train on different windows
- * of the data (data parallel); the loss is the token-weighted mean over ranks. One process,
- * one thread per GPU, NCCL between them; --local-ranks P runs P ranks on one GPU (tests).
- *
- * From stage 1:
+ * What every stage does, from stage 1 on:
  *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
  *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
  *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the

@@ -1,55 +1,21 @@
 /* stage5_tiling_yarn.c -- train Qwen3-32B on a million tokens over 8 GPUs: every lever of the ladder,
  * plus the last one, sequence tiling, and the RoPE scaling that long contexts need.
  *
- * Stage 4 plus tiling and YaRN:
- *   - MLP tiles (--mlp-tile): the MLP runs over T rows at a time, forward and backward. The forward
- *             keeps nothing but the MLP's input; the backward re-runs each tile's gate and up
- *             projections and does the tile's backward at once: the weight gradients add up across
- *             tiles, the input's gradient lands in place. [T, intermediate] replaces [S, intermediate];
- *   - head groups (--attn-groups): attention's projections, ring and backward run for a group of
- *             query heads (and the K/V heads they read) at a time, so the ring's fp32 accumulators,
- *             the cuDNN scratch and workspace, and Q itself are a group's size, not all heads';
- *             the ring passes the group's K/V. Only O, dO and K/V keep all heads;
- *   - YaRN: past the model's original context (32768 positions for Qwen3), RoPE is YaRN with
- *             factor seq / 32768 (--yarn-factor overrides; a config.json's rope_parameters are
- *             honoured); --save writes them as transformers v5 reads them.
- * The defaults are the headline: ./stage5 --seq 1M trains Qwen3-32B with YaRN x32 on all GPUs, all
- * levers on; a machine that cannot run it is told so before anything is allocated, with the plan,
- * what is short and the nearest command that fits.
+ * Stage 4 plus tiling and YaRN, every lever on by default (./stage5 --seq 1M: Qwen3-32B, YaRN x32):
+ *   - MLP tiles (--mlp-tile): the MLP runs T rows at a time, forward and backward; each tile's
+ *             backward re-runs its gate and up projections, weight gradients add up over the
+ *             tiles. [T, intermediate] replaces [S, intermediate];
+ *   - head groups (--attn-groups): projections, ring and backward run for a group of query heads
+ *             (and the K/V heads they read) at a time, so the ring's fp32 accumulators, cuDNN's
+ *             scratch and Q are a group's size; only O, dO and K/V keep all heads;
+ *   - YaRN: past Qwen3's original 32768 positions RoPE is YaRN with factor seq / 32768
+ *             (--yarn-factor overrides); --save writes it as transformers v5 reads it.
+ * Qwen3's MoE models run too, their experts a tile at a time (common/moe.c). A machine that cannot
+ * run the job is told so before anything is allocated, with what is short and the nearest command
+ * that fits (common/advice.c).
+ * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
- * From stage 4: offload (--offload; each part can be switched off, so its cost can be measured):
- *   - ckpt:   each layer's input goes to pinned host memory on a copy stream as soon as the layer's
- *             forward has written it (two GPU slots, reused when their copy is done); backward
- *             brings layer l-1's input back while layer l computes;
- *   - attn:   with --keep-attn [N], N layers' attention outputs O and LSE (as many as the host
- *             holds when N is not given) live in pinned host memory and come back ahead of their
- *             layer's backward, so their attention forward is never recomputed even where O for
- *             every layer cannot sit on the GPU;
- *   - states: the fp32 master weights, AdamW moments and gradient shards live in pinned host
- *             memory: each layer's reduce-scattered gradients go down as they are produced, AdamW
- *             runs on the host CPUs after the backward (common/cpu_adam.c: exact clipping, the GPU
- *             kernel's arithmetic), and each unit's bf16 shard goes up ahead of its all-gather.
- * Every copy is ordered by events between the compute, communication and copy streams, never by a
- * device-wide sync. The memory plan covers the host: pinned bytes per rank and per node, checked
- * against the machine before anything is allocated (--host-gib plans for another machine).
- *
- * From stage 3: all P ranks train on ONE sequence, cut into 2P chunks; rank r
- * holds chunks r and 2P-1-r (the zigzag: every rank gets one early and one late chunk, so causal
- * work is balanced), with RoPE seeing the global positions. Attention is a ring: at each of P steps
- * a rank attends its queries to one rank's K/V block with cuDNN while that block travels on to
- * the next rank (ncclSend/ncclRecv on the communication stream), and the partial results are
- * merged by log-sum-exp (--merge fp32, or bf16 as the reference recipe does). Backward runs the
- * same blocks with the final O and LSE; dQ accumulates locally, dK/dV travel around the ring
- * with their K/V and come home complete. FSDP shards over the same P ranks.
- *
- * From stage 2: every rank keeps 1/P of the fp32 master weights, AdamW moments and
- * gradients. A decoder layer's bf16 weights are all-gathered just before use (the next layer's
- * gather runs ahead on a communication stream) and dropped after; its gradients are
- * reduce-scattered to their owners right after its backward. Ranks train on different windows
- * of the data (data parallel); the loss is the token-weighted mean over ranks. One process,
- * one thread per GPU, NCCL between them; --local-ranks P runs P ranks on one GPU (tests).
- *
- * From stage 1:
+ * What every stage does, from stage 1 on:
  *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
  *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
  *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the
