@@ -43,6 +43,7 @@
 #include "common/train.h"
 #include "kernels/kernels.h"
 
+#define STAGE 1 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
     "Train a Qwen3 model on one GPU: bf16 compute, fp32 master weights and AdamW state, per-layer\n"
     "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
@@ -646,7 +647,7 @@ static void train(Model *M, const MemPlan *mp) {
            (long long)M->S, flops / 1e12);
     if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
         const EvalResult e0 = evaluate(M, &eval);
-        eval_report(1, step, &e0, log);
+        eval_report(STAGE, step, &e0, log);
     }
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
@@ -656,7 +657,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
             const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(1, step, &ev, log);
+            step_skipped(STAGE, step, &ev, log);
             if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
             continue;
         }
@@ -683,7 +684,7 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = 1, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn, .step = step,
+        step_report(&(StepLog){.stage = STAGE, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn, .step = step,
                                .labels = M->counted, .eval = ev,
                                .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq), .sec = sec,
                                .tokens = (double)M->S, .tflops = flops / sec / 1e12,
@@ -708,7 +709,7 @@ int main(int argc, char **argv) {
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage 1, %s, seq %lld%s", M.c.name, (long long)M.S,
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld%s", STAGE, M.c.name, (long long)M.S,
              M.o.keep_attn ? ", --keep-attn" : "");
     if (M.o.dry_run) {
         memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));

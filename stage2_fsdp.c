@@ -54,6 +54,7 @@
 #include "kernels/kernels.h"
 
 
+#define STAGE 2 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
     "Train a Qwen3 model on P GPUs with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
     "optimizer state, layers are all-gathered per use. bf16 compute, fp32 master weights, per-layer\n"
@@ -811,7 +812,7 @@ static void train(Model *M, const MemPlan *mp) {
     comm_barrier(M->comm, M->gpu.stream);
     if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
         const EvalResult e0 = evaluate(M, &eval);
-        eval_report(2, step, &e0, log);
+        eval_report(STAGE, step, &e0, log);
     }
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
@@ -821,7 +822,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
             const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(2, step, &ev, log);
+            step_skipped(STAGE, step, &ev, log);
             if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
             continue;
         }
@@ -851,7 +852,7 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = 2, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn,
+        step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
                                .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
@@ -904,7 +905,7 @@ int main(int argc, char **argv) {
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage 2, %s, seq %lld per rank, %d ranks%s%s", M.c.name, (long long)M.S, M.P,
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld per rank, %d ranks%s%s", STAGE, M.c.name, (long long)M.S, M.P,
              M.o.keep_attn ? ", --keep-attn" : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     if (M.o.dry_run) {
         memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));

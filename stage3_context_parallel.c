@@ -57,6 +57,7 @@
 #include "kernels/kernels.h"
 
 
+#define STAGE 3 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
     "Train a Qwen3 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
     "attention), with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
@@ -964,7 +965,7 @@ static void train(Model *M, const MemPlan *mp) {
     comm_barrier(M->comm, M->gpu.stream);
     if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
         const EvalResult e0 = evaluate(M, &eval);
-        eval_report(3, step, &e0, log);
+        eval_report(STAGE, step, &e0, log);
     }
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
@@ -974,7 +975,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
             const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(3, step, &ev, log);
+            step_skipped(STAGE, step, &ev, log);
             if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
             continue;
         }
@@ -1004,7 +1005,7 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = 3, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn,
+        step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
                                .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
@@ -1064,7 +1065,7 @@ int main(int argc, char **argv) {
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage 3, %s, seq %lld over %d ranks (%lld each), merge %s%s%s", M.c.name,
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s%s%s", STAGE, M.c.name,
              (long long)M.o.seq, M.P, (long long)M.S, M.o.merge, M.o.keep_attn ? ", --keep-attn" : "",
              M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     if (M.o.dry_run) {

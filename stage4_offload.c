@@ -61,6 +61,7 @@
 #include "kernels/kernels.h"
 
 
+#define STAGE 4 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
     "Train a Qwen3 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
     "attention), layer inputs, kept attention outputs and optimizer state offloaded to pinned host memory\n"
@@ -1230,7 +1231,7 @@ static void train(Model *M, const MemPlan *mp) {
     comm_barrier(M->comm, M->gpu.stream);
     if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
         const EvalResult e0 = evaluate(M, &eval);
-        eval_report(4, step, &e0, log);
+        eval_report(STAGE, step, &e0, log);
     }
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
@@ -1240,7 +1241,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
             const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(4, step, &ev, log);
+            step_skipped(STAGE, step, &ev, log);
             if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
             continue;
         }
@@ -1271,7 +1272,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
         if (M->progress) say("\r\033[K"); /* stage 4: the progress line gives way to the step line */
-        step_report(&(StepLog){.stage = 4, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
+        step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
                                .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
@@ -1342,8 +1343,8 @@ int main(int argc, char **argv) {
     choose_kept(&M);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage 4, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, attention "
-             "kept for %lld layers (%lld on the GPU)%s", M.c.name, (long long)M.o.seq, M.P, (long long)M.S, M.o.merge,
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, attention "
+             "kept for %lld layers (%lld on the GPU)%s", STAGE, M.c.name, (long long)M.o.seq, M.P, (long long)M.S, M.o.merge,
              M.o.offload, (long long)M.kept, (long long)M.kept_gpu, M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     /* ---- stage 4: offload: the host's plan, per node ---- */
     const double node_host = (double)memplan_host(&mp) * ranks_per_node(&M.o.ranks), budget = host_budget(&M);

@@ -72,6 +72,7 @@
 #define QWEN3_CONTEXT 40960
 /* ---- end stage 5 ---- */
 
+#define STAGE 5 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
     "Train a Qwen3 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
     "attention), layer inputs, kept attention outputs and optimizer state offloaded to pinned host memory\n"
@@ -1430,7 +1431,7 @@ static void train(Model *M, const MemPlan *mp) {
     comm_barrier(M->comm, M->gpu.stream);
     if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
         const EvalResult e0 = evaluate(M, &eval);
-        eval_report(5, step, &e0, log);
+        eval_report(STAGE, step, &e0, log);
     }
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
@@ -1440,7 +1441,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
             const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(5, step, &ev, log);
+            step_skipped(STAGE, step, &ev, log);
             if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
             continue;
         }
@@ -1474,7 +1475,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
         if (M->progress) say("\r\033[K"); /* stage 4: the progress line gives way to the step line */
-        step_report(&(StepLog){.stage = 5, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
+        step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
                                .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
@@ -1568,8 +1569,8 @@ int main(int argc, char **argv) {
     choose_kept(&M);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage 5, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, attention "
-             "kept for %lld layers (%lld on the GPU), %lld head groups, MLP tiles of %lld%s%s%s", M.c.name, (long long)M.o.seq, M.P,
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, attention "
+             "kept for %lld layers (%lld on the GPU), %lld head groups, MLP tiles of %lld%s%s%s", STAGE, M.c.name, (long long)M.o.seq, M.P,
              (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.kept_gpu, (long long)M.groups, (long long)M.tile,
              M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     /* ---- stage 4: offload: the host's plan, per node ---- */
