@@ -422,6 +422,7 @@ static void forward(Model *M) {
     mark(M->gpu.stream, K_ELEM);
     embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     for (int64_t l = 0; l < M->c.layers; l++) {
+        progress_at(M->gpu.stream, 0, l);
         attention_forward(M, l, ckpt(M, l), 1);
         mlp_forward(M, l, ckpt(M, l + 1));
     }
@@ -507,7 +508,10 @@ static void layer_backward(Model *M, int64_t l) {
 }
 
 static void backward(Model *M) {
-    for (int64_t l = M->c.layers - 1; l >= 0; l--) layer_backward(M, l);
+    for (int64_t l = M->c.layers - 1; l >= 0; l--) {
+        progress_at(M->gpu.stream, 1, l);
+        layer_backward(M, l);
+    }
     mark(M->gpu.stream, K_ELEM);
     embedding_bwd(G(M, P_EMBED, 0), M->w.dx, M->w.ids, M->S, M->c.hidden, M->gpu.stream);
 }
@@ -645,6 +649,7 @@ static void train(Model *M, const MemPlan *mp) {
     CUDA_CHECK(cudaEventCreate(&ev1));
     say("training %lld steps of %lld tokens (%.3g model TFLOP per step)\n", (long long)M->o.steps,
            (long long)M->S, flops / 1e12);
+    progress_start(M->c.layers); /* on a terminal: where the step is */
     if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
         const EvalResult e0 = evaluate(M, &eval);
         eval_report(STAGE, step, &e0, log);

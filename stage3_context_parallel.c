@@ -683,6 +683,7 @@ static void forward(Model *M) {
     mark(M->gpu.stream, K_ELEM);
     embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     for (int64_t l = 0; l < M->c.layers; l++) {
+        progress_at(M->gpu.stream, 0, l);
         /* ---- stage 2: FSDP ---- */
         if (l + 1 < M->c.layers) fetch(M, 2 + l); /* the next layer's gather overlaps this layer */
         await_unit(M, 1 + l);
@@ -777,6 +778,7 @@ static void backward(Model *M) {
     const int64_t last = M->p.shards.nunits - 1;
     fetch(M, M->c.layers); /* the last layer */
     for (int64_t l = M->c.layers - 1; l >= 0; l--) {
+        progress_at(M->gpu.stream, 1, l);
         if (l > 0) fetch(M, l); /* layer l-1, gathered while layer l runs */
         await_unit(M, 1 + l);
         zero_grads(M, 1 + l);
@@ -960,6 +962,7 @@ static void train(Model *M, const MemPlan *mp) {
     CUDA_CHECK(cudaEventCreate(&ev1));
     say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
            M->P, (long long)M->S, flops / 1e12);
+    progress_start(M->c.layers); /* on a terminal: where the step is */
     /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
      * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
     comm_barrier(M->comm, M->gpu.stream);
@@ -1068,11 +1071,8 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s%s%s", STAGE, M.c.name,
              (long long)M.o.seq, M.P, (long long)M.S, M.o.merge, M.o.keep_attn ? ", --keep-attn" : "",
              M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
-    if (M.o.dry_run) {
-        memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
-        return 0;
-    }
-    memplan_print(&mp, stdout, title, 0);
+    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)) : 0);
+    if (M.o.dry_run) return 0;
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
     ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);

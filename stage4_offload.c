@@ -326,7 +326,6 @@ typedef struct {
     int64_t kept_gpu;               /* [0, kept_gpu) on the GPU, [kept_gpu, kept) on the host */
     int threads;                    /* host threads of this rank (AdamW, casts) */
     cudaStream_t copy_st;           /* checkpoints and kept attention go down and up here */
-    char (*progress)[64];           /* [2L] "forward layer l/L" lines (on a terminal) */
     /* ---- end stage 4 ---- */
 } Model;
 
@@ -521,16 +520,10 @@ static int64_t init_weights(Model *M) {
 
 /* ---- stage 4: offload ---- */
 static void parse_offload(Model *M) {
-    const char *s = M->o.offload;
-    const int all = !strcmp(s, "all");
-    M->off.ckpt = all || strstr(s, "ckpt") != NULL;
-    M->off.attn = all || strstr(s, "attn") != NULL;
-    M->off.states = all || strstr(s, "states") != NULL;
-    char rest[256];
-    snprintf(rest, sizeof rest, "%s", s);
-    for (char *t = strtok(rest, ","); t && !all; t = strtok(NULL, ","))
-        if (strcmp(t, "none") && strcmp(t, "ckpt") && strcmp(t, "attn") && strcmp(t, "states"))
-            DIE("--offload %s: \"%s\" is not one of all, none, ckpt, attn, states", s, t);
+    const char *names[] = {"ckpt", "attn", "states"};
+    int *flags[] = {&M->off.ckpt, &M->off.attn, &M->off.states};
+    char err[256];
+    if (cli_parse_set(M->o.offload, names, flags, 3, err, sizeof err)) DIE("--offload %s: %s", M->o.offload, err);
 }
 
 static double host_budget(const Model *M) { /* bytes per node: --host-gib, or what this machine has free */
@@ -586,18 +579,6 @@ static void agree_kept(Model *M) {
                "fewer\n", (long long)g, (long long)h, (long long)M->kept_gpu, (long long)(M->kept - M->kept_gpu));
     M->kept_gpu = g, M->kept = g + h;
     plan_memory(M); /* the arenas of the fewer kept layers */
-}
-/* the plan's line: where the kept layers sit and the attention forwards they spare, at the rate
- * cuDNN's forward keeps up in the ring's blocks on an H200, back to back (572-622 TFLOP/s at 32B
- * 1M: build/sdpa_rate; one call after an idle gap runs faster, until the power cap slows the clock) */
-#define ATTN_FWD_TFLOPS 600.0
-static void kept_report(const Model *M) {
-    const int64_t L = M->c.layers;
-    const double tflop = 2.0 * (double)M->o.seq * (double)M->o.seq * (double)(M->c.heads * M->c.head_dim) / M->P / 1e12;
-    say("attention kept: %lld layers on the GPU, %lld on the host, %lld recompute; keeping spares %lld attention "
-           "forwards of %.1f TFLOP per rank, ~%.1f s a step at %.0f TFLOP/s\n", (long long)M->kept_gpu,
-           (long long)(M->kept - M->kept_gpu), (long long)(L - M->kept), (long long)M->kept, tflop,
-           (double)M->kept * tflop / ATTN_FWD_TFLOPS, ATTN_FWD_TFLOPS);
 }
 /* ---- end stage 4 ---- */
 
@@ -808,14 +789,6 @@ static int kept(const Model *M, int64_t l) { return l < M->kept; }
 static int on_host(const Model *M, int64_t l) { return kept(M, l) && l >= M->kept_gpu; }
 static int64_t host_ix(const Model *M, int64_t l) { return l - M->kept_gpu; } /* among those on the host */
 
-/* a terminal line per layer, printed when the GPU gets there (a step at 1M tokens takes minutes) */
-static void CUDART_CB show_progress(void *line) {
-    fputs(line, stdout);
-    fflush(stdout);
-}
-static void progress(Model *M, int backward, int64_t l) {
-    if (M->progress) CUDA_CHECK(cudaLaunchHostFunc(M->gpu.stream, show_progress, M->progress[backward * M->c.layers + l]));
-}
 /* ---- end stage 4 ---- */
 
 /* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
@@ -900,7 +873,7 @@ static void forward(Model *M) {
     embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     if (M->off.ckpt) copy_down(M, &M->sv.hx, 0); /* stage 4 */
     for (int64_t l = 0; l < M->c.layers; l++) {
-        progress(M, 0, l); /* stage 4 */
+        progress_at(M->gpu.stream, 0, l);
         /* ---- stage 2: FSDP ---- */
         if (l + 1 < M->c.layers) fetch(M, 2 + l); /* the next layer's gather overlaps this layer */
         await_unit(M, 1 + l);
@@ -1000,11 +973,11 @@ static void backward(Model *M) {
     const int64_t L = M->c.layers, NH = M->kept - M->kept_gpu; /* stage 4: layers kept on the host */
     if (M->off.ckpt) done_with(M, &M->sv.hx, L); /* stage 4: x_L has fed the loss */
     for (int64_t l = M->c.layers - 1; l >= 0; l--) {
+        progress_at(M->gpu.stream, 1, l);
         if (l > 0) fetch(M, l); /* layer l-1, gathered while layer l runs */
         /* ---- stage 4: offload ---- */
         /* layer l-1's input (and O kept on the host) come up while layer l runs; the forward's last
          * two of each are still in their slots (x_{L-1}; O of the last two on the host, h = NH-2, NH-1) */
-        progress(M, 1, l);
         if (M->off.ckpt && l > 0) copy_up(M, &M->sv.hx, l - 1);
         if (M->off.ckpt && l < L - 1) await_up(M, &M->sv.hx, l);
         const int64_t h = host_ix(M, l);
@@ -1218,14 +1191,7 @@ static void train(Model *M, const MemPlan *mp) {
     CUDA_CHECK(cudaEventCreate(&ev1));
     say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
            M->P, (long long)M->S, flops / 1e12);
-    /* ---- stage 4: offload ---- */
-    if (isatty(fileno(stdout)) && rank_prints()) {
-        M->progress = xcalloc((size_t)(2 * M->c.layers), sizeof *M->progress);
-        for (int64_t l = 0; l < 2 * M->c.layers; l++)
-            snprintf(M->progress[l], sizeof *M->progress, "\r  %s: layer %lld of %lld ", l < M->c.layers ? "forward" : "backward",
-                     (long long)(l < M->c.layers ? l + 1 : 2 * M->c.layers - l), (long long)M->c.layers);
-    }
-    /* ---- end stage 4 ---- */
+    progress_start(M->c.layers); /* on a terminal: where the step is */
     /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
      * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
     comm_barrier(M->comm, M->gpu.stream);
@@ -1271,7 +1237,6 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        if (M->progress) say("\r\033[K"); /* stage 4: the progress line gives way to the step line */
         step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
@@ -1346,23 +1311,10 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, attention "
              "kept for %lld layers (%lld on the GPU)%s", STAGE, M.c.name, (long long)M.o.seq, M.P, (long long)M.S, M.o.merge,
              M.o.offload, (long long)M.kept, (long long)M.kept_gpu, M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
-    /* ---- stage 4: offload: the host's plan, per node ---- */
-    const double node_host = (double)memplan_host(&mp) * ranks_per_node(&M.o.ranks), budget = host_budget(&M);
-    char host_line[256] = "";
-    if (node_host > 0)
-        snprintf(host_line, sizeof host_line, "pinned host memory per node (%d ranks): %.1f GiB of %.1f GiB%s: %s\n",
-                 ranks_per_node(&M.o.ranks), node_host / (1 << 30), budget / (1 << 30),
-                 M.o.host_gib > 0 ? " (--host-gib)" : " available here", node_host <= budget ? "fits" : "DOES NOT FIT");
-    /* ---- end stage 4 ---- */
-    if (M.o.dry_run) {
-        memplan_print(&mp, stdout, title, (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)));
-        say("%s", host_line); /* stage 4 */
-        kept_report(&M);         /* stage 4 */
-        return 0;
-    }
-    memplan_print(&mp, stdout, title, 0);
-    say("%s", host_line); /* stage 4 */
-    kept_report(&M);         /* stage 4 */
+    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)) : 0);
+    memplan_host_report(&mp, ranks_per_node(&M.o.ranks), host_budget(&M), M.o.host_gib > 0); /* stage 4 */
+    kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
+    if (M.o.dry_run) return 0;
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
     ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);

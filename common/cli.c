@@ -91,3 +91,20 @@ void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, 
     }
     fprintf(f, "  %-22s %s\n", "--help", "this text");
 }
+
+int cli_parse_set(const char *s, const char *const *names, int *const *flags, int n, char *err, size_t errlen) {
+    char words[256], all[160] = "all, none";
+    for (int k = 0; k < n; k++) snprintf(all + strlen(all), sizeof all - strlen(all), ", %s", names[k]);
+    snprintf(words, sizeof words, "%s", s);
+    for (int k = 0; k < n; k++) *flags[k] = 0;
+    for (char *save, *t = strtok_r(words, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int known = !strcmp(t, "none");
+        for (int k = 0; k < n; k++)
+            if (!strcmp(t, "all") || !strcmp(t, names[k])) *flags[k] = 1, known = 1;
+        if (!known) {
+            snprintf(err, errlen, "\"%s\" is not one of %s", t, all);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -26,4 +26,8 @@ void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, 
 /* "131072" / "128K" / "1M" -> value; -1 on a bad number */
 int cli_parse_int(const char *s, int64_t *out);
 
+/* s: "all", "none" or a comma list of the n names; *flags[k] = 1 for each name given (all: every
+ * one), else 0. -1 with err naming the word that is none of them. */
+int cli_parse_set(const char *s, const char *const *names, int *const *flags, int n, char *err, size_t errlen);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "cli.h"
 
 MemPlan memplan_of(const Arena *a, int n) {
@@ -83,4 +84,19 @@ void kept_split(int64_t want, int64_t g, int64_t room, int host_ok, int counted,
 
 int64_t layers_in(double room, double per, int64_t L) {
     return room <= 0 ? 0 : room / per >= (double)L ? L : (int64_t)(room / per);
+}
+
+void kept_report(int64_t gpu, int64_t host, int64_t layers, int64_t seq, int64_t q_width, int P) {
+    const double tflop = 2.0 * (double)seq * (double)seq * (double)q_width / P / 1e12;
+    say("attention kept: %lld layers on the GPU, %lld on the host, %lld recompute; keeping spares %lld attention "
+        "forwards of %.1f TFLOP per rank, ~%.1f s a step at %.0f TFLOP/s\n", (long long)gpu, (long long)host,
+        (long long)(layers - gpu - host), (long long)(gpu + host), tflop, (double)(gpu + host) * tflop / ATTN_FWD_TFLOPS,
+        ATTN_FWD_TFLOPS);
+}
+
+void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, int given) {
+    const double node = (double)memplan_host(mp) * ranks_per_node, G = 1 << 30;
+    if (node > 0)
+        say("pinned host memory per node (%d ranks): %.1f GiB of %.1f GiB%s: %s\n", ranks_per_node, node / G, budget / G,
+            given ? " (--host-gib)" : " available here", node <= budget ? "fits" : "DOES NOT FIT");
 }

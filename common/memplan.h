@@ -43,4 +43,14 @@ int64_t layers_in(double room, double per, int64_t L);
 /* MemAvailable of /proc/meminfo (bytes; -1 if unknown) */
 int64_t host_available_bytes(void);
 
+/* The plan's line for kept attention (stages 4-5): where the kept layers sit and the attention
+ * forwards they spare (2 seq^2 q_width FLOP a layer over P ranks), at the rate cuDNN's forward keeps
+ * up in the ring's blocks on an H200 back to back (572-622 TFLOP/s at 32B 1M: build/sdpa_rate; one
+ * call after an idle gap runs faster, until the power cap slows the clock). */
+#define ATTN_FWD_TFLOPS 600.0
+void kept_report(int64_t gpu, int64_t host, int64_t layers, int64_t seq, int64_t q_width, int P);
+/* The host's plan per node (stage 4 on): the pinned bytes of ranks_per_node ranks against budget
+ * (given: --host-gib, else what this machine has available); nothing when none is pinned. */
+void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, int given);
+
 #endif

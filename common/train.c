@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -126,9 +127,39 @@ void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms) {
 }
 
 /* ---------------------------------------------------------------- the step line */
+/* ---- the progress line: on a terminal, "forward: layer l of L" as the GPU gets there ---- */
+static struct {
+    char (*line)[64];    /* [2L]: forward layers 1..L, then backward L..1 */
+    int64_t layers;
+    volatile int showing; /* a line is on the terminal: the next report clears it */
+} progress;
+static void CUDART_CB show_line(void *line) {
+    fputs(line, stdout);
+    fflush(stdout);
+    progress.showing = 1;
+}
+void progress_start(int64_t layers) {
+    if (progress.line || !rank_prints() || !isatty(fileno(stdout))) return;
+    progress.line = xcalloc((size_t)(2 * layers), sizeof *progress.line);
+    progress.layers = layers;
+    for (int64_t l = 0; l < 2 * layers; l++)
+        snprintf(progress.line[l], sizeof *progress.line, "\r  %s: layer %lld of %lld ", l < layers ? "forward" : "backward",
+                 (long long)(l < layers ? l + 1 : 2 * layers - l), (long long)layers);
+}
+void progress_at(cudaStream_t st, int backward, int64_t l) {
+    if (progress.line && rank_prints())
+        CUDA_CHECK(cudaLaunchHostFunc(st, show_line, progress.line[backward * progress.layers + l]));
+}
+static void progress_clear(void) {
+    if (!progress.showing) return;
+    fputs("\r\033[K", stdout);
+    progress.showing = 0;
+}
+
 static void eval_json(const EvalResult *e, char *out, size_t n);
 void step_report(const StepLog *s, FILE *jsonl) {
     if (!rank_prints()) return;
+    progress_clear();
     const double mfu = s->tflops * 1e12 / PEAK_FLOPS;
     printf("step %5lld | loss %.6f | lr %.3e | grad norm %.4f | %.3f s | %.0f tok/s | %.1f TFLOP/s | MFU %.1f%% | "
            "mem %.2f GiB (plan %.2f)",
@@ -166,6 +197,7 @@ static void eval_json(const EvalResult *e, char *out, size_t n) {
 
 void eval_report(int stage, int64_t after_step, const EvalResult *e, FILE *jsonl) {
     if (!rank_prints()) return;
+    progress_clear();
     printf("eval after step %lld | eval loss %.6f ppl %.3f | %lld windows, %lld labels | %.1f s\n", (long long)after_step,
            e->loss, exp(e->loss), (long long)e->windows, (long long)e->labels, e->sec);
     if (!jsonl) return;
@@ -178,6 +210,7 @@ void eval_report(int stage, int64_t after_step, const EvalResult *e, FILE *jsonl
 
 void step_skipped(int stage, int64_t step, const EvalResult *e, FILE *jsonl) {
     if (!rank_prints()) return;
+    progress_clear();
     printf("step %5lld | skipped: no label in this step's windows carries loss (all masked), no update", (long long)step);
     if (e->labels) printf(" | eval loss %.6f ppl %.3f (%.1f s)", e->loss, exp(e->loss), e->sec);
     printf("\n");

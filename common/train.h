@@ -73,5 +73,10 @@ typedef struct {
     EvalResult eval;         /* an evaluation after this step (eval.labels 0: none) */
 } StepLog;
 void step_report(const StepLog *s, FILE *jsonl);
+/* On a terminal, a line per layer as the GPU reaches it (a step at 1M tokens takes minutes):
+ * progress_start once before training, progress_at(stream, 0 forward / 1 backward, layer) where a
+ * layer begins; the next step, evaluation or skip line replaces it. Only the printing rank shows it. */
+void progress_start(int64_t layers);
+void progress_at(cudaStream_t st, int backward, int64_t l);
 
 #endif
