@@ -184,7 +184,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     /* B2: attention backward (overlays B1) */
     bf16_t *d_o;        /* [S, Hq*hd] */
     bf16_t *dq;         /* [S, Hq*hd] */
-    bf16_t *dk, *dv;    /* [S, Hkv*hd] */
+    bf16_t *dk, *dv;    /* [S, Hkv*hd] each, side by side: [2, S, Hkv*hd] */
     bf16_t *dxn;        /* [S, D] */
     float *softmax_sum; /* [Hq, S] cuDNN scratch */
     float *dq_accum;    /* [Hq, S, hd] cuDNN scratch */
@@ -293,8 +293,8 @@ static void carve(Model *M) {
     /* B2 */
     w->d_o = arena_take(W, BF(S * Q), "d_o");
     w->dq = arena_take(W, BF(S * Q), "dq");
-    w->dk = arena_take(W, BF(S * KV), "dk");
-    w->dv = arena_take(W, BF(S * KV), "dv");
+    w->dk = arena_take(W, BF(2 * S * KV), "dk, dv");
+    w->dv = w->dk ? w->dk + S * KV : NULL;
     w->dxn = arena_take(W, BF(S * D), "dxn");
     w->softmax_sum = arena_take(W, F32(c->heads * S), "softmax_sum");
     w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
@@ -457,20 +457,16 @@ static void loss_and_head_backward(Model *M, int grads) {
 }
 
 /* ============================================================ backward */
-/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
-static void layer_backward(Model *M, int64_t l) {
+/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
+ * forward runs again first: nothing of it was kept. */
+static void mlp_backward(Model *M, int64_t l) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate, Q = c->heads * c->head_dim,
-                  KV = c->kv_heads * c->head_dim;
-    const bf16_t *x = ckpt(M, l);
+    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    /* recompute this layer's forward (attention too, unless it was kept) */
-    attention_forward(M, l, x, !M->o.keep_attn);
     mlp_forward(M, l, NULL);
-
-    /* MLP: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+    /* dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
     mark(st, K_GEMM);
     linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
     linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
@@ -483,6 +479,19 @@ static void layer_backward(Model *M, int64_t l) {
     linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
     mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
+static void layer_backward(Model *M, int64_t l) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    Gemm *gm = &M->gemm;
+    const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    const bf16_t *x = ckpt(M, l);
+    cudaStream_t st = M->gpu.stream;
+    /* recompute this layer's attention forward (unless it was kept), then the MLP backward */
+    attention_forward(M, l, x, !M->o.keep_attn);
+    mlp_backward(M, l);
 
     /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
     mark(st, K_GEMM);

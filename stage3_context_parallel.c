@@ -230,7 +230,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     /* B2: attention backward (overlays B1) */
     bf16_t *d_o;        /* [S, Hq*hd] */
     bf16_t *dq;         /* [S, Hq*hd] */
-    bf16_t *dk, *dv;    /* [S, Hkv*hd] */
+    bf16_t *dk, *dv;    /* [S, Hkv*hd] each, side by side: [2, S, Hkv*hd] */
     bf16_t *dxn;        /* [S, D] */
     float *softmax_sum; /* [Hq, S] cuDNN scratch */
     float *dq_accum;    /* [Hq, S, hd] cuDNN scratch */
@@ -383,8 +383,8 @@ static void carve(Model *M) {
     /* B2 */
     w->d_o = arena_take(W, BF(S * Q), "d_o");
     w->dq = arena_take(W, BF(S * Q), "dq");
-    w->dk = arena_take(W, BF(S * KV), "dk");
-    w->dv = arena_take(W, BF(S * KV), "dv");
+    w->dk = arena_take(W, BF(2 * S * KV), "dk, dv");
+    w->dv = w->dk ? w->dk + S * KV : NULL;
     w->dxn = arena_take(W, BF(S * D), "dxn");
     w->softmax_sum = arena_take(W, F32(c->heads * S), "softmax_sum");
     w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
@@ -541,66 +541,68 @@ static void ring_pass(Model *M, const void *send, void *recv, int64_t bytes, int
 }
 static void ring_wait(Model *M, int ev) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ring_ev[ev + 1], 0)); }
 
-/* this rank's queries against every rank's K/V: P cuDNN blocks on the ring schedule (zigzag.h),
- * the next block's K/V arriving while this one computes; results merged by LSE into o, lse */
-static void ring_forward(Model *M, int64_t l) {
-    const Qwen3Config *c = &M->c;
+/* this rank's queries (w.q, [S, Hq*hd]) against every rank's K/V (kv: this rank's, [2, S, Hkv*hd], K
+ * then V): P cuDNN blocks on the ring schedule (zigzag.h), the next block's K/V arriving while this
+ * one computes; results merged by LSE into o [S, Hq*hd] and lse [Hq, S]. The heads are M->attn's;
+ * `at` names the call for the rehearsal's block timer (the layer). */
+static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, float *lse) {
     Work *w = &M->w;
-    const int64_t n = M->S, H = c->heads, D = c->head_dim, Q = H * D, KV = c->kv_heads * D;
+    const int64_t n = M->S, H = M->attn.Hq, Hk = M->attn.Hkv, D = M->attn.D, Q = H * D, KV = Hk * D;
     const int f32 = !strcmp(M->o.merge, "fp32");
-    void *o = f32 ? w->o_acc : (void *)w->o;
+    void *acc = f32 ? w->o_acc : (void *)o;
     cudaStream_t st = M->gpu.stream;
-    fill_f32(w->lse, -INFINITY, H * n, st);
-    const bf16_t *cur = w->kv;
+    fill_f32(lse, -INFINITY, H * n, st);
+    const bf16_t *cur = kv;
     for (int i = 0; i < M->P; i++) {
         if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
         const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
-        const SdpaShape sh = {H, c->kv_heads, b.nq, b.nk, D, b.causal, 0};
-        blocks_mark(&M->blocks, st, l, 0, i, 0);
+        const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
+        blocks_mark(&M->blocks, st, at, 0, i, 0);
         sdpa_fwd(&M->sdpa, &sh, w->blk, w->lse_blk, w->q + b.q0 * Q, cur + b.k0 * KV, cur + (n + b.k0) * KV,
                  w->sdpa_ws, w->sdpa_ws_bytes);
-        lse_merge(o, f32, w->lse, w->blk, w->lse_blk, n, b.q0, b.nq, H, D, st);
-        blocks_mark(&M->blocks, st, l, 0, i, 1);
+        lse_merge(acc, f32, lse, w->blk, w->lse_blk, n, b.q0, b.nq, H, D, st);
+        blocks_mark(&M->blocks, st, at, 0, i, 1);
         if (i + 1 < M->P) {
             ring_wait(M, 0);
             cur = w->kv_ring[i % 2];
         }
     }
-    if (f32) cast_f32_to_bf16(w->o, w->o_acc, n * Q, st);
+    if (f32) cast_f32_to_bf16(o, w->o_acc, n * Q, st);
 }
 
 /* the same blocks backward with the final O and LSE: dQ adds up here; each block's dK/dV joins the
- * running sum that travels with it, and after P passes every rank holds its own K/V's total.
+ * running sum that travels with it, and after P passes every rank holds its own K/V's total: dq
+ * [S, Hq*hd], dkv [2, S, Hkv*hd] (dK then dV).
  * Why the final O and LSE, not each block's: a row's softmax spans every block, so a block's
  * probabilities are exp(scores - LSE_final) and its dScores = P (dP - rowsum(dO * O_final)). Given
  * the final ones, each block's backward is exactly its slice of the whole attention's backward. */
-static void ring_backward(Model *M, int64_t l) {
-    const Qwen3Config *c = &M->c;
+static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *o, const bf16_t *d_o, const float *lse,
+                          bf16_t *dq, bf16_t *dkv_out) {
     Work *w = &M->w;
-    const int64_t n = M->S, H = c->heads, D = c->head_dim, Q = H * D, KV = c->kv_heads * D;
+    const int64_t n = M->S, H = M->attn.Hq, Hk = M->attn.Hkv, D = M->attn.D, Q = H * D, KV = Hk * D;
     const int f32 = !strcmp(M->o.merge, "fp32");
     const int64_t acc = f32 ? 4 : 2;
     cudaStream_t st = M->gpu.stream;
     CUDA_CHECK(cudaMemsetAsync(w->dq_acc, 0, (size_t)(acc * n * Q), st));
     CUDA_CHECK(cudaMemsetAsync(w->dkv_ring[0], 0, (size_t)(acc * 2 * n * KV), st));
     char *dkv = w->dkv_ring[0];
-    const bf16_t *cur = w->kv;
+    const bf16_t *cur = kv;
     for (int i = 0; i < M->P; i++) {
         if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
         const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
-        const SdpaShape sh = {H, c->kv_heads, b.nq, b.nk, D, b.causal, 0};
-        blocks_mark(&M->blocks, st, l, 1, i, 0);
+        const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
+        blocks_mark(&M->blocks, st, at, 1, i, 0);
         /* the final LSE of the block's rows, [H, nq] contiguous as cuDNN reads it */
-        CUDA_CHECK(cudaMemcpy2DAsync(w->lse_blk, (size_t)b.nq * 4, w->lse + b.q0, (size_t)n * 4, (size_t)b.nq * 4,
+        CUDA_CHECK(cudaMemcpy2DAsync(w->lse_blk, (size_t)b.nq * 4, lse + b.q0, (size_t)n * 4, (size_t)b.nq * 4,
                                      (size_t)H, cudaMemcpyDeviceToDevice, st));
         sdpa_bwd(&M->sdpa, &sh, w->blk, w->dkv_blk, w->dkv_blk + b.nk * KV, w->q + b.q0 * Q, cur + b.k0 * KV,
-                 cur + (n + b.k0) * KV, w->o + b.q0 * Q, w->d_o + b.q0 * Q, w->lse_blk, w->softmax_sum, w->dq_accum,
+                 cur + (n + b.k0) * KV, o + b.q0 * Q, d_o + b.q0 * Q, w->lse_blk, w->softmax_sum, w->dq_accum,
                  w->sdpa_ws, w->sdpa_ws_bytes);
         add_bf16_into((char *)w->dq_acc + acc * b.q0 * Q, f32, w->blk, b.nq * Q, st);
         if (i > 0) ring_wait(M, 2); /* the running dK/dV of this block has arrived */
         add_bf16_into(dkv + acc * b.k0 * KV, f32, w->dkv_blk, b.nk * KV, st);
         add_bf16_into(dkv + acc * (n + b.k0) * KV, f32, w->dkv_blk + b.nk * KV, b.nk * KV, st);
-        blocks_mark(&M->blocks, st, l, 1, i, 1);
+        blocks_mark(&M->blocks, st, at, 1, i, 1);
         if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
             char *next = w->dkv_ring[(i + 1) % 2];
             ring_pass(M, dkv, next, acc * 2 * n * KV, 2);
@@ -613,13 +615,11 @@ static void ring_backward(Model *M, int64_t l) {
     }
     if (M->P > 1) ring_wait(M, 2);
     if (f32) {
-        cast_f32_to_bf16(w->dq, w->dq_acc, n * Q, st);
-        cast_f32_to_bf16(w->dk, (float *)dkv, n * KV, st);
-        cast_f32_to_bf16(w->dv, (float *)dkv + n * KV, n * KV, st);
+        cast_f32_to_bf16(dq, w->dq_acc, n * Q, st);
+        cast_f32_to_bf16(dkv_out, (float *)dkv, 2 * n * KV, st);
     } else {
-        CUDA_CHECK(cudaMemcpyAsync(w->dq, w->dq_acc, (size_t)BF(n * Q), cudaMemcpyDeviceToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(w->dk, dkv, (size_t)BF(n * KV), cudaMemcpyDeviceToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(w->dv, dkv + BF(n * KV), (size_t)BF(n * KV), cudaMemcpyDeviceToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(dq, w->dq_acc, (size_t)BF(n * Q), cudaMemcpyDeviceToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(dkv_out, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
     }
 }
 /* ---- end stage 3 ---- */
@@ -649,7 +649,7 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     qk_norm_rope_fwd(w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S,
                      c->kv_heads, c->head_dim, (float)c->eps, st);
     mark(st, K_ATTN);
-    if (run_attn) ring_forward(M, l); /* stage 3 */
+    if (run_attn) ring_forward(M, l, w->kv, w->o, w->lse); /* stage 3 */
     mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
@@ -724,20 +724,16 @@ static void loss_and_head_backward(Model *M, int grads) {
 }
 
 /* ============================================================ backward */
-/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
-static void layer_backward(Model *M, int64_t l) {
+/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
+ * forward runs again first: nothing of it was kept. */
+static void mlp_backward(Model *M, int64_t l) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate, Q = c->heads * c->head_dim,
-                  KV = c->kv_heads * c->head_dim;
-    const bf16_t *x = ckpt(M, l);
+    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    /* recompute this layer's forward (attention too, unless it was kept) */
-    attention_forward(M, l, x, !M->o.keep_attn);
     mlp_forward(M, l, NULL);
-
-    /* MLP: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+    /* dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
     mark(st, K_GEMM);
     linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
     linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
@@ -750,13 +746,26 @@ static void layer_backward(Model *M, int64_t l) {
     linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
     mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
+static void layer_backward(Model *M, int64_t l) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    Gemm *gm = &M->gemm;
+    const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    const bf16_t *x = ckpt(M, l);
+    cudaStream_t st = M->gpu.stream;
+    /* recompute this layer's attention forward (unless it was kept), then the MLP backward */
+    attention_forward(M, l, x, !M->o.keep_attn);
+    mlp_backward(M, l);
 
     /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
     mark(st, K_GEMM);
     linear_dw(gm, G(M, P_O, l), w->dx, w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
     mark(st, K_ATTN);
-    ring_backward(M, l); /* stage 3 */
+    ring_backward(M, l, w->kv, w->o, w->d_o, w->lse, w->dq, w->dk); /* stage 3 */
     mark(st, K_ELEM);
     qk_norm_rope_bwd(w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), w->pos, w->inv_freq,
                      M->attn_factor, S, c->heads, c->head_dim, st);
