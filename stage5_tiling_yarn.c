@@ -2,17 +2,13 @@
  * plus the last one, sequence tiling, and the RoPE scaling that long contexts need.
  *
  * Stage 4 plus tiling and YaRN, every lever on by default (./stage5 --seq 1M: Qwen3-32B, YaRN x32):
- *   - MLP tiles (--mlp-tile): the MLP runs T rows at a time, forward and backward; each tile's
- *             backward re-runs its gate and up projections, weight gradients add up over the
- *             tiles. [T, intermediate] replaces [S, intermediate];
- *   - head groups (--attn-groups): projections, ring and backward run for a group of query heads
- *             (and the K/V heads they read) at a time, so the ring's fp32 accumulators, cuDNN's
- *             scratch and Q are a group's size; only O, dO and K/V keep all heads;
- *   - YaRN: past Qwen3's original 32768 positions RoPE is YaRN with factor seq / 32768
- *             (--yarn-factor overrides); --save writes it as transformers v5 reads it.
- * Qwen3's MoE models run too, their experts a tile at a time (common/moe.c). A machine that cannot
- * run the job is told so before anything is allocated, with what is short and the nearest command
- * that fits (common/advice.c).
+ *   - MLP tiles (--mlp-tile): the MLP runs T rows at a time, forward and backward (each tile's
+ *             backward re-runs its gate and up projections); [T, I] replaces [S, I];
+ *   - head groups (--attn-groups): projections, ring and backward run a group of query heads (and
+ *             the K/V heads they read) at a time: the ring's fp32 accumulators, cuDNN's scratch and
+ *             Q are a group's size; only O, dO and K/V keep all heads;
+ *   - YaRN: past Qwen3's original 32768 positions RoPE is YaRN with factor seq / 32768.
+ * Qwen3's MoE models run too, a tile of their experts at a time (common/moe.c).
  * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
  * What every stage does, from stage 1 on:
@@ -65,12 +61,6 @@
 #include "kernels/kernels.h"
 
 
-/* ---- stage 5: YaRN ---- */
-/* Qwen3's pretraining context: the model cards extend it with YaRN from 32768 positions
- * (max_position_embeddings says 40960) */
-#define QWEN3_ORIGINAL_CONTEXT 32768
-#define QWEN3_CONTEXT 40960
-/* ---- end stage 5 ---- */
 
 #define STAGE 5 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
@@ -531,19 +521,9 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    /* stage 5: an MoE model too (the 1); YaRN applied below */
+    /* stage 5: an MoE model too (the 1); YaRN past the original context, from the sequence */
     if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, 1, err, sizeof err)) DIE("%s", err);
-    /* ---- stage 5: YaRN past the original context, unless the config or --yarn-factor says otherwise.
-     * The original context: --yarn-original, or the config's YaRN's, or 32768 for Qwen3's 40960
-     * (its cards extend from there), or max_position_embeddings of a model trained longer ---- */
-    const int64_t mp = M->c.max_position,
-                  orig = o->yarn_original > 0 ? o->yarn_original
-                         : M->c.yarn ? M->c.yarn_original_max
-                         : mp <= QWEN3_CONTEXT ? (mp < QWEN3_ORIGINAL_CONTEXT ? mp : QWEN3_ORIGINAL_CONTEXT) : mp;
-    if (o->yarn_factor > 0) config_set_yarn(&M->c, o->yarn_factor, orig);
-    else if (!M->c.yarn && o->seq > orig) config_set_yarn(&M->c, (double)o->seq / (double)orig, orig);
-    else if (M->c.yarn && o->yarn_original > 0) config_set_yarn(&M->c, M->c.yarn_factor, orig);
-    /* ---- end stage 5 ---- */
+    config_yarn_for_seq(&M->c, o->seq, o->yarn_factor, o->yarn_original); /* stage 5 (common/config.c) */
     if (zigzag_check(M->o.seq, M->P, err, sizeof err)) DIE("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
     /* ---- stage 5: head groups ---- */
@@ -876,8 +856,7 @@ static void group_kv(Model *M, int64_t g) {
     Work *w = &M->w;
     const int64_t S = M->S, KV = M->c.kv_heads * M->c.head_dim, KVg = M->kg * M->c.head_dim;
     mark(M->gpu.stream, K_ATTN);
-    copy_cols(w->kv_g, KVg, w->k + g * KVg, KV, KVg, S, M->gpu.stream);
-    copy_cols(w->kv_g + S * KVg, KVg, w->v + g * KVg, KV, KVg, S, M->gpu.stream);
+    copy_cols(w->kv_g, KVg, w->k + g * KVg, KV, KVg, 2 * S, M->gpu.stream); /* K then V: [2S, KV] rows */
 }
 /* ---- end stage 5 ---- */
 
@@ -970,12 +949,8 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
 }
 
 /* ---- stage 5: MoE (common/moe.c) ---- */
-static MoeWeights moe_weights(const Model *M, int64_t l) {
-    return (MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)};
-}
-static MoeGrads moe_grads(const Model *M, int64_t l) {
-    return (MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)};
-}
+#define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
+#define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
 /* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
 static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
 /* ---- end stage 5 ---- */
@@ -991,8 +966,7 @@ static void mlp_tile_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd
     mark(st, K_ELEM);
     rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
     if (c->experts) {
-        const MoeWeights mw = moe_weights(M, l);
-        moe_forward(&M->gemm, &w->moe, c, &mw, w->xn2, n, fwd, st);
+        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, n, fwd, st);
         return;
     }
     mark(st, K_GEMM);
@@ -1092,11 +1066,8 @@ static void mlp_backward(Model *M, int64_t l) {
         const int64_t n = tile_rows(M, t0);
         bf16_t *dx = w->dx + t0 * D;
         mlp_tile_forward(M, l, t0, n, 0);
-        if (c->experts) {
-            const MoeWeights mw = moe_weights(M, l);
-            const MoeGrads mg = moe_grads(M, l);
-            moe_backward(gm, &w->moe, c, &mw, &mg, w->xn2, dx, w->dxn2, n, st);
-        } else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+        if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
+        else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
             mark(st, K_GEMM);
             linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
             linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
@@ -1145,8 +1116,7 @@ static void layer_backward(Model *M, int64_t l) {
                          M->attn_factor, S, M->hg, c->head_dim, st);
         mark(st, K_ATTN);
         copy_cols(w->dq + g * Qg, Q, w->d_o_g, Qg, Qg, S, st);
-        copy_cols(w->dk + g * KVg, KV, w->dkv_blk, KVg, KVg, S, st);
-        copy_cols(w->dv + g * KVg, KV, w->dkv_blk + S * KVg, KVg, KVg, S, st);
+        copy_cols(w->dk + g * KVg, KV, w->dkv_blk, KVg, KVg, 2 * S, st); /* dK then dV: [2S, KV] rows */
     }
     /* ---- end stage 5 ---- */
     mark(st, K_ELEM);
@@ -1500,7 +1470,7 @@ static void rank_main(const Rank *r, void *arg) {
 }
 /* ---- end stage 2 ---- */
 
-/* ---- stage 5: the headline's check ---- */
+/* ---- stage 5: tiling ---- */
 /* what each tiling saves: the same job planned with the MLP in one tile, then attention in one group */
 static void tiling_report(const Model *M, int64_t peak) {
     Model *m = xcalloc(1, sizeof *m);
@@ -1542,9 +1512,8 @@ int main(int argc, char **argv) {
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     if (M.o.dry_run) return 0;
-    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .name = M.c.name,
-                                 .seq = M.o.seq, .layers = M.o.layers, .depth = M.c.layers, .P = M.P, .ranks = &M.o.ranks,
-                                 .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M)}, &mp, visible); /* stage 5 */
+    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .seq = M.o.seq, .layers = M.o.layers, .P = M.P,
+                                 .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M)}, &mp, visible);
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
     ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);

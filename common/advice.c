@@ -114,9 +114,9 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
 }
 
 void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
-    Qwen3Config full; /* the model's own depth: the rehearsal's --layers is chosen from it */
+    Qwen3Config full; /* the model's own depth and name: the rehearsal's --layers is chosen from it */
     char err[512], est[128];
-    if (config_load(a->model, &full, err, sizeof err)) full.layers = a->depth;
+    if (config_load(a->model, &full, err, sizeof err)) return; /* the stage loaded it: cannot happen */
     const int64_t seq = a->seq, L = full.layers;
     say("nearest commands that fit here (step times at ~%.0f model TFLOP/s, an H200's):\n", ADVICE_STEP_TFLOPS);
     const int64_t job = a->P > 1 ? a->P : HEADLINE_GPUS; /* rehearse the job, or the headline's 8 GPUs */
@@ -145,6 +145,6 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
                 (long long)gpus, estimate(tf, est, sizeof est));
             break;
         }
-        below = below || !strcmp(smaller[i], a->name);
+        below = below || !strcmp(smaller[i], full.name);
     }
 }

@@ -21,9 +21,7 @@ typedef struct {
     const char *prog;          /* "./stage5": how the suggestions name the program */
     const char *exe;           /* the program whose --dry-run answers (NULL: this one; tests name another) */
     const char *model;         /* --model as given */
-    const char *name;          /* its config's name ("32B") */
     int64_t seq, layers;       /* --seq; --layers (0: the model's own depth) */
-    int64_t depth;             /* the layers this run has */
     int P;                     /* ranks in the job */
     const RankOpts *ranks;
     double gpu_gib;            /* --gpu-gib (0: none) */

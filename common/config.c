@@ -421,3 +421,13 @@ void rope_tables(const Qwen3Config *c, const int64_t *pos, int64_t n, float *cos
         }
     }
 }
+
+void config_yarn_for_seq(Qwen3Config *c, int64_t seq, double factor, int64_t original) {
+    const int64_t mp = c->max_position,
+                  orig = original > 0 ? original
+                         : c->yarn ? c->yarn_original_max
+                         : mp <= QWEN3_CONTEXT ? (mp < QWEN3_ORIGINAL_CONTEXT ? mp : QWEN3_ORIGINAL_CONTEXT) : mp;
+    if (factor > 0) config_set_yarn(c, factor, orig);
+    else if (!c->yarn && seq > orig) config_set_yarn(c, (double)seq / (double)orig, orig);
+    else if (c->yarn && original > 0) config_set_yarn(c, c->yarn_factor, orig);
+}

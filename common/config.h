@@ -54,6 +54,15 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
 int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype);
 /* Apply YaRN from the command line (factor, original max positions); factor <= 1 disables. */
 void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max);
+/* Qwen3's pretraining context: the model cards extend it with YaRN from 32768 positions
+ * (max_position_embeddings says 40960) */
+#define QWEN3_ORIGINAL_CONTEXT 32768
+#define QWEN3_CONTEXT 40960
+/* YaRN from the sequence (stage 5's default): past the original context RoPE is YaRN with factor
+ * seq / original, unless the config has YaRN of its own or factor (> 0) is given. The original
+ * context: original (> 0), or the config's YaRN's, or 32768 for Qwen3's 40960 positions, or
+ * max_position_embeddings of a model trained longer. */
+void config_yarn_for_seq(Qwen3Config *c, int64_t seq, double factor, int64_t original);
 
 /* Matmul parameter count incl. lm_head (for 6·N·T model FLOPs) and total parameter count. */
 int64_t config_matmul_params(const Qwen3Config *c);

@@ -15,8 +15,8 @@ int main(int argc, char **argv) {
     char err[512];
     if (config_load(argv[2], &c, err, sizeof err)) DIE("%s", err);
     const RankOpts r = {.gpus = atoll(argv[4]), .nnodes = 1, .rehearse = -1};
-    const FitAsk a = {.prog = argv[1], .exe = argv[1], .model = argv[2], .name = c.name, .seq = atoll(argv[3]),
-                      .depth = c.layers, .P = (int)r.gpus, .ranks = &r};
+    const FitAsk a = {.prog = argv[1], .exe = argv[1], .model = argv[2], .seq = atoll(argv[3]), .P = (int)r.gpus,
+                      .ranks = &r};
     const double gib = 1 << 30;
     advise_nearest(&a, atoi(argv[5]), atof(argv[6]) * gib, atof(argv[7]) * gib);
     return 0;
