@@ -237,7 +237,7 @@ typedef struct {        /* kept from forward to backward */
     bf16_t *x;          /* [L+1, S, D] layer inputs (checkpoints); x[L] feeds the final norm */
     bf16_t *o;          /* [kept, S, Hq*hd] attention outputs (--keep-attn only; stage 4: kept_gpu layers) */
     float *lse;         /* [kept, Hq, S] their log-sum-exp (--keep-attn only; stage 4: kept_gpu layers) */
-    Offloaded hx, ho, hlse; /* stage 4: the same on the host: x[0..L-1], O and LSE of the layers kept there */
+    Offloaded hx, hol;  /* stage 4: the same on the host: x[0..L-1]; O then LSE of each layer kept there */
 } Saved;
 
 /* stage 5: G head groups of Hg = Hq/G query heads reading Kg = Hkv/G K/V heads; Qg = Hg*hd, KVg = Kg*hd;
@@ -410,8 +410,7 @@ static void carve(Model *M) {
         M->sv.lse = arena_take(&A[A_KEPT], F32(NG * c->heads * S), "kept LSE");
     }
     if (NH) {
-        offloaded(&M->sv.ho, &A[A_H_KEPT], &A[A_KEPT], NH, BF(S * Q));
-        offloaded(&M->sv.hlse, &A[A_H_KEPT], &A[A_KEPT], NH, F32(c->heads * S));
+        offloaded(&M->sv.hol, &A[A_H_KEPT], &A[A_KEPT], NH, BF(S * Q) + F32(c->heads * S));
     }
     /* ---- end stage 4 ---- */
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
@@ -614,30 +613,22 @@ static int64_t kept_bytes(const Model *M) { /* one layer's O and LSE */
 }
 static void choose_kept(Model *M) {
     const Opts *o = &M->o;
-    const char *k = o->keep_attn;
     const int64_t L = M->c.layers;
-    int64_t want = L, gpu, host;
+    int64_t want, gpu, host;
+    int counted;
     char err[256];
     M->kept = M->kept_gpu = 0;
-    if (!k) return;
-    const int split = kept_parse_split(k, &gpu, &host, err, sizeof err); /* common/memplan.c */
+    const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, err, sizeof err); /* common/memplan.c */
     if (split < 0) DIE("%s", err);
-    if (split) {
-        if (host && !M->off.attn) DIE("--keep-attn %s: layers on the host need --offload attn (or all)", k);
-        M->kept_gpu = gpu < L ? gpu : L;
-        M->kept = M->kept_gpu + (host < L - M->kept_gpu ? host : L - M->kept_gpu);
-        return;
+    if (host && !M->off.attn) DIE("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
+    if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
+        const MemPlan mp = plan_memory(M); /* with nothing kept */
+        const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */
+                     gpu_room = (double)gpu_plan_bytes(o->gpu_gib, o->dry_run, ranks_here(&o->ranks)) / share -
+                                (double)memplan_peak(&mp),
+                     host_room = 0.9 * host_budget(M) / ranks_per_node(&o->ranks) - (double)memplan_host(&mp);
+        kept_split(want, layers_in(gpu_room, per, L), layers_in(host_room, per, L), M->off.attn, counted, &gpu, &host);
     }
-    const int counted = *k && strcmp(k, "auto"); /* N: keep N layers whether or not the plan fits */
-    if (counted && (cli_parse_int(k, &want) || want < 0)) DIE("--keep-attn %s: not a count, auto, or gpu:N,host:M", k);
-    want = want < L ? want : L;
-    if (!want) return;
-    const MemPlan mp = plan_memory(M); /* with nothing kept */
-    const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */
-                 gpu_room = (double)gpu_plan_bytes(o->gpu_gib, o->dry_run, ranks_here(&o->ranks)) / share -
-                            (double)memplan_peak(&mp),
-                 host_room = 0.9 * host_budget(M) / ranks_per_node(&o->ranks) - (double)memplan_host(&mp);
-    kept_split(want, layers_in(gpu_room, per, L), layers_in(host_room, per, L), M->off.attn, counted, &gpu, &host);
     M->kept_gpu = gpu, M->kept = gpu + host;
 }
 /* Every rank must keep the same layers: backward re-runs the ring's forward (its send/recvs) for
@@ -648,9 +639,8 @@ static void agree_kept(Model *M) {
     const int64_t g = comm_min_i64(M->comm, M->kept_gpu, M->gpu.stream),
                   h = comm_min_i64(M->comm, M->kept - M->kept_gpu, M->gpu.stream);
     if (g == M->kept_gpu && g + h == M->kept) return;
-    if (rank_prints())
-        say("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds "
-               "fewer\n", (long long)g, (long long)h, (long long)M->kept_gpu, (long long)(M->kept - M->kept_gpu));
+    say("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds fewer\n",
+        (long long)g, (long long)h, (long long)M->kept_gpu, (long long)(M->kept - M->kept_gpu));
     M->kept_gpu = g, M->kept = g + h;
     plan_memory(M); /* the arenas of the fewer kept layers */
 }
@@ -907,21 +897,11 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     cudaStream_t st = M->gpu.stream;
     /* ---- stage 4: offload ---- */
     const int64_t h = host_ix(M, l);
-    if (on_host(M, l)) {
-        w->o = slot(&M->sv.ho, h);
-        w->lse = slot(&M->sv.hlse, h);
-    } else if (kept(M, l)) {
-        w->o = M->sv.o + l * S * Q;
-        w->lse = M->sv.lse + l * c->heads * S;
-    } else {
-        w->o = w->o_own;
-        w->lse = w->lse_own;
-    }
-    const int down = run_attn && on_host(M, l); /* forward: the kept O goes to the host */
-    if (down) {
-        will_write(M, &M->sv.ho, h);
-        will_write(M, &M->sv.hlse, h);
-    }
+    char *held = on_host(M, l) ? slot(&M->sv.hol, h) : NULL; /* O then LSE, in the layer's slot */
+    w->o = held ? (bf16_t *)held : kept(M, l) ? M->sv.o + l * S * Q : w->o_own;
+    w->lse = held ? (float *)(held + BF(S * Q)) : kept(M, l) ? M->sv.lse + l * c->heads * S : w->lse_own;
+    const int down = run_attn && held; /* forward: the kept O and LSE go to the host */
+    if (down) will_write(M, &M->sv.hol, h);
     /* ---- end stage 4 ---- */
     mark(st, K_ELEM);
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
@@ -940,10 +920,7 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
         copy_cols(w->o + g * Qg, Q, w->o_g, Qg, Qg, S, st);
     }
     /* ---- end stage 5 ---- */
-    if (down) { /* stage 4 */
-        copy_down(M, &M->sv.ho, h);
-        copy_down(M, &M->sv.hlse, h);
-    }
+    if (down) copy_down(M, &M->sv.hol, h); /* stage 4 */
     mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
@@ -1148,24 +1125,15 @@ static void backward(Model *M) {
         if (M->off.ckpt && l > 0) copy_up(M, &M->sv.hx, l - 1);
         if (M->off.ckpt && l < L - 1) await_up(M, &M->sv.hx, l);
         const int64_t h = host_ix(M, l);
-        if (h > 0 && h - 1 <= NH - 3) {
-            copy_up(M, &M->sv.ho, h - 1);
-            copy_up(M, &M->sv.hlse, h - 1);
-        }
-        if (h >= 0 && h <= NH - 3) {
-            await_up(M, &M->sv.ho, h);
-            await_up(M, &M->sv.hlse, h);
-        }
+        if (h > 0 && h - 1 <= NH - 3) copy_up(M, &M->sv.hol, h - 1);
+        if (h >= 0 && h <= NH - 3) await_up(M, &M->sv.hol, h);
         /* ---- end stage 4 ---- */
         await_unit(M, 1 + l);
         zero_grads(M, 1 + l);
         layer_backward(M, l);
         /* ---- stage 4: offload ---- */
         if (M->off.ckpt) done_with(M, &M->sv.hx, l);
-        if (on_host(M, l)) {
-            done_with(M, &M->sv.ho, h);
-            done_with(M, &M->sv.hlse, h);
-        }
+        if (on_host(M, l)) done_with(M, &M->sv.hol, h);
         /* ---- end stage 4 ---- */
         release(M, 1 + l);
         reduce_grads(M, 1 + l);
@@ -1458,10 +1426,9 @@ static void rank_main(const Rank *r, void *arg) {
     /* ---- end stage 3 ---- */
     /* ---- stage 4: offload ---- */
     CUDA_CHECK(cudaStreamCreateWithFlags(&M->copy_st, cudaStreamNonBlocking));
-    Offloaded *hs[] = {&M->sv.hx, &M->sv.ho, &M->sv.hlse};
-    for (int k = 0; k < 3; k++) offloaded_events(hs[k]);
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    M->threads = cores > r->here ? (int)(cores / r->here) : 1;
+    offloaded_events(&M->sv.hx);
+    offloaded_events(&M->sv.hol);
+    M->threads = cpu_threads_each(r->here); /* this machine's cores, shared by the ranks it runs */
     agree_kept(M);
     /* ---- end stage 4 ---- */
     M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->rank, &M->p.pieces);

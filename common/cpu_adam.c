@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "safetensors.h"
@@ -102,4 +103,9 @@ void cpu_adamw(const Piece *pieces, int64_t npieces, float *master, uint16_t *w,
 
 void cpu_cast_bf16(uint16_t *w, const float *master, int64_t n, int threads) {
     run((Job){.kind = 2, .n = n, .src = master, .w = w}, threads);
+}
+
+int cpu_threads_each(int ranks) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > ranks ? (int)(cores / ranks) : 1;
 }

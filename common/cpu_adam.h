@@ -16,6 +16,8 @@ typedef struct {
     int64_t step;                           /* 1-based: the bias corrections */
 } AdamHP;
 
+/* the host threads each of `ranks` ranks on this machine gets: its online cores shared, at least 1 */
+int cpu_threads_each(int ranks);
 /* sum of g[i]^2 in fp64 */
 double cpu_sumsq(const float *g, int64_t n, int threads);
 /* one AdamW step over every piece (at, numel) of the rank's flat buffers, given the global sumsq */

@@ -54,18 +54,31 @@ int64_t host_available_bytes(void) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
-int kept_parse_split(const char *s, int64_t *gpu, int64_t *host, char *err, size_t n) {
-    *gpu = *host = 0;
-    if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) return 0;
+int kept_parse(const char *s, int64_t L, int64_t *want, int *counted, int64_t *gpu, int64_t *host, char *err,
+               size_t n) {
+    *want = *gpu = *host = 0;
+    *counted = 0;
+    if (!s) return 1; /* no --keep-attn: nothing kept */
+    if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) { /* "", auto or N */
+        *counted = *s && strcmp(s, "auto");
+        if (*counted && (cli_parse_int(s, want) || *want < 0)) {
+            snprintf(err, n, "--keep-attn %s: not a count, auto, or gpu:N,host:M", s);
+            return -1;
+        }
+        *want = !*counted || *want > L ? L : *want;
+        return 0;
+    }
     char w[128];
     snprintf(w, sizeof w, "%s", s);
-    for (char *t = strtok(w, ","); t; t = strtok(NULL, ",")) {
+    for (char *save, *t = strtok_r(w, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int64_t *c = !strncmp(t, "gpu:", 4) ? gpu : !strncmp(t, "host:", 5) ? host : NULL;
         if (!c || cli_parse_int(strchr(t, ':') + 1, c) || *c < 0) {
             snprintf(err, n, "--keep-attn %s: \"%s\" is not gpu:N or host:M", s, t);
             return -1;
         }
     }
+    *gpu = *gpu < L ? *gpu : L; /* a forced split, clamped to the layers there are */
+    *host = *host < L - *gpu ? *host : L - *gpu;
     return 1;
 }
 
