@@ -5,7 +5,7 @@
 # host, stage 5 in MLP tiles of 7 rows; the MoE config in stage 5) and a 2-layer 0.6B slice at 16K. Step 1's loss must be
 # bit for bit the old build's (the same weights, a deterministic forward) and step 1's gradients
 # as close as two runs of one build are (fp32 atomics in the embedding and norm backward: cosine
-# >= 0.99999). Prints "N passed, M failed".
+# >= 0.99999). ONLY=REGEX runs just the stages it matches. Prints "N passed, M failed".
 #   bash tests/same_as_gpu.sh OLD
 set -u
 cd "$(dirname "$0")/.."
@@ -18,9 +18,10 @@ HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 -
 loss1() { grep '"step":1,' "$1" | grep -o '"loss":[0-9.e+-]*' | head -1 | cut -d: -f2; }
 same() { # name, stage, args...
     local name=$1 s=$2; shift 2
+    [[ $s =~ ${ONLY:-.} ]] || return 0 # ONLY=REGEX: just the stages it matches
     $T "$OLD/$s" "$@" --steps 1 --log "$tmp/o.jsonl" --dump-grads "$tmp/o.grads" > "$tmp/o.log" 2>&1; local ro=$?
     $T "./$s" "$@" --steps 1 --log "$tmp/n.jsonl" --dump-grads "$tmp/n.grads" > "$tmp/n.log" 2>&1; local rn=$?
-    ok "$s $name: both builds run" "[ $ro -eq 0 ] && [ $rn -eq 0 ]" || { tail -3 "$tmp/o.log" "$tmp/n.log"; rm -f "$tmp"/*.jsonl; return; }
+    ok "$s $name: both builds run" "[ $ro -eq 0 ] && [ $rn -eq 0 ]" || { tail -n 3 "$tmp/o.log" "$tmp/n.log"; rm -f "$tmp"/*.jsonl; return; }
     local a b; a=$(loss1 "$tmp/o.jsonl"); b=$(loss1 "$tmp/n.jsonl")
     echo "  $s $name: step 1 loss old $a new $b"
     ok "$s $name: step 1 loss bit for bit" "[ -n '$a' ] && [ '$a' = '$b' ]"
@@ -37,7 +38,8 @@ for g in tests/golden/*/; do
     esac
     same "$name" stage1 $A
     same "$name keep" stage1 $A --keep-attn
-    same "$name P=2" stage2 --local-ranks 2 $A
+    same "$name P=1" stage2 --local-ranks 1 $A
+    same "$name P=2 (two windows of S/2)" stage2 --local-ranks 2 ${A/--seq $S/--seq $((S / 2))}
     same "$name P=2" stage3 --local-ranks 2 $A --keep-attn
     same "$name P=2 gpu:1,host:1" stage4 --local-ranks 2 $A --keep-attn gpu:1,host:1
     same "$name P=2 gpu:1,host:1" stage5 --local-ranks 2 $A --keep-attn gpu:1,host:1 --mlp-tile 7
@@ -45,6 +47,7 @@ done
 ./build/check_stage random 151936 40000 7 "$tmp/r.tok"
 B="--model 0.6B --layers 2 --data $tmp/r.tok --seq 16384 $HP"
 same "0.6B/2 16K" stage1 $B
+same "0.6B/2 16K P=2" stage2 --local-ranks 2 $B
 same "0.6B/2 16K P=2" stage3 --local-ranks 2 $B
 same "0.6B/2 16K P=2 host-kept" stage4 --local-ranks 2 $B --keep-attn host:2
 same "0.6B/2 16K P=2 recompute" stage5 --local-ranks 2 $B --keep-attn 0
