@@ -102,7 +102,7 @@ static Opts parse_opts(int argc, char **argv) {
     Opts o = {.model = "0.6B", .data = "data/books.tok", .seq = 16384, .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4,
-              .ranks = {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}},
+              .ranks = RANK_DEFAULTS,
               .merge = "fp32"};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
@@ -138,16 +138,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)"},
         /* ---- stage 2: FSDP ---- */
-        {"--gpus", OPT_INT, &o.ranks.gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)"},
-        {"--local-ranks", OPT_INT, &o.ranks.local_ranks, "run this many ranks as threads on GPU 0 (tests)"},
-        {"--nnodes", OPT_INT, &o.ranks.nnodes, "nodes (the same command on each)"},
-        {"--node-rank", OPT_INT, &o.ranks.node_rank, "this node's index, 0..nnodes-1"},
-        {"--rendezvous", OPT_STRING, &o.ranks.rendezvous, "shared file for the NCCL id when --nnodes > 1"},
-        {"--run-id", OPT_STRING, &o.ranks.comm.run_id, "a name all nodes of this run share (e.g. the job id): binds the rendezvous file to it"},
-        {"--comm-timeout", OPT_DOUBLE, &o.ranks.comm.timeout_s, "seconds a collective may wait once it can start; then abort, naming the rank (0: forever)"},
-        {"--rehearse", OPT_INT, &o.ranks.rehearse, "run rank R of the --gpus x --nnodes job alone on this GPU: its memory and time, not its values"},
-        {"--link-gbps", OPT_DOUBLE, &o.ranks.comm.link_gbps, "rehearsal: GB/s per GPU and direction inside a node, for the modelled link time"},
-        {"--net-gbps", OPT_DOUBLE, &o.ranks.comm.net_gbps, "rehearsal: GB/s per GPU and direction between nodes"},
+        RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
         {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16"}, /* stage 3 */
     };

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "cli.h"
 #include "comm.h"
 #include "memplan.h"
 
@@ -45,5 +46,25 @@ int ranks_per_node(const RankOpts *o);
 /* Run fn on one thread per rank of this process, each with its GPU current, after every rank has
  * checked the plan (mp, per rank) against its GPU (capped at gpu_gib when > 0) and the host. */
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg);
+
+/* The several-GPU options every stage from 2 on takes, into RankOpts r (an lvalue): the job's
+ * shape, several nodes, the rendezvous, the collective timeout and the rehearsal. One block, the
+ * same in every stage's option table; RANK_DEFAULTS is its starting value. */
+#define RANK_DEFAULTS {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}}
+#define RANK_OPTIONS(r)                                                                                                    \
+    {"--gpus", OPT_INT, &(r).gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)"},                       \
+    {"--local-ranks", OPT_INT, &(r).local_ranks, "run this many ranks as threads on GPU 0 (tests)"},                      \
+    {"--nnodes", OPT_INT, &(r).nnodes, "nodes (the same command on each)"},                                               \
+    {"--node-rank", OPT_INT, &(r).node_rank, "this node's index, 0..nnodes-1"},                                           \
+    {"--rendezvous", OPT_STRING, &(r).rendezvous, "shared file for the NCCL id when --nnodes > 1"},                       \
+    {"--run-id", OPT_STRING, &(r).comm.run_id,                                                                             \
+     "a name all nodes of this run share (e.g. the job id): binds the rendezvous file to it"},                             \
+    {"--comm-timeout", OPT_DOUBLE, &(r).comm.timeout_s,                                                                    \
+     "seconds a collective may wait once it can start; then abort, naming the rank (0: forever)"},                        \
+    {"--rehearse", OPT_INT, &(r).rehearse,                                                                                 \
+     "run rank R of the --gpus x --nnodes job alone on this GPU: its memory and time, not its values"},                   \
+    {"--link-gbps", OPT_DOUBLE, &(r).comm.link_gbps,                                                                       \
+     "rehearsal: GB/s per GPU and direction inside a node, for the modelled link time"},                                  \
+    {"--net-gbps", OPT_DOUBLE, &(r).comm.net_gbps, "rehearsal: GB/s per GPU and direction between nodes"}
 
 #endif
