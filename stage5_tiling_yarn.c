@@ -605,13 +605,13 @@ static int64_t kept_bytes(const Model *M) { /* one layer's O and LSE */
 static void choose_kept(Model *M) {
     const Opts *o = &M->o;
     const int64_t L = M->c.layers;
-    int64_t want, gpu, host;
+    int64_t want, gpu, host, asked;
     int counted;
     char err[256];
     M->kept = M->kept_gpu = 0;
-    const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, err, sizeof err); /* common/memplan.c */
+    const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, &asked, err, sizeof err); /* memplan.c */
     if (split < 0) DIE("%s", err);
-    if (host && !M->off.attn) DIE("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
+    if (asked && !M->off.attn) DIE("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
         const MemPlan mp = plan_memory(M); /* with nothing kept */
         const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */

@@ -38,9 +38,12 @@ static int fits(const char *prog, const char *model, int64_t seq, int64_t gpus, 
     const ssize_t n = prog ? (ssize_t)snprintf(exe, sizeof exe, "%s", prog) : readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0 || n >= (ssize_t)sizeof exe || strchr(model, '\'') || memchr(exe, '\'', (size_t)n)) return 0;
     exe[n] = 0;
-    snprintf(cmd, sizeof cmd, "'%s' --model '%s' --seq %lld --gpus %lld --rehearse %lld --layers %lld --gpu-gib %.9g "
-             "--host-gib %.9g --dry-run 2>&1", exe, model, (long long)seq, (long long)gpus, (long long)rehearse,
-             (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30));
+    if (gpu_cap <= 0 || host_cap <= 0) return 0; /* 0 would read as "not given" */
+    /* --dry-run first: a command cut short must never run a real job */
+    const int len = snprintf(cmd, sizeof cmd, "'%s' --dry-run --model '%s' --seq %lld --gpus %lld --rehearse %lld --layers "
+                             "%lld --gpu-gib %.17g --host-gib %.17g 2>&1", exe, model, (long long)seq, (long long)gpus,
+                             (long long)rehearse, (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30));
+    if (len < 0 || len >= (int)sizeof cmd) return 0;
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     double peak = -1, host = 0;

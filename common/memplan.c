@@ -54,9 +54,9 @@ int64_t host_available_bytes(void) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
-int kept_parse(const char *s, int64_t L, int64_t *want, int *counted, int64_t *gpu, int64_t *host, char *err,
-               size_t n) {
-    *want = *gpu = *host = 0;
+int kept_parse(const char *s, int64_t L, int64_t *want, int *counted, int64_t *gpu, int64_t *host,
+               int64_t *asked_host, char *err, size_t n) {
+    *want = *gpu = *host = *asked_host = 0;
     *counted = 0;
     if (!s) return 1; /* no --keep-attn: nothing kept */
     if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) { /* "", auto or N */
@@ -77,6 +77,7 @@ int kept_parse(const char *s, int64_t L, int64_t *want, int *counted, int64_t *g
             return -1;
         }
     }
+    *asked_host = *host;
     *gpu = *gpu < L ? *gpu : L; /* a forced split, clamped to the layers there are */
     *host = *host < L - *gpu ? *host : L - *gpu;
     return 1;

@@ -131,7 +131,7 @@ void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms) {
 static struct {
     char (*line)[64];    /* [2L]: forward layers 1..L, then backward L..1 */
     int64_t layers;
-    volatile int showing; /* a line is on the terminal: the next report clears it */
+    _Atomic int showing;  /* a line is on the terminal (set by CUDA's callback thread): the next report clears it */
 } progress;
 static void CUDART_CB show_line(void *line) {
     fputs(line, stdout);
@@ -147,7 +147,7 @@ void progress_start(int64_t layers) {
                  (long long)(l < layers ? l + 1 : 2 * layers - l), (long long)layers);
 }
 void progress_at(cudaStream_t st, int backward, int64_t l) {
-    if (progress.line && rank_prints())
+    if (rank_prints() && progress.line) /* only the printing rank's thread touches it */
         CUDA_CHECK(cudaLaunchHostFunc(st, show_line, progress.line[backward * progress.layers + l]));
 }
 static void progress_clear(void) {

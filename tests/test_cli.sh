@@ -121,6 +121,8 @@ if [ -x ./stage5 ]; then
     ok "auto under a huge --gpu-gib keeps every layer on the GPU" "grep -q 'attention kept: 4 layers on the GPU, 0 on the host' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --seq 1M --offload ckpt --keep-attn host:3 --dry-run 2>&1); rc=$?
     ok "stage5 refuses layers on the host without --offload attn" "[ $rc -ne 0 ] && grep -q 'need --offload attn' <<< \"\$out\""
+    out=$(./stage5 --gpus 8 --seq 1M --offload none --keep-attn gpu:999,host:4 --dry-run 2>&1); rc=$?
+    ok "stage5 refuses host layers without --offload attn even when the GPU part takes them all" "[ $rc -ne 0 ] && grep -q 'need --offload attn' <<< \"\$out\""
     out=$(./stage5 --model 0.6B --seq 16K --dry-run 2>&1)
     ok "stage5 at 16K: no YaRN (below 32768)" "! grep -q YaRN <<< \"\$out\""
     out=$(./stage5 --model 0.6B --seq 128K --yarn-factor 1 --dry-run 2>&1)
