@@ -332,6 +332,9 @@ static void offloaded(Offloaded *t, Arena *host, Arena *gpu, int64_t n, int64_t 
     for (int i = 0; i < 2; i++) t->slot[i] = arena_take(gpu, bytes, "slots for host tensors");
     t->bytes = bytes;
 }
+static int64_t kept_bytes(const Model *M) { /* one layer's O then LSE: a kept layer's block */
+    return BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S);
+}
 /* ---- end stage 4 ---- */
 
 /* Carve every tensor from the arenas. With NULL arena bases this only measures: the same code
@@ -373,7 +376,7 @@ static void carve(Model *M) {
         M->sv.lse = arena_take(&A[A_KEPT], F32(NG * c->heads * S), "kept LSE");
     }
     if (NH) {
-        offloaded(&M->sv.hol, &A[A_H_KEPT], &A[A_KEPT], NH, BF(S * Q) + F32(c->heads * S));
+        offloaded(&M->sv.hol, &A[A_H_KEPT], &A[A_KEPT], NH, kept_bytes(M));
     }
     /* ---- end stage 4 ---- */
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
@@ -525,9 +528,6 @@ static double host_budget(const Model *M) { /* bytes per node: --host-gib, or wh
  * copies, as many as its spare memory holds (--gpu-gib, or what is free, above the plan), then on
  * the host (--offload attn), as many as it holds leaving a tenth to the system; the rest
  * recompute. N keeps N layers placed the same way; gpu:N,host:M forces the split. */
-static int64_t kept_bytes(const Model *M) { /* one layer's O and LSE */
-    return BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S);
-}
 static void choose_kept(Model *M) {
     const Opts *o = &M->o;
     const int64_t L = M->c.layers;

@@ -359,6 +359,9 @@ static void offloaded(Offloaded *t, Arena *host, Arena *gpu, int64_t n, int64_t 
     for (int i = 0; i < 2; i++) t->slot[i] = arena_take(gpu, bytes, "slots for host tensors");
     t->bytes = bytes;
 }
+static int64_t kept_bytes(const Model *M) { /* one layer's O then LSE: a kept layer's block */
+    return BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S);
+}
 /* ---- end stage 4 ---- */
 
 /* Carve every tensor from the arenas. With NULL arena bases this only measures: the same code
@@ -401,7 +404,7 @@ static void carve(Model *M) {
         M->sv.lse = arena_take(&A[A_KEPT], F32(NG * c->heads * S), "kept LSE");
     }
     if (NH) {
-        offloaded(&M->sv.hol, &A[A_H_KEPT], &A[A_KEPT], NH, BF(S * Q) + F32(c->heads * S));
+        offloaded(&M->sv.hol, &A[A_H_KEPT], &A[A_KEPT], NH, kept_bytes(M));
     }
     /* ---- end stage 4 ---- */
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
@@ -599,9 +602,6 @@ static double host_budget(const Model *M) { /* bytes per node: --host-gib, or wh
  * copies, as many as its spare memory holds (--gpu-gib, or what is free, above the plan), then on
  * the host (--offload attn), as many as it holds leaving a tenth to the system; the rest
  * recompute. N keeps N layers placed the same way; gpu:N,host:M forces the split. */
-static int64_t kept_bytes(const Model *M) { /* one layer's O and LSE */
-    return BF(M->S * M->c.heads * M->c.head_dim) + F32(M->c.heads * M->S);
-}
 static void choose_kept(Model *M) {
     const Opts *o = &M->o;
     const int64_t L = M->c.layers;
@@ -1470,7 +1470,7 @@ int main(int argc, char **argv) {
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     if (M.o.dry_run) return 0;
-    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .seq = M.o.seq, .layers = M.o.layers, .P = M.P,
+    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
                                  .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M)}, &mp, visible);
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
