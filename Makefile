@@ -22,7 +22,7 @@ LCUDNN := $(if $(wildcard $(CUDNN_LIBDIR)/libcudnn.so),-lcudnn,-l:libcudnn.so.9)
 LNCCL  := $(if $(wildcard $(NCCL_LIBDIR)/libnccl.so),-lnccl,-l:libnccl.so.2)
 
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wno-unused-parameter -MMD -MP
+CFLAGS  += -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -MMD -MP
 GPU_INC := -I$(CUDA_HOME)/include -I$(CUDNN_HOME)/include -I$(NCCL_HOME)/include
 NVFLAGS ?= -O3 -lineinfo
 NVFLAGS += -arch=$(GPU_ARCH) -std=c++17 -MMD -MP -Xcompiler -Wall
@@ -31,7 +31,7 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
             -lcublasLt -lcublas $(LCUDNN) $(LNCCL) -lcudart -lpthread -lm
 
 B := build
-HOST_SRC := common/tensor.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c \
+HOST_SRC := common/tensor.c common/files.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c \
             common/memplan.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c
 GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/advice.c
 KERN_SRC := $(wildcard kernels/*.cu)

@@ -101,36 +101,36 @@ static Opts parse_opts(int argc, char **argv) {
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
-        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)"},
-        {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)"},
-        {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate"},
-        {"--warmup", OPT_INT, &o.warmup, "linear warmup steps"},
+        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,4G]"},
+        {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
+        {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate", "(0,1]"},
+        {"--warmup", OPT_INT, &o.warmup, "linear warmup steps", "[0,1G]"},
         {"--schedule", OPT_STRING, &o.schedule, "after warmup: cosine | constant"},
-        {"--min-lr-frac", OPT_DOUBLE, &o.min_lr_frac, "cosine floor as a fraction of --lr"},
-        {"--wd", OPT_DOUBLE, &o.wd, "AdamW decoupled weight decay (matrices only)"},
-        {"--beta1", OPT_DOUBLE, &o.beta1, "AdamW beta1"},
-        {"--beta2", OPT_DOUBLE, &o.beta2, "AdamW beta2"},
-        {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon"},
-        {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)"},
-        {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time"},
+        {"--min-lr-frac", OPT_DOUBLE, &o.min_lr_frac, "cosine floor as a fraction of --lr", "[0,1]"},
+        {"--wd", OPT_DOUBLE, &o.wd, "AdamW decoupled weight decay (matrices only)", "[0,1]"},
+        {"--beta1", OPT_DOUBLE, &o.beta1, "AdamW beta1", "[0,1)"},
+        {"--beta2", OPT_DOUBLE, &o.beta2, "AdamW beta2", "[0,1)"},
+        {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon", "(0,1]"},
+        {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)", "[0,inf)"},
+        {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
         {"--keep-attn", OPT_FLAG, &o.keep_attn, "keep attention O and LSE per layer: no attention recompute"},
-        {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)"},
-        {"--seed", OPT_INT, &o.seed, "random init seed"},
+        {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
+        {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
-        {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)"},
-        {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)"},
+        {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)", "[0,1G]"},
+        {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
         {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
-        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)", "[0,1M]"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
-        {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps"},
-        {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation"},
+        {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
+        {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation", "[1,1G]"},
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--trace", OPT_STRING, &o.trace, "write the shape of every GEMM and attention call to this file (tests)"},
-        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)"},
-        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)"},
+        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1M]"},
+        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)", "[0,4G]"},
         /* ---- stage 2: FSDP ---- */
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
@@ -139,16 +139,13 @@ static Opts parse_opts(int argc, char **argv) {
     char err[256];
     const int rc = cli_parse(argc, argv, table, n, err, sizeof err);
     if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
-    if (rc) { fprintf(stderr, "error: %s\n", err); exit(2); }
-    if (o.seq < 2) DIE("--seq must be at least 2 (got %lld)", (long long)o.seq);
-    if (o.steps < 0 || (o.steps == 0 && !o.save)) DIE("--steps must be at least 1 (0 only with --save: write the initial weights)");
-    if (o.save_keep < 0) DIE("--save-keep must be at least 0 (0: keep every save)");
+    if (rc) STOP("%s", err);
+    if (o.steps == 0 && !o.save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
     if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
-    if (o.loss_chunk < 1) DIE("--loss-chunk must be positive");
-    if (o.eval_every < 0 || o.eval_windows < 1 || o.eval_windows > (1LL << 40))
-        DIE("--eval-every must be at least 0, --eval-windows at least 1");
-    if (o.eval_every && !o.eval_data) DIE("--eval-every needs --eval-data FILE (the held-out tokens)");
-    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) DIE("--schedule is cosine or constant");
+    if (o.resume && !cli_given(argc, argv, "--model")) o.model = o.resume; /* the save's own model */
+    if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
+    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
+    if (o.yarn_factor > 0 && o.yarn_factor < 1) STOP("--yarn-factor %g: 0 (as the config says) or at least 1", o.yarn_factor);
     ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
     return o;
 }

@@ -21,25 +21,33 @@ static inline int rank_prints(void) { return longctx_rank < 0 || longctx_rank ==
 
 /* The one way out on a fatal error, from any thread: the first caller runs the registered hooks
  * (abort every NCCL communicator of the process, so no other rank's kernels keep spinning; remove
- * the rendezvous file), flushes stdio and _exits(1); a second caller (another rank failing at the
+ * the rendezvous file), flushes stdio and _exits(code); a second caller (another rank failing at the
  * same moment) waits for it. exit() would run atexit handlers and CUDA's teardown while other
  * ranks' kernels and threads still run. Defined in tensor.c. */
-_Noreturn void longctx_die(void);
+_Noreturn void longctx_die(int code);
 /* run fn once on the fatal path, before the process exits (at most 8; fn must not DIE) */
 void longctx_on_fatal(void (*fn)(void));
 /* 1 once a thread has entered the fatal path (loops that poll NCCL stop touching it) */
 int longctx_dying(void);
+/* the program's name for user-facing messages ("stage1"; cli_parse sets it from argv[0]) */
+extern const char *longctx_prog;
+/* 1 while stdout holds a line without its newline (the progress line): a message starts below it */
+extern int longctx_midline;
 
-/* die: print "file:line: message" and leave through longctx_die(): every rank's thread of the
- * process ends with it, so a failing rank never leaves the others hanging. */
-#define DIE(...)                                                            \
-    do {                                                                    \
-        if (longctx_rank >= 0) fprintf(stderr, "rank %d: ", longctx_rank);  \
-        fprintf(stderr, "error %s:%d: ", __FILE__, __LINE__);               \
-        fprintf(stderr, __VA_ARGS__);                                       \
-        fputc('\n', stderr);                                                \
-        longctx_die();                                                      \
-    } while (0)
+/* Print one fatal message and leave through longctx_die(code). stdout is flushed first, so the
+ * message is the last thing the run printed: a pipe or a file buffers stdout, and an error written
+ * to stderr before that buffer is flushed would sit above the plan in the log, where nobody looks.
+ * file NULL: a user's error, printed as "stage1: message" with no source line. */
+_Noreturn void longctx_fail(int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* DIE: an internal fault (a library call failed, a plan was wrong): "error file:line: message",
+ * exit 1, and every rank's thread of the process ends with it, so a failing rank never leaves the
+ * others hanging. */
+#define DIE(...) longctx_fail(1, __FILE__, __LINE__, __VA_ARGS__)
+/* STOP: the user's input is wrong (an option, a file, a config field): "stage1: message", which
+ * says what is wrong and what to do, exit 2, by the same way out as DIE. */
+#define STOP(...) longctx_fail(2, NULL, 0, __VA_ARGS__)
 
 /* libc calls that return -1 on failure and set errno */
 #define CHECK_POSIX(call)                                                                   \
@@ -53,16 +61,14 @@ int longctx_dying(void);
 static inline void *xmalloc_at(size_t n, const char *file, int line) {
     void *p = malloc(n ? n : 1);
     if (!p) {
-        fprintf(stderr, "error %s:%d: malloc(%zu bytes) failed: %s\n", file, line, n, strerror(errno));
-        longctx_die();
+        longctx_fail(1, file, line, "malloc(%zu bytes) failed: %s", n, strerror(errno));
     }
     return p;
 }
 static inline void *xcalloc_at(size_t n, size_t s, const char *file, int line) {
     void *p = calloc(n ? n : 1, s ? s : 1);
     if (!p) {
-        fprintf(stderr, "error %s:%d: calloc(%zu x %zu bytes) failed: %s\n", file, line, n, s, strerror(errno));
-        longctx_die();
+        longctx_fail(1, file, line, "calloc(%zu x %zu bytes) failed: %s", n, s, strerror(errno));
     }
     return p;
 }

@@ -287,7 +287,7 @@ int ckpt_resolve(const char *path, char *out, size_t n, char *note, size_t notel
 const char *ckpt_resume_dir(const char *path) {
     static char out[CKPT_PATH];
     char note[4096], err[CKPT_PATH + 512];
-    if (ckpt_resolve(path, out, sizeof out, note, sizeof note, err, sizeof err)) DIE("%s", err);
+    if (ckpt_resolve(path, out, sizeof out, note, sizeof note, err, sizeof err)) STOP("%s", err);
     fputs(note, stdout);
     if (strcmp(out, path)) printf("--resume %s: %s\n", path, out);
     return out;

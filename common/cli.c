@@ -2,32 +2,132 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "check.h"
 
 int cli_parse_int(const char *s, int64_t *out) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || errno) return -1;
+    if (end == s || errno) return -1; /* not a number, or past int64 (ERANGE) */
     int64_t mul = 1;
     if (*end == 'K' || *end == 'k') mul = 1ll << 10, end++;
     else if (*end == 'M' || *end == 'm') mul = 1ll << 20, end++;
     else if (*end == 'G' || *end == 'g') mul = 1ll << 30, end++;
     if (*end) return -1;
-    *out = (int64_t)v * mul;
+    int64_t r;
+    if (__builtin_mul_overflow((int64_t)v, mul, &r)) return -1; /* 17179869185G must not wrap */
+    *out = r;
+    return 0;
+}
+
+int cli_given(int argc, char **argv, const char *name) {
+    const size_t n = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], name, n) && (argv[i][n] == 0 || argv[i][n] == '=')) return 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- ranges */
+typedef struct {
+    double lo, hi;      /* the bounds (+-inf: none) */
+    int lo_in, hi_in;   /* the bound itself is allowed */
+} Range;
+
+/* one end of a range: a number (K/M/G suffixes for integers) or [-]inf */
+static int range_end(const char *s, size_t len, int is_int, double *out) {
+    char w[32];
+    if (len == 0 || len >= sizeof w) return -1;
+    memcpy(w, s, len);
+    w[len] = 0;
+    if (!strcmp(w, "inf") || !strcmp(w, "-inf")) { *out = w[0] == '-' ? -INFINITY : INFINITY; return 0; }
+    int64_t v;
+    if (!cli_parse_int(w, &v)) { *out = (double)v; return 0; }
+    if (is_int) return -1;
+    char *end;
+    *out = strtod(w, &end);
+    return *end ? -1 : 0;
+}
+
+/* "[2,4G]" -> Range; a malformed range is the table's mistake, not the user's */
+static Range parse_range(const Opt *o) {
+    const char *r = o->range;
+    const size_t len = r ? strlen(r) : 0;
+    const char *comma = r ? strchr(r, ',') : NULL;
+    Range g = {0, 0, r && r[0] == '[', len && r[len - 1] == ']'};
+    const int is_int = o->type == OPT_INT;
+    if (!r || len < 5 || !comma || (r[0] != '[' && r[0] != '(') || (r[len - 1] != ']' && r[len - 1] != ')') ||
+        range_end(r + 1, (size_t)(comma - r - 1), is_int, &g.lo) ||
+        range_end(comma + 1, (size_t)(r + len - 1 - comma - 1), is_int, &g.hi) || !(g.lo <= g.hi))
+        DIE("option %s: range \"%s\" is not of the form [lo,hi] or (lo,hi)", o->name, r ? r : "(none)");
+    return g;
+}
+
+static int in_range(double x, Range g) {
+    return (g.lo_in ? x >= g.lo : x > g.lo) && (g.hi_in ? x <= g.hi : x < g.hi);
+}
+
+/* an integer compared exactly: 2^53 + 1 must not pass a bound of 2^53 by rounding */
+static int int_in_range(int64_t x, Range g) {
+    if (!in_range((double)x, g)) return 0;
+    if (isfinite(g.hi) && g.hi < 0x1p63 && (g.hi_in ? x > (int64_t)g.hi : x >= (int64_t)g.hi)) return 0;
+    if (isfinite(g.lo) && g.lo >= -0x1p63 && (g.lo_in ? x < (int64_t)g.lo : x <= (int64_t)g.lo)) return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- parsing */
+static const Opt *find(const Opt *opts, int n, const char *a, size_t klen) {
+    for (int k = 0; k < n; k++)
+        if (strlen(opts[k].name) == klen && !strncmp(opts[k].name, a, klen)) return &opts[k];
+    return NULL;
+}
+
+/* a number's value: parsed, finite, within the option's range */
+static int set_number(const Opt *o, const char *v, char *err, size_t errlen) {
+    const Range g = parse_range(o);
+    if (o->type == OPT_INT) {
+        int64_t x;
+        if (cli_parse_int(v, &x)) {
+            snprintf(err, errlen, "%s: \"%s\" is not an integer (suffixes K, M, G allowed; at most 2^63-1)", o->name, v);
+            return -1;
+        }
+        if (!int_in_range(x, g)) {
+            snprintf(err, errlen, "%s: %s is outside %s", o->name, v, o->range);
+            return -1;
+        }
+        *(int64_t *)o->dst = x;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    const double d = strtod(v, &end);
+    if (end == v || *end || !isfinite(d)) {
+        snprintf(err, errlen, "%s: \"%s\" is not a finite number", o->name, v);
+        return -1;
+    }
+    if (!in_range(d, g)) {
+        snprintf(err, errlen, "%s: %s is outside %s", o->name, v, o->range);
+        return -1;
+    }
+    *(double *)o->dst = d;
     return 0;
 }
 
 int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t errlen) {
+    if (argc > 0 && argv[0]) {
+        const char *slash = strrchr(argv[0], '/');
+        longctx_prog = slash ? slash + 1 : argv[0];
+    }
+    for (int k = 0; k < n; k++) /* every number is bounded: a table entry without a range is a bug */
+        if (opts[k].type == OPT_INT || opts[k].type == OPT_DOUBLE) parse_range(&opts[k]);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
         const char *eq = strchr(a, '=');
-        size_t klen = eq ? (size_t)(eq - a) : strlen(a);
-        const Opt *o = NULL;
-        for (int k = 0; k < n; k++)
-            if (strlen(opts[k].name) == klen && !strncmp(opts[k].name, a, klen)) o = &opts[k];
+        const Opt *o = find(opts, n, a, eq ? (size_t)(eq - a) : strlen(a));
         if (!o) {
             snprintf(err, errlen, "unknown option \"%s\" (see --help)", a);
             return -1;
@@ -37,35 +137,18 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
             *(int *)o->dst = 1;
             continue;
         }
-        if (o->type == OPT_OPTINT) { /* the next word is its value only if it is an integer */
-            int64_t x;
-            const char *v = eq ? eq + 1 : i + 1 < argc && !cli_parse_int(argv[i + 1], &x) ? argv[++i] : NULL;
-            if (!v) { *(int64_t *)o->dst = -1; continue; }
-            if (cli_parse_int(v, (int64_t *)o->dst) || *(int64_t *)o->dst < 0) {
-                snprintf(err, errlen, "%s: \"%s\" is not a count (a non-negative integer)", o->name, v);
-                return -1;
-            }
-            continue;
-        }
         if (o->type == OPT_OPTSTR) { /* the next word is its value unless it is the next option */
             *(const char **)o->dst = eq ? eq + 1 : i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "";
             continue;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) { snprintf(err, errlen, "%s needs a value (see --help)", o->name); return -1; }
-        if (o->type == OPT_STRING) { *(const char **)o->dst = v; continue; }
-        if (o->type == OPT_INT) {
-            if (cli_parse_int(v, (int64_t *)o->dst)) {
-                snprintf(err, errlen, "%s: \"%s\" is not an integer (suffixes K, M, G allowed)", o->name, v);
-                return -1;
-            }
+        if (o->type == OPT_STRING) {
+            if (!v[0]) { snprintf(err, errlen, "%s: an empty value", o->name); return -1; }
+            *(const char **)o->dst = v;
             continue;
         }
-        char *end;
-        errno = 0;
-        double d = strtod(v, &end);
-        if (end == v || *end || errno) { snprintf(err, errlen, "%s: \"%s\" is not a number", o->name, v); return -1; }
-        *(double *)o->dst = d;
+        if (set_number(o, v, err, errlen)) return -1;
     }
     return 0;
 }
@@ -74,13 +157,12 @@ void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, 
     fprintf(f, "usage: %s [options]\n%s\n\noptions:\n", prog, summary);
     for (int k = 0; k < n; k++) {
         const Opt *o = &opts[k];
-        char def[96] = "";
-        if (o->type == OPT_INT) snprintf(def, sizeof def, " (default %lld)", (long long)*(int64_t *)o->dst);
-        else if (o->type == OPT_DOUBLE) snprintf(def, sizeof def, " (default %g)", *(double *)o->dst);
+        char def[160] = "";
+        if (o->type == OPT_INT) snprintf(def, sizeof def, " (default %lld, in %s)", (long long)*(int64_t *)o->dst, o->range);
+        else if (o->type == OPT_DOUBLE) snprintf(def, sizeof def, " (default %g, in %s)", *(double *)o->dst, o->range);
         else if ((o->type == OPT_STRING || o->type == OPT_OPTSTR) && *(const char **)o->dst)
             snprintf(def, sizeof def, " (default %s)", *(const char **)o->dst);
         const char *arg = o->type == OPT_INT      ? " N"
-                          : o->type == OPT_OPTINT ? " [N]"
                           : o->type == OPT_OPTSTR ? " [S]"
                           : o->type == OPT_DOUBLE ? " X"
                           : o->type == OPT_STRING ? " S"
@@ -95,6 +177,7 @@ void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, 
 int cli_parse_set(const char *s, const char *const *names, int *const *flags, int n, char *err, size_t errlen) {
     char words[256], all[160] = "all, none";
     for (int k = 0; k < n; k++) snprintf(all + strlen(all), sizeof all - strlen(all), ", %s", names[k]);
+    if (strlen(s) >= sizeof words) { snprintf(err, errlen, "too long a list (%s)", all); return -1; }
     snprintf(words, sizeof words, "%s", s);
     for (int k = 0; k < n; k++) *flags[k] = 0;
     for (char *save, *t = strtok_r(words, ",", &save); t; t = strtok_r(NULL, ",", &save)) {

@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include "check.h"
+#include "files.h"
 #include "json.h"
 
 /* ---------------------------------------------------------------- official sizes */
@@ -40,8 +43,14 @@ static void defaults(Qwen3Config *c) {
     c->init_std = 0.02;
 }
 
+/* "32B", "32b", "Qwen3-32B", "qwen3-32b": a size by its name, the Hub's name, in any case */
+static int same_name(const char *given, const char *size) {
+    if (!strncasecmp(given, "Qwen3-", 6)) given += 6;
+    return !strcasecmp(given, size);
+}
+
 int config_from_name(const char *name, Qwen3Config *c) {
-    if (!strcmp(name, "30B-A3B") || !strcmp(name, "Qwen3-30B-A3B")) {
+    if (same_name(name, "30B-A3B")) {
         defaults(c);
         snprintf(c->name, sizeof c->name, "30B-A3B");
         moe_30b_a3b(c);
@@ -49,7 +58,7 @@ int config_from_name(const char *name, Qwen3Config *c) {
     }
     for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
         const Size *s = &SIZES[i];
-        if (strcmp(name, s->name) && !(name[0] && !strcmp(name + (name[0] == 'Q' ? 6 : 0), s->name))) continue;
+        if (!same_name(name, s->name)) continue;
         defaults(c);
         snprintf(c->name, sizeof c->name, "%s", s->name);
         c->hidden = s->hidden;
@@ -66,23 +75,37 @@ int config_from_name(const char *name, Qwen3Config *c) {
 /* ---------------------------------------------------------------- config.json */
 #define REFUSE(...) do { snprintf(err, errlen, __VA_ARGS__); json_free(&root); return -1; } while (0)
 
-static int get_int(const JsonValue *o, const char *k, int64_t *out, int required, char *err, size_t errlen) {
+/* Every size has a bound that leaves the largest real models room and keeps every product the
+ * plan forms below 2^63: with a sequence of at most 2^32 tokens (the --seq range), L x S x heads x
+ * head_dim x 2 bytes stays under 2^62. A field outside its bound is refused by name. */
+#define MAX_VOCAB (1ll << 23)
+#define MAX_HIDDEN (1ll << 17)
+#define MAX_INTERMEDIATE (1ll << 20)
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_POSITIONS (1ll << 40)
+
+static int get_int(const JsonValue *o, const char *k, int64_t *out, int required, int64_t hi, char *err, size_t errlen) {
     const JsonValue *v = json_get(o, k);
     if (!v || v->type == JSON_NULL) {
         if (required) { snprintf(err, errlen, "config.json: missing required field \"%s\"", k); return -1; }
         return 0;
     }
-    if (v->type != JSON_NUMBER || !v->is_integer || v->integer <= 0) {
-        snprintf(err, errlen, "config.json: field \"%s\" must be a positive integer", k);
+    if (v->type != JSON_NUMBER || !v->is_integer || v->integer <= 0 || v->integer > hi) {
+        snprintf(err, errlen, "config.json: field \"%s\" must be an integer in [1, %lld]", k, (long long)hi);
         return -1;
     }
     *out = v->integer;
     return 0;
 }
-static int get_num(const JsonValue *o, const char *k, double *out, char *err, size_t errlen) {
+/* a number in [lo, hi] (JSON has no inf or NaN, but 1e400 reads as inf: json.c refuses it) */
+static int get_num(const JsonValue *o, const char *k, double *out, double lo, double hi, char *err, size_t errlen) {
     const JsonValue *v = json_get(o, k);
     if (!v || v->type == JSON_NULL) return 0;
-    if (v->type != JSON_NUMBER) { snprintf(err, errlen, "config.json: field \"%s\" must be a number", k); return -1; }
+    if (v->type != JSON_NUMBER || !isfinite(v->number) || v->number < lo || v->number > hi) {
+        snprintf(err, errlen, "config.json: field \"%s\" must be a number in [%g, %g]", k, lo, hi);
+        return -1;
+    }
     *out = v->number;
     return 0;
 }
@@ -91,15 +114,23 @@ static int is_true(const JsonValue *o, const char *k) {
     return v && v->type == JSON_BOOL && v->boolean;
 }
 
+/* RoPE's base must be a number above 1: base^(2i/d) is the wavelength's growth, and at 1 or below
+ * every pair turns at the same or a shrinking rate (the tables fill with NaN at 0) */
+static int check_theta(const Qwen3Config *c, char *err, size_t errlen) {
+    if (c->rope_theta > 1 && isfinite(c->rope_theta)) return 0;
+    snprintf(err, errlen, "config.json: rope_theta %g must be a finite number above 1", c->rope_theta);
+    return -1;
+}
+
 /* rope block: v4 "rope_scaling" (may be null) or v5 "rope_parameters" */
 static int parse_rope(const JsonValue *root, Qwen3Config *c, char *err, size_t errlen) {
     const JsonValue *rp = json_get(root, "rope_parameters");
     const char *where = "rope_parameters";
     if (!rp || rp->type == JSON_NULL) { rp = json_get(root, "rope_scaling"); where = "rope_scaling"; }
-    if (get_num(root, "rope_theta", &c->rope_theta, err, errlen)) return -1;
-    if (!rp || rp->type == JSON_NULL) return 0;
+    if (get_num(root, "rope_theta", &c->rope_theta, 1, 1e300, err, errlen)) return -1;
+    if (!rp || rp->type == JSON_NULL) return check_theta(c, err, errlen);
     if (rp->type != JSON_OBJECT) { snprintf(err, errlen, "config.json: \"%s\" must be an object", where); return -1; }
-    if (get_num(rp, "rope_theta", &c->rope_theta, err, errlen)) return -1;
+    if (get_num(rp, "rope_theta", &c->rope_theta, 1, 1e300, err, errlen) || check_theta(c, err, errlen)) return -1;
     const JsonValue *t = json_get(rp, "rope_type");
     if (!t) t = json_get(rp, "type");
     const char *type = (t && t->type == JSON_STRING) ? t->string : "default";
@@ -111,20 +142,25 @@ static int parse_rope(const JsonValue *root, Qwen3Config *c, char *err, size_t e
     }
     c->yarn = 1;
     c->yarn_factor = 0;
-    if (get_num(rp, "factor", &c->yarn_factor, err, errlen)) return -1;
+    if (get_num(rp, "factor", &c->yarn_factor, 1, 1e6, err, errlen)) return -1;
     if (!(c->yarn_factor >= 1.0)) {
-        snprintf(err, errlen, "config.json: %s.factor must be a number >= 1 for yarn", where);
+        snprintf(err, errlen, "config.json: %s.factor must be a number in [1, 1e6] for yarn", where);
         return -1;
     }
     int64_t orig = 0;
-    if (get_int(rp, "original_max_position_embeddings", &orig, 0, err, errlen)) return -1;
+    if (get_int(rp, "original_max_position_embeddings", &orig, 0, MAX_POSITIONS, err, errlen)) return -1;
     c->yarn_original_max = orig ? orig : c->max_position;
-    if (get_num(rp, "beta_fast", &c->yarn_beta_fast, err, errlen) ||
-        get_num(rp, "beta_slow", &c->yarn_beta_slow, err, errlen) ||
-        get_num(rp, "mscale", &c->yarn_mscale, err, errlen) ||
-        get_num(rp, "mscale_all_dim", &c->yarn_mscale_all_dim, err, errlen) ||
-        get_num(rp, "attention_factor", &c->yarn_attention_factor, err, errlen))
+    if (get_num(rp, "beta_fast", &c->yarn_beta_fast, 1e-6, 1e6, err, errlen) ||
+        get_num(rp, "beta_slow", &c->yarn_beta_slow, 1e-6, 1e6, err, errlen) ||
+        get_num(rp, "mscale", &c->yarn_mscale, 0, 1e6, err, errlen) ||
+        get_num(rp, "mscale_all_dim", &c->yarn_mscale_all_dim, 0, 1e6, err, errlen) ||
+        get_num(rp, "attention_factor", &c->yarn_attention_factor, 0, 1e6, err, errlen))
         return -1;
+    if (!(c->yarn_beta_fast > c->yarn_beta_slow)) { /* else the ramp between them runs backwards */
+        snprintf(err, errlen, "config.json: %s.beta_fast (%g) must be larger than beta_slow (%g)", where,
+                 c->yarn_beta_fast, c->yarn_beta_slow);
+        return -1;
+    }
     const JsonValue *tr = json_get(rp, "truncate");
     if (tr && tr->type == JSON_BOOL) c->yarn_truncate = tr->boolean;
     return 0;
@@ -133,16 +169,16 @@ static int parse_rope(const JsonValue *root, Qwen3Config *c, char *err, size_t e
 /* qwen3_moe: the router and experts as transformers' Qwen3MoeSparseMoeBlock has them; what it can
  * configure and the trainers do not implement is refused by name */
 static int parse_moe(const JsonValue *root, Qwen3Config *c, char *err, size_t errlen) {
-    if (get_int(root, json_get(root, "num_experts") ? "num_experts" : "num_local_experts", &c->experts, 1, err, errlen) ||
-        get_int(root, "num_experts_per_tok", &c->top_k, 1, err, errlen) ||
-        get_int(root, "moe_intermediate_size", &c->moe_intermediate, 1, err, errlen))
+    if (get_int(root, json_get(root, "num_experts") ? "num_experts" : "num_local_experts", &c->experts, 1, 1024, err, errlen) ||
+        get_int(root, "num_experts_per_tok", &c->top_k, 1, 32, err, errlen) ||
+        get_int(root, "moe_intermediate_size", &c->moe_intermediate, 1, 1 << 16, err, errlen))
         return -1;
     c->norm_topk = is_true(root, "norm_topk_prob");
     c->aux_loss = is_true(root, "output_router_logits");
     c->aux_coef = 0.001;
-    if (get_num(root, "router_aux_loss_coef", &c->aux_coef, err, errlen)) return -1;
+    if (get_num(root, "router_aux_loss_coef", &c->aux_coef, 0, 1e6, err, errlen)) return -1;
     int64_t step = 1;
-    if (get_int(root, "decoder_sparse_step", &step, 0, err, errlen)) return -1;
+    if (get_int(root, "decoder_sparse_step", &step, 0, MAX_LAYERS, err, errlen)) return -1;
     const JsonValue *dense = json_get(root, "mlp_only_layers");
     if (step != 1 || (dense && dense->type == JSON_ARRAY && dense->n > 0)) {
         snprintf(err, errlen, "config.json: %s: only every layer a MoE layer is supported",
@@ -191,26 +227,26 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     if (act && (act->type != JSON_STRING || strcmp(act->string, "silu")))
         REFUSE("config.json: \"hidden_act\" must be \"silu\"");
     char e2[256];
-    if (get_int(&root, "vocab_size", &c->vocab, 1, e2, sizeof e2) ||
-        get_int(&root, "hidden_size", &c->hidden, 1, e2, sizeof e2) ||
-        get_int(&root, "intermediate_size", &c->intermediate, 1, e2, sizeof e2) ||
-        get_int(&root, "num_hidden_layers", &c->layers, 1, e2, sizeof e2) ||
-        get_int(&root, "num_attention_heads", &c->heads, 1, e2, sizeof e2) ||
-        get_int(&root, "max_position_embeddings", &c->max_position, 0, e2, sizeof e2))
+    if (get_int(&root, "vocab_size", &c->vocab, 1, MAX_VOCAB, e2, sizeof e2) ||
+        get_int(&root, "hidden_size", &c->hidden, 1, MAX_HIDDEN, e2, sizeof e2) ||
+        get_int(&root, "intermediate_size", &c->intermediate, 1, MAX_INTERMEDIATE, e2, sizeof e2) ||
+        get_int(&root, "num_hidden_layers", &c->layers, 1, MAX_LAYERS, e2, sizeof e2) ||
+        get_int(&root, "num_attention_heads", &c->heads, 1, MAX_HEADS, e2, sizeof e2) ||
+        get_int(&root, "max_position_embeddings", &c->max_position, 0, MAX_POSITIONS, e2, sizeof e2))
         REFUSE("%s", e2);
     c->kv_heads = c->heads;
     c->head_dim = c->hidden / c->heads;
-    if (get_int(&root, "num_key_value_heads", &c->kv_heads, 0, e2, sizeof e2) ||
-        get_int(&root, "head_dim", &c->head_dim, 0, e2, sizeof e2) ||
-        get_num(&root, "rms_norm_eps", &c->eps, e2, sizeof e2) ||
-        get_num(&root, "initializer_range", &c->init_std, e2, sizeof e2))
+    if (get_int(&root, "num_key_value_heads", &c->kv_heads, 0, c->heads, e2, sizeof e2) ||
+        get_int(&root, "head_dim", &c->head_dim, 0, 256, e2, sizeof e2) ||
+        get_num(&root, "rms_norm_eps", &c->eps, 1e-30, 0.5, e2, sizeof e2) ||
+        get_num(&root, "initializer_range", &c->init_std, 0, 1, e2, sizeof e2))
         REFUSE("%s", e2);
     const JsonValue *tie = json_get(&root, "tie_word_embeddings");
     c->tied = tie && tie->type == JSON_BOOL ? tie->boolean : 0;
     if (c->heads % c->kv_heads)
         REFUSE("config.json: num_attention_heads (%lld) is not a multiple of num_key_value_heads (%lld)",
                (long long)c->heads, (long long)c->kv_heads);
-    if (c->head_dim % 8 || c->head_dim > 256)
+    if (c->head_dim < 8 || c->head_dim % 8 || c->head_dim > 256)
         REFUSE("config.json: head_dim %lld unsupported (cuDNN flash attention needs a multiple of 8, at most 256)",
                (long long)c->head_dim);
     if (parse_rope(&root, c, e2, sizeof e2)) REFUSE("%s", e2);
@@ -219,24 +255,10 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     return 0;
 }
 
-static char *read_whole(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = xmalloc((size_t)n + 1);
-    if (n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(buf); return NULL; }
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
-}
-
 int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen) {
     size_t len;
-    char *text = read_whole(path, &len);
-    if (!text) { snprintf(err, errlen, "cannot read %s", path); return -1; }
+    char *text = file_read_all(path, "config.json", 16 << 20, &len, err, errlen);
+    if (!text) return -1;
     int rc = config_from_json_text(text, len, c, err, errlen);
     free(text);
     if (!rc) snprintf(c->name, sizeof c->name, "%.63s", path);
@@ -245,26 +267,45 @@ int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen)
 
 int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
     if (!config_from_name(model, c)) return 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", model);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "model \"%s\" is neither a size (0.6B 1.7B 4B 8B 14B 32B) nor a directory with config.json",
-                 model);
+    struct stat sb;
+    if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "--model %s: neither a size (0.6B 1.7B 4B 8B 14B 32B 30B-A3B, or Qwen3-32B and the like) "
+                 "nor a directory holding config.json", model);
         return -1;
     }
-    fclose(f);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", model);
     if (config_from_file(path, c, err, errlen)) return -1;
     snprintf(c->name, sizeof c->name, "%.63s", model);
     return 0;
 }
 
+/* the tensors' shapes agree (a save made with --layers N holds N layers: compared after the cut) */
+int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers) {
+    const int64_t la = layers > 0 && layers < a->layers ? layers : a->layers,
+                  lb = layers > 0 && layers < b->layers ? layers : b->layers;
+    return la == lb && a->vocab == b->vocab && a->hidden == b->hidden && a->intermediate == b->intermediate &&
+           a->heads == b->heads && a->kv_heads == b->kv_heads && a->head_dim == b->head_dim && a->tied == b->tied &&
+           a->experts == b->experts && a->top_k == b->top_k && a->moe_intermediate == b->moe_intermediate;
+}
+
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
                    int64_t yarn_original, int allow_moe, char *err, size_t errlen) {
     if (config_load(resume ? resume : model, c, err, errlen)) return -1;
+    if (resume && strcmp(model, resume)) { /* --model given beside --resume: they must be one model */
+        Qwen3Config m;
+        if (config_load(model, &m, err, errlen)) return -1;
+        if (!config_same_shape(c, &m, layers)) {
+            snprintf(err, errlen, "--resume %s holds a model of %lld layers, hidden %lld, %lld experts; --model %s has %lld "
+                     "layers, hidden %lld, %lld experts: resume the save with its own model (leave --model out)", resume,
+                     (long long)c->layers, (long long)c->hidden, (long long)c->experts, model, (long long)m.layers,
+                     (long long)m.hidden, (long long)m.experts);
+            return -1;
+        }
+    }
     if (c->experts && !allow_moe) {
         snprintf(err, errlen, "%s is a mixture of experts (MoE: %lld experts, top-%lld): stage 5 trains it, this stage "
-                 "does not", model, (long long)c->experts, (long long)c->top_k);
+                 "does not", c->name, (long long)c->experts, (long long)c->top_k);
         return -1;
     }
     if (layers > 0) {

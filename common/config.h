@@ -38,18 +38,22 @@ typedef struct {
     double aux_coef;          /* router_aux_loss_coef */
 } Qwen3Config;
 
-/* "0.6B", "1.7B", "4B", "8B", "14B", "32B", and the MoE "30B-A3B". Returns 0, or -1 if the name is unknown. */
+/* "0.6B", "1.7B", "4B", "8B", "14B", "32B", and the MoE "30B-A3B", in any case, with or without the
+ * Hub's "Qwen3-" (Qwen3-32B). Returns 0, or -1 if the name is unknown. */
 int config_from_name(const char *name, Qwen3Config *c);
 /* Parse an HF config.json. Returns 0, or -1 with a message naming the offending field. */
 int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen);
 int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen);
 /* A size name or a directory holding config.json. */
 int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen);
-/* A trainer's config: from --resume's directory if given, else the model; --layers (> 0) keeps the
- * first layers, --yarn-factor (> 0) sets YaRN; refuses what the kernels cannot run (head_dim not a
- * multiple of 64, hidden not a multiple of 8). */
+/* A trainer's config: from --resume's directory if given, else the model (with both, and model not
+ * the resume directory itself, the two must have the same shapes: a save of another model is
+ * refused, naming both); --layers (> 0) keeps the first layers, --yarn-factor (> 0) sets YaRN;
+ * refuses what the kernels cannot run (head_dim not a multiple of 64, hidden not a multiple of 8). */
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
                    int64_t yarn_original, int allow_moe, char *err, size_t errlen);
+/* 1 if every tensor of a and b has the same shape (layer counts compared after a --layers cut) */
+int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */
 int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype);
 /* Apply YaRN from the command line (factor, original max positions); factor <= 1 disables. */

@@ -1,6 +1,8 @@
 /* json.c -- recursive-descent JSON parser (RFC 8259, UTF-8 in and out). */
 #include "json.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,11 @@ typedef struct {
 
 static int fail(Parser *p, const char *what) {
     snprintf(p->err, p->errlen, "JSON: %s at byte %zu", what, p->pos);
+    return -1;
+}
+/* a number the reader cannot hold exactly: refused, never saturated (2^63 would read as 2^63-1) */
+static int fail_num(Parser *p, const char *num, const char *why) {
+    snprintf(p->err, p->errlen, "JSON: the number %.40s %s at byte %zu", num, why, p->pos);
     return -1;
 }
 static void skip_ws(Parser *p) {
@@ -119,10 +126,15 @@ static int parse_number(Parser *p, JsonValue *v) {
     v->type = JSON_NUMBER;
     v->number = strtod(buf, &endp);
     if (*endp) return fail(p, "bad number");
+    p->pos = start; /* errors below point at the number */
+    if (!isfinite(v->number)) return fail_num(p, buf, "is too large for a double");
     if (integral) {
+        errno = 0;
         v->integer = strtoll(buf, &endp, 10);
+        if (errno == ERANGE) return fail_num(p, buf, "is outside int64's range"); /* strtoll saturates */
         v->is_integer = 1;
     }
+    p->pos = start + n;
     return 0;
 }
 

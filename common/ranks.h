@@ -51,20 +51,20 @@ void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(
  * shape, several nodes, the rendezvous, the collective timeout and the rehearsal. One block, the
  * same in every stage's option table; RANK_DEFAULTS is its starting value. */
 #define RANK_DEFAULTS {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}}
-#define RANK_OPTIONS(r)                                                                                                    \
-    {"--gpus", OPT_INT, &(r).gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)"},                       \
-    {"--local-ranks", OPT_INT, &(r).local_ranks, "run this many ranks as threads on GPU 0 (tests)"},                      \
-    {"--nnodes", OPT_INT, &(r).nnodes, "nodes (the same command on each)"},                                               \
-    {"--node-rank", OPT_INT, &(r).node_rank, "this node's index, 0..nnodes-1"},                                           \
-    {"--rendezvous", OPT_STRING, &(r).rendezvous, "shared file for the NCCL id when --nnodes > 1"},                       \
-    {"--run-id", OPT_STRING, &(r).comm.run_id,                                                                             \
-     "a name all nodes of this run share (e.g. the job id): binds the rendezvous file to it"},                             \
-    {"--comm-timeout", OPT_DOUBLE, &(r).comm.timeout_s,                                                                    \
-     "seconds a collective may wait once it can start; then abort, naming the rank (0: forever)"},                        \
-    {"--rehearse", OPT_INT, &(r).rehearse,                                                                                 \
-     "run rank R of the --gpus x --nnodes job alone on this GPU: its memory and time, not its values"},                   \
-    {"--link-gbps", OPT_DOUBLE, &(r).comm.link_gbps,                                                                       \
-     "rehearsal: GB/s per GPU and direction inside a node, for the modelled link time"},                                  \
-    {"--net-gbps", OPT_DOUBLE, &(r).comm.net_gbps, "rehearsal: GB/s per GPU and direction between nodes"}
+#define RANK_OPTIONS(r)                                                                                                \
+    {"--gpus", OPT_INT, &(r).gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)", "[0,1K]"},        \
+    {"--local-ranks", OPT_INT, &(r).local_ranks, "run this many ranks as threads on GPU 0 (tests)", "[0,64]"},         \
+    {"--nnodes", OPT_INT, &(r).nnodes, "nodes (the same command on each)", "[1,64K]"},                                 \
+    {"--node-rank", OPT_INT, &(r).node_rank, "this node's index, 0..nnodes-1", "[0,64K)"},                             \
+    {"--rendezvous", OPT_STRING, &(r).rendezvous, "shared file for the NCCL id when --nnodes > 1"},                    \
+    {"--run-id", OPT_STRING, &(r).comm.run_id,                                                                         \
+     "a name all nodes of this run share (e.g. the job id): binds the rendezvous file to it"},                         \
+    {"--comm-timeout", OPT_DOUBLE, &(r).comm.timeout_s,                                                                \
+     "seconds a collective may wait once it can start; then abort, naming the rank (0: forever)", "[0,1e9]"},          \
+    {"--rehearse", OPT_INT, &(r).rehearse,                                                                             \
+     "run rank R of the --gpus x --nnodes job alone on this GPU: its memory and time, not its values", "[-1,64M)"},    \
+    {"--link-gbps", OPT_DOUBLE, &(r).comm.link_gbps,                                                                   \
+     "rehearsal: GB/s per GPU and direction inside a node, for the modelled link time", "(0,1e6]"},                    \
+    {"--net-gbps", OPT_DOUBLE, &(r).comm.net_gbps, "rehearsal: GB/s per GPU and direction between nodes", "(0,1e6]"}
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "files.h"
 #include "json.h"
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
@@ -48,12 +49,37 @@ static int cmp_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
+}
+
+/* No name twice among st->t[first..n): the safetensors library refuses such a file, and a reader
+ * that took the first copy would load whichever one came first, silently. */
+static int check_unique(const SafeTensors *st, int64_t first, char *err, size_t errlen) {
+    const int64_t n = st->n - first;
+    const StTensor **by = xmalloc((size_t)(n ? n : 1) * sizeof *by);
+    for (int64_t i = 0; i < n; i++) by[i] = &st->t[first + i];
+    qsort(by, (size_t)n, sizeof *by, cmp_name);
+    int rc = 0;
+    for (int64_t i = 1; i < n && !rc; i++)
+        if (!strcmp(by[i]->name, by[i - 1]->name)) {
+            if (by[i]->file == by[i - 1]->file)
+                snprintf(err, errlen, "%s: tensor \"%s\" is named twice in its header", st->paths[by[i]->file], by[i]->name);
+            else
+                snprintf(err, errlen, "tensor \"%s\" is in two shards, %s and %s: the index names one, the files must "
+                         "hold it once", by[i]->name, st->paths[by[i - 1]->file], st->paths[by[i]->file]);
+            rc = -1;
+        }
+    free(by);
+    return rc;
+}
+
 /* parse one file's header, appending its tensors to st */
 static int open_file(SafeTensors *st, const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
     char *hdr = NULL;
     JsonValue root = {0};
-    if (!f) { snprintf(err, errlen, "%s: cannot open", path); return -1; }
+    FILE *f = file_open_regular(path, "safetensors file", err, errlen);
+    if (!f) return -1;
     struct stat sb;
     if (fstat(fileno(f), &sb)) FAIL("%s: cannot stat", path);
     int64_t fsize = (int64_t)sb.st_size;
@@ -107,8 +133,9 @@ static int open_file(SafeTensors *st, const char *path, char *err, size_t errlen
             if (x->type != JSON_NUMBER || !x->is_integer || x->integer < 0 || x->integer > (1ll << 40))
                 FAIL("%s: tensor \"%s\" has a bad shape", path, name);
             t.shape[d] = x->integer;
+            /* checked before the product: [2^40, 2^40] would wrap to 0 elements and pass */
+            if (x->integer && t.numel > (1ll << 40) / x->integer) FAIL("%s: tensor \"%s\" is implausibly large (over 2^40 elements)", path, name);
             t.numel *= x->integer;
-            if (t.numel > (1ll << 40)) FAIL("%s: tensor \"%s\" is implausibly large", path, name);
         }
         const JsonValue *b = &off->items[0], *e = &off->items[1];
         if (b->type != JSON_NUMBER || !b->is_integer || e->type != JSON_NUMBER || !e->is_integer || b->integer < 0 ||
@@ -126,6 +153,7 @@ static int open_file(SafeTensors *st, const char *path, char *err, size_t errlen
         t.name = strdup(name);
         st->t[st->n++] = t;
     }
+    if (check_unique(st, first, err, errlen)) goto fail;
     /* overlapping tensors: sort this file's tensors by offset and check neighbours */
     qsort(st->t + first, (size_t)(st->n - first), sizeof(StTensor), cmp_offset);
     for (int64_t i = first + 1; i < st->n; i++)
@@ -147,20 +175,16 @@ static int is_dir(const char *p) {
     return !stat(p, &sb) && S_ISDIR(sb.st_mode);
 }
 
-/* sharded: read the index's weight_map, open each distinct shard once */
+/* sharded: read the index's weight_map, open each distinct shard once; every tensor is loaded
+ * from the shard the index names, and a tensor held by two shards is refused */
 static int open_index(SafeTensors *st, const char *dir, const char *index, char *err, size_t errlen) {
-    FILE *f = fopen(index, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open", index); return -1; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = xmalloc((size_t)n + 1);
-    size_t got = fread(text, 1, (size_t)n, f);
-    fclose(f);
+    size_t len;
+    char *text = file_read_all(index, "safetensors index", 64 << 20, &len, err, errlen);
+    if (!text) return -1;
     JsonValue root;
     char jerr[200];
-    if (got != (size_t)n || json_parse(text, got, &root, jerr, sizeof jerr)) {
-        snprintf(err, errlen, "%s: unreadable index: %s", index, got != (size_t)n ? "short read" : jerr);
+    if (json_parse(text, len, &root, jerr, sizeof jerr)) {
+        snprintf(err, errlen, "%s: unreadable index: %s", index, jerr);
         free(text);
         return -1;
     }
@@ -170,7 +194,7 @@ static int open_index(SafeTensors *st, const char *dir, const char *index, char 
     if (!wm || wm->type != JSON_OBJECT) { snprintf(err, errlen, "%s: no weight_map object", index); rc = -1; }
     for (int64_t i = 0; !rc && i < wm->n; i++) {
         const JsonValue *v = &wm->items[i];
-        if (v->type != JSON_STRING || strchr(v->string, '/')) {
+        if (v->type != JSON_STRING || !v->string[0] || strchr(v->string, '/') || !strcmp(v->string, "..")) {
             snprintf(err, errlen, "%s: bad shard name for \"%s\"", index, wm->keys[i]);
             rc = -1;
             break;
@@ -181,13 +205,17 @@ static int open_index(SafeTensors *st, const char *dir, const char *index, char 
         for (int k = 0; k < st->nfiles; k++) seen |= !strcmp(st->paths[k], path);
         if (!seen) rc = open_file(st, path, err, errlen);
     }
-    /* every tensor the index names must be in its shard */
-    for (int64_t i = 0; !rc && i < wm->n; i++)
-        if (!st_find(st, wm->keys[i])) {
-            snprintf(err, errlen, "%s: tensor \"%s\" is listed in the index but missing from %s", index, wm->keys[i],
-                     wm->items[i].string);
+    if (!rc) rc = check_unique(st, 0, err, errlen); /* across the shards */
+    /* every tensor the index names must be in the shard it names */
+    for (int64_t i = 0; !rc && i < wm->n; i++) {
+        const StTensor *t = st_find(st, wm->keys[i]);
+        const char *base = t ? strrchr(st->paths[t->file], '/') + 1 : NULL;
+        if (!t || strcmp(base, wm->items[i].string)) {
+            snprintf(err, errlen, "%s: tensor \"%s\" is listed in %s but %s", index, wm->keys[i], wm->items[i].string,
+                     t ? "found in another shard" : "missing from it");
             rc = -1;
         }
+    }
     json_free(&root);
     return rc;
 }

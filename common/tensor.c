@@ -3,10 +3,13 @@
 
 #include "check.h"
 
+#include <stdarg.h>
 #include <unistd.h>
 
 _Thread_local int longctx_rank = -1;
 int longctx_print_rank = 0;
+const char *longctx_prog = "longctx";
+int longctx_midline;
 
 /* ---------------------------------------------------------------- the fatal path (check.h) */
 #define MAX_FATAL_HOOKS 8
@@ -21,7 +24,22 @@ void longctx_on_fatal(void (*fn)(void)) {
 
 int longctx_dying(void) { return __atomic_load_n(&dying, __ATOMIC_ACQUIRE); }
 
-_Noreturn void longctx_die(void) {
+_Noreturn void longctx_fail(int code, const char *file, int line, const char *fmt, ...) {
+    char msg[2048];
+    int n = 0;
+    if (longctx_rank >= 0 && file) n = snprintf(msg, sizeof msg, "rank %d: ", longctx_rank);
+    if (file) n += snprintf(msg + n, sizeof msg - (size_t)n, "error %s:%d: ", file, line);
+    else n += snprintf(msg + n, sizeof msg - (size_t)n, "%s: ", longctx_prog);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n < (int)sizeof msg) vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    fflush(stdout); /* what the run printed first, then the reason it stops */
+    fprintf(stderr, "%s%s\n", __atomic_load_n(&longctx_midline, __ATOMIC_ACQUIRE) ? "\n" : "", msg);
+    longctx_die(code);
+}
+
+_Noreturn void longctx_die(int code) {
     if (__atomic_exchange_n(&dying, 1, __ATOMIC_ACQ_REL)) /* another thread is taking the process down */
         for (;;) pause();
     alarm(60); /* a hook that blocks (an abort waiting on a dead network) must not keep the process */
@@ -31,7 +49,7 @@ _Noreturn void longctx_die(void) {
         if (fn) fn();
     }
     fflush(NULL);
-    _exit(1);
+    _exit(code);
 }
 
 void arenas_plan(Arena *a, const ArenaSpec *spec, int n) {

@@ -8,14 +8,15 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "files.h"
 
 static void put_u32(uint8_t *b, uint32_t v) { for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i)); }
 static uint32_t get_u32(const uint8_t *b) { return b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24; }
 
 int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFile *tf, char *err, size_t errlen) {
     memset(tf, 0, sizeof *tf);
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open token file", path); return -1; }
+    FILE *f = file_open_regular(path, "token file", err, errlen);
+    if (!f) return -1;
     struct stat sb;
     uint8_t h[TOKENS_HEADER_BYTES];
     int64_t size = fstat(fileno(f), &sb) ? -1 : (int64_t)sb.st_size;

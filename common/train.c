@@ -131,12 +131,11 @@ void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms) {
 static struct {
     char (*line)[64];    /* [2L]: forward layers 1..L, then backward L..1 */
     int64_t layers;
-    _Atomic int showing;  /* a line is on the terminal (set by CUDA's callback thread): the next report clears it */
-} progress;
+} progress;              /* a line on the terminal sets longctx_midline (check.h): the next report clears it */
 static void CUDART_CB show_line(void *line) {
     fputs(line, stdout);
     fflush(stdout);
-    progress.showing = 1;
+    __atomic_store_n(&longctx_midline, 1, __ATOMIC_RELEASE); /* CUDA's callback thread */
 }
 void progress_start(int64_t layers) {
     if (progress.line || !rank_prints() || !isatty(fileno(stdout))) return;
@@ -151,9 +150,9 @@ void progress_at(cudaStream_t st, int backward, int64_t l) {
         CUDA_CHECK(cudaLaunchHostFunc(st, show_line, progress.line[backward * progress.layers + l]));
 }
 static void progress_clear(void) {
-    if (!progress.showing) return;
+    if (!__atomic_load_n(&longctx_midline, __ATOMIC_ACQUIRE)) return;
     fputs("\r\033[K", stdout);
-    progress.showing = 0;
+    __atomic_store_n(&longctx_midline, 0, __ATOMIC_RELEASE);
 }
 
 static void eval_json(const EvalResult *e, char *out, size_t n);

@@ -556,7 +556,7 @@ static void test_cli(void) {
     double lr = 1e-4;
     const char *model = "0.6B";
     int flag = 0;
-    Opt opts[] = {{"--seq", OPT_INT, &seq, "tokens"}, {"--lr", OPT_DOUBLE, &lr, "lr"},
+    Opt opts[] = {{"--seq", OPT_INT, &seq, "tokens", "[2,4G]"}, {"--lr", OPT_DOUBLE, &lr, "lr", "(0,1]"},
                   {"--model", OPT_STRING, &model, "m"}, {"--keep-attn", OPT_FLAG, &flag, "k"}};
     char err[256];
     char *a1[] = {"x", "--seq", "1M", "--lr=3e-4", "--model", "8B", "--keep-attn"};
