@@ -32,7 +32,7 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 
 B := build
 HOST_SRC := common/tensor.c common/files.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c \
-            common/memplan.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c
+            common/memplan.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c common/inputs.c
 GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/advice.c
 KERN_SRC := $(wildcard kernels/*.cu)
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/offload $(B)/sdpa_rate
+all: $(STAGE_BINS) $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/offload $(B)/sdpa_rate
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -67,6 +67,9 @@ $(B)/tests/%.o: tests/%.c
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
 $(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
+# the TCP rendezvous between processes on loopback, and a node's place from Slurm's variables
+$(B)/test_rendezvous: $(B)/tests/test_rendezvous.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 # host logic of the several-GPU path that needs the GPU objects to link, not a GPU to run
 $(B)/test_ranks: $(B)/tests/test_ranks.o $(HOST_OBJ) $(GPU_OBJ)

@@ -42,6 +42,7 @@
 #include "common/config.h"
 #include "common/gemm.h"
 #include "common/gpu.h"
+#include "common/inputs.h"
 #include "common/memplan.h"
 #include "common/model.h"
 #include "common/ranks.h"
@@ -94,7 +95,7 @@ typedef struct {
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
-    Opts o = {.model = "0.6B", .data = "data/books.tok", .seq = 16384, .steps = 50, .lr = 3e-4,
+    Opts o = {.model = "0.6B", .data = TOKENS_SHIPPED, .seq = 16384, .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4,
               .ranks = RANK_DEFAULTS};
@@ -247,6 +248,7 @@ typedef struct {
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
     Arena arena[A_N];   /* one per memory category */
+    Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
     /* ---- stage 2: FSDP ---- */
     int rank, local, P; /* global rank, rank within this process, number of ranks */
     Comm *comm;
@@ -371,11 +373,11 @@ static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 0, err, sizeof err))
-        DIE("%s", err);
+        STOP("%s", err);
     M->S = M->o.seq;
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
-        if (!M->o.dry_run) DIE("%s", err);
+        if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }
     params_build(&M->c, &M->p.table);
@@ -678,7 +680,7 @@ static void update(Model *M, int64_t step, double lr) {
 
 /* ============================================================ data */
 typedef struct {
-    TokenFile tf;
+    const TokenFile *tf; /* the run's (Model.in): one copy for every rank of the process */
     Loader ld;
     uint32_t *host;     /* [S+1] */
     uint8_t *wt;        /* [seq+1] the window's loss weights */
@@ -686,11 +688,10 @@ typedef struct {
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
 
-static void data_open(Data *d, const Model *M, const char *path) {
+static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     char err[512];
-    if (tokens_open_file(path, M->c.vocab, 1, &d->tf, err, sizeof err))
-        DIE("%s%s", err, strcmp(path, "data/books.tok") ? "" : " (run from the repository root, or pass --data)");
-    if (loader_init(&d->ld, &d->tf, M->S, M->P, M->rank, err, sizeof err)) DIE("%s", err); /* stage 2: disjoint windows */
+    d->tf = tf;
+    if (loader_init(&d->ld, tf, M->S, M->P, M->rank, err, sizeof err)) DIE("%s", err); /* stage 2: disjoint windows */
     d->host = xmalloc((size_t)(4 * (M->S + 1)));
     d->wt = xmalloc((size_t)(M->S + 1));
     d->epoch = -1;
@@ -698,14 +699,14 @@ static void data_open(Data *d, const Model *M, const char *path) {
     /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
      * copies' weights must be the same, or the ranks would divide by different counts and skip
      * different steps (different collectives) */
-    if (!comm_same_i64(M->comm, tokens_digest(&d->tf), M->gpu.stream))
-        DIE("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", path,
-            (long long)d->tf.count, (long long)d->tf.counted);
+    if (!comm_same_i64(M->comm, tokens_digest(d->tf), M->gpu.stream))
+        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
+            (long long)d->tf->count, (long long)d->tf->counted);
     /* ---- end stage 2 ---- */
-    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
+    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->S);
-    if (d->tf.weights)
-        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
+    if (d->tf->weights)
+        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
@@ -731,7 +732,7 @@ static int64_t eval_passes(const Model *M) { return (M->o.eval_windows + M->P - 
 
 static void eval_open(Data *ev, Model *M) {
     char err[512];
-    data_open(ev, M, M->o.eval_data);
+    data_open(ev, M, &M->in.eval);
     if (loader_check_eval(&ev->ld, eval_passes(M), err, sizeof err)) DIE("%s", err);
 }
 
@@ -771,6 +772,15 @@ static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
 }
 
 /* ============================================================ main */
+/* every file the run reads, checked before the GPU is touched (and by --dry-run) */
+static void open_inputs(Model *M) {
+    const Opts *o = &M->o;
+    inputs_open(&M->in, &(InputsAsk){.data = o->data, .eval_data = o->eval_data, .model = o->model, .resume = o->resume,
+                                     .save = o->save, .log = o->log, .window = M->S,
+                                     .world = M->P /* stage 2: disjoint windows */, .eval_steps = eval_passes(M), .steps = o->steps},
+                &M->c, &M->p.table);
+}
+
 static void save_checkpoint(Model *M, const char *dir, int64_t step) {
     StateIO io = state_io(M);
     state_save(&io, dir, step, M->S, M->o.data, M->o.save_keep);
@@ -784,16 +794,13 @@ static void train(Model *M, const MemPlan *mp) {
     M->sdpa.verbose = 1;
     setup_rope(M);
     int64_t step = init_weights(M);
-    if (M->o.resume && step >= M->o.steps) /* a finished run resumed: no step, and no save over its own */
-        DIE("--resume: the save is after step %lld and --steps (the total) is %lld: nothing to train", (long long)step,
-            (long long)M->o.steps);
     /* the real cuDNN workspace must fit the planned one */
     const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
     if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
         DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
 
     Data data;
-    data_open(&data, M, M->o.data);
+    data_open(&data, M, &M->in.data);
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
     Data eval;
     if (M->o.eval_data) eval_open(&eval, M);
@@ -903,6 +910,7 @@ int main(int argc, char **argv) {
     M.P = ranks_in_job(&M.o.ranks, M.o.dry_run); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
+    open_inputs(&M); /* before the GPU, and in --dry-run: it refuses what the run would */
     MemPlan mp = plan_memory(&M);
     char title[256];
     snprintf(title, sizeof title, "stage %d, %s, seq %lld per rank, %d ranks%s%s", STAGE, M.c.name, (long long)M.S, M.P,

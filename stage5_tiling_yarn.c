@@ -47,6 +47,7 @@
 #include "common/cpu_adam.h"
 #include "common/gemm.h"
 #include "common/gpu.h"
+#include "common/inputs.h"
 #include "common/memplan.h"
 #include "common/model.h"
 #include "common/moe.h"
@@ -115,7 +116,7 @@ typedef struct {
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
-    Opts o = {.model = "32B", .data = "data/books.tok", .seq = 1048576, /* stage 5: the headline */ .steps = 50, .lr = 3e-4,
+    Opts o = {.model = "32B", .data = TOKENS_SHIPPED, .seq = 1048576, /* stage 5: the headline */ .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4,
               .ranks = RANK_DEFAULTS,
@@ -319,6 +320,7 @@ typedef struct {
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
     Arena arena[A_N];   /* one per memory category */
+    Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
     /* ---- stage 2: FSDP ---- */
     int rank, local, P; /* global rank, rank within this process, number of ranks */
     Comm *comm;
@@ -511,21 +513,21 @@ static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
     /* stage 5: an MoE model too (the 1); YaRN past the original context, from the sequence */
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, 1, err, sizeof err)) DIE("%s", err);
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, 1, err, sizeof err)) STOP("%s", err);
     config_yarn_for_seq(&M->c, o->seq, o->yarn_factor, o->yarn_original); /* stage 5 (common/config.c) */
-    if (zigzag_check(M->o.seq, M->P, err, sizeof err)) DIE("%s", err); /* stage 3 */
+    if (zigzag_check(M->o.seq, M->P, err, sizeof err)) STOP("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
     /* ---- stage 5: head groups ---- */
     M->groups = o->attn_groups ? o->attn_groups : M->c.kv_heads;
     if (M->c.kv_heads % M->groups)
-        DIE("--attn-groups %lld must divide the K/V heads (%lld)", (long long)M->groups, (long long)M->c.kv_heads);
+        STOP("--attn-groups %lld must divide the K/V heads (%lld)", (long long)M->groups, (long long)M->c.kv_heads);
     M->hg = M->c.heads / M->groups;
     M->kg = M->c.kv_heads / M->groups;
     M->tile = M->S; /* until choose_tile() */
     /* ---- end stage 5 ---- */
     M->attn = (SdpaShape){.Hq = M->hg, .Hkv = M->kg, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1}; /* stage 5: one head group */
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
-        if (!M->o.dry_run) DIE("%s", err);
+        if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }
     params_build(&M->c, &M->p.table);
@@ -566,7 +568,7 @@ static void choose_tile(Model *M) {
                   I = E ? k * c->moe_intermediate : c->intermediate, most = ((1ll << 31) - 1) / (E ? k * D : I),
                   row = E ? moe_tile_row_bytes(c) : BF(3 * I); /* bytes per row */
     if (M->o.mlp_tile) {
-        if (M->o.mlp_tile > most) DIE("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements (at most %lld rows)",
+        if (M->o.mlp_tile > most) STOP("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements (at most %lld rows)",
                                       (long long)M->o.mlp_tile, (long long)I, (long long)most);
         M->tile = M->o.mlp_tile < S ? M->o.mlp_tile : S;
         return;
@@ -586,7 +588,7 @@ static void parse_offload(Model *M) {
     const char *names[] = {"ckpt", "attn", "states"};
     int *flags[] = {&M->off.ckpt, &M->off.attn, &M->off.states};
     char err[256];
-    if (cli_parse_set(M->o.offload, names, flags, 3, err, sizeof err)) DIE("--offload %s: %s", M->o.offload, err);
+    if (cli_parse_set(M->o.offload, names, flags, 3, err, sizeof err)) STOP("--offload %s: %s", M->o.offload, err);
 }
 
 static double host_budget(const Model *M) { /* bytes per node: --host-gib, or what this machine has free */
@@ -606,8 +608,8 @@ static void choose_kept(Model *M) {
     char err[256];
     M->kept = M->kept_gpu = 0;
     const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, &asked, err, sizeof err); /* memplan.c */
-    if (split < 0) DIE("%s", err);
-    if (asked && !M->off.attn) DIE("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
+    if (split < 0) STOP("%s", err);
+    if (asked && !M->off.attn) STOP("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
         const MemPlan mp = plan_memory(M); /* with nothing kept */
         const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */
@@ -1170,7 +1172,7 @@ static void update(Model *M, int64_t step, double lr) {
 
 /* ============================================================ data */
 typedef struct {
-    TokenFile tf;
+    const TokenFile *tf; /* the run's (Model.in): one copy for every rank of the process */
     Loader ld;
     uint32_t *host;     /* [S+1] */
     uint8_t *wt;        /* [seq+1] the window's loss weights (then [S], this rank's labels') */
@@ -1178,11 +1180,10 @@ typedef struct {
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
 
-static void data_open(Data *d, const Model *M, const char *path) {
+static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     char err[512];
-    if (tokens_open_file(path, M->c.vocab, 1, &d->tf, err, sizeof err))
-        DIE("%s%s", err, strcmp(path, "data/books.tok") ? "" : " (run from the repository root, or pass --data)");
-    if (loader_init(&d->ld, &d->tf, M->o.seq, 1, 0, err, sizeof err)) DIE("%s", err); /* stage 3: one sequence */
+    d->tf = tf;
+    if (loader_init(&d->ld, tf, M->o.seq, 1, 0, err, sizeof err)) DIE("%s", err); /* stage 3: one sequence */
     d->host = xmalloc((size_t)(4 * (M->o.seq + 1 + 2 * M->S)));
     d->wt = xmalloc((size_t)(M->o.seq + 1 + M->S));
     d->epoch = -1;
@@ -1190,14 +1191,14 @@ static void data_open(Data *d, const Model *M, const char *path) {
     /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
      * copies' weights must be the same, or the ranks would divide by different counts and skip
      * different steps (different collectives) */
-    if (!comm_same_i64(M->comm, tokens_digest(&d->tf), M->gpu.stream))
-        DIE("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", path,
-            (long long)d->tf.count, (long long)d->tf.counted);
+    if (!comm_same_i64(M->comm, tokens_digest(d->tf), M->gpu.stream))
+        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
+            (long long)d->tf->count, (long long)d->tf->counted);
     /* ---- end stage 2 ---- */
-    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", path, (long long)d->tf.count,
+    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->o.seq);
-    if (d->tf.weights)
-        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf.counted);
+    if (d->tf->weights)
+        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
@@ -1238,7 +1239,7 @@ static int64_t eval_passes(const Model *M) { return M->o.eval_windows; } /* stag
 
 static void eval_open(Data *ev, Model *M) {
     char err[512];
-    data_open(ev, M, M->o.eval_data);
+    data_open(ev, M, &M->in.eval);
     if (loader_check_eval(&ev->ld, eval_passes(M), err, sizeof err)) DIE("%s", err);
 }
 
@@ -1279,6 +1280,15 @@ static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
 }
 
 /* ============================================================ main */
+/* every file the run reads, checked before the GPU is touched (and by --dry-run) */
+static void open_inputs(Model *M) {
+    const Opts *o = &M->o;
+    inputs_open(&M->in, &(InputsAsk){.data = o->data, .eval_data = o->eval_data, .model = o->model, .resume = o->resume,
+                                     .save = o->save, .log = o->log, .window = M->o.seq /* stage 3: one sequence */,
+                                     .world = 1, .eval_steps = eval_passes(M), .steps = o->steps},
+                &M->c, &M->p.table);
+}
+
 static void save_checkpoint(Model *M, const char *dir, int64_t step) {
     StateIO io = state_io(M);
     state_save(&io, dir, step, M->S, M->o.data, M->o.save_keep);
@@ -1293,16 +1303,13 @@ static void train(Model *M, const MemPlan *mp) {
     M->sdpa.verbose = 1;
     setup_rope(M);
     int64_t step = init_weights(M);
-    if (M->o.resume && step >= M->o.steps) /* a finished run resumed: no step, and no save over its own */
-        DIE("--resume: the save is after step %lld and --steps (the total) is %lld: nothing to train", (long long)step,
-            (long long)M->o.steps);
     /* the real cuDNN workspace must fit the planned one */
     const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
     if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
         DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
 
     Data data;
-    data_open(&data, M, M->o.data);
+    data_open(&data, M, &M->in.data);
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
     Data eval;
     if (M->o.eval_data) eval_open(&eval, M);
@@ -1452,6 +1459,7 @@ int main(int argc, char **argv) {
     M.P = ranks_in_job(&M.o.ranks, M.o.dry_run); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
+    open_inputs(&M); /* before the GPU, and in --dry-run: it refuses what the run would */
     parse_offload(&M); /* stage 4 */
     choose_tile(&M);   /* stage 5 */
     choose_kept(&M);
@@ -1466,7 +1474,7 @@ int main(int argc, char **argv) {
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     if (M.o.dry_run) return 0;
-    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
+    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
                                  .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M)}, &mp, visible);
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "config.h"
 #include "gpu.h"
+#include "tokens.h"
 
 static int gpus_visible(void) {
     int n = 0;
@@ -32,17 +33,18 @@ int advice_gpus(RankOpts *r, int dry_run) {
  * --dry-run plans it (the GPU's memory as --gpu-gib: kept attention fills what the job would have)
  * and prints its peak per GPU and its pinned host memory per rank. *tflop: the job's model TFLOP
  * per rank and step. */
-static int fits(const char *prog, const char *model, int64_t seq, int64_t gpus, int64_t rehearse, int64_t layers, double gpu_cap,
-                double host_cap, double *tflop) {
-    char exe[4096], cmd[8192], line[512];
+static int fits(const char *prog, const char *model, const char *data, int64_t seq, int64_t gpus, int64_t rehearse,
+                int64_t layers, double gpu_cap, double host_cap, double *tflop) {
+    char exe[4096], cmd[8192], line[512], dflag[4200] = "";
     const ssize_t n = prog ? (ssize_t)snprintf(exe, sizeof exe, "%s", prog) : readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0 || n >= (ssize_t)sizeof exe || strchr(model, '\'') || memchr(exe, '\'', (size_t)n)) return 0;
     exe[n] = 0;
     if (gpu_cap <= 0 || host_cap <= 0) return 0; /* 0 would read as "not given" */
+    if (data && (strchr(data, '\'') || snprintf(dflag, sizeof dflag, " --data '%s'", data) >= (int)sizeof dflag)) return 0;
     /* --dry-run first: a command cut short must never run a real job */
     const int len = snprintf(cmd, sizeof cmd, "'%s' --dry-run --model '%s' --seq %lld --gpus %lld --rehearse %lld --layers "
-                             "%lld --gpu-gib %.17g --host-gib %.17g 2>&1", exe, model, (long long)seq, (long long)gpus,
-                             (long long)rehearse, (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30));
+                             "%lld --gpu-gib %.17g --host-gib %.17g%s 2>&1", exe, model, (long long)seq, (long long)gpus,
+                             (long long)rehearse, (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30), dflag);
     if (len < 0 || len >= (int)sizeof cmd) return 0;
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
@@ -76,6 +78,13 @@ static const char *estimate(double tflop, char *buf, size_t n) {
     return buf;
 }
 
+/* " --data FILE" when the job reads another file than the shipped one: a suggestion names it too */
+static const char *data_words(const FitAsk *a, char *buf, size_t n) {
+    if (!a->data || !strcmp(a->data, TOKENS_SHIPPED)) return "";
+    snprintf(buf, n, " --data %s", a->data);
+    return buf;
+}
+
 /* the job as asked, for its --dry-run: the same ranks and depth */
 static void job_words(const FitAsk *a, int need, char *job, size_t n) {
     const RankOpts *r = a->ranks;
@@ -105,11 +114,11 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
     say("this machine cannot run it -- short of\n");
     for (int i = 0; i < n; i++) say("  %s\n", why[i]);
     if (!visible) {
-        char job[96];
+        char job[96], dw[4200];
         job_words(a, need, job, sizeof job);
-        say("nearest: the plan, without a GPU: %s --model %s --seq %lld %s --dry-run; on a machine with %d GPU(s) "
+        say("nearest: the plan, without a GPU: %s --model %s --seq %lld %s%s --dry-run; on a machine with %d GPU(s) "
             "of %.0f GiB free and %.0f GiB of host memory, the same command runs as it is\n", a->prog, a->model,
-            (long long)a->seq, job, need, ceil(peak / gib), ceil(host / gib));
+            (long long)a->seq, job, data_words(a, dw, sizeof dw), need, ceil(peak / gib), ceil(host / gib));
         exit(1);
     }
     advise_nearest(a, visible < need ? visible : need, gpu, budget);
@@ -118,7 +127,8 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
 
 void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     Qwen3Config full; /* the model's own depth and name: the rehearsal's --layers is chosen from it */
-    char err[512], est[128];
+    char err[512], est[128], dw[4200];
+    const char *d = data_words(a, dw, sizeof dw);
     if (config_load(a->model, &full, err, sizeof err)) return; /* the stage loaded it: cannot happen */
     const int64_t seq = a->seq, L = full.layers;
     say("nearest commands that fit here (step times at ~%.0f model TFLOP/s, an H200's):\n", ADVICE_STEP_TFLOPS);
@@ -129,23 +139,23 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     int64_t rl = 0;
     double rtf = 0;
     for (int64_t l = L; l >= 1 && !(rl && rtf / ADVICE_STEP_TFLOPS <= 300); l = l > 4 ? l / 2 : l - 1)
-        if (fits(a->exe, a->model, seq, job, 0, l, gpu, budget, &tf)) rl = l, rtf = tf;
+        if (fits(a->exe, a->model, a->data, seq, job, 0, l, gpu, budget, &tf)) rl = l, rtf = tf;
     if (rl)
-        say("  rehearse rank 0 of %lld GPUs: %s --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld%s\n",
+        say("  rehearse rank 0 of %lld GPUs: %s --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld%s%s\n",
             (long long)job, a->prog, a->model, (long long)seq, (long long)job, rl < L ? " --layers " : "",
-            rl < L ? (long long)rl : 0, estimate(rtf, est, sizeof est));
+            rl < L ? (long long)rl : 0, d, estimate(rtf, est, sizeof est));
     for (int64_t s = seq / 2; s >= 2 * gpus * 1024; s /= 2)
-        if (fits(a->exe, a->model, s, gpus, -1, 0, gpu, budget, &tf)) {
-            say("  fewer tokens: %s --model %s --seq %lld --gpus %lld%s\n", a->prog, a->model, (long long)s,
-                (long long)gpus, estimate(tf, est, sizeof est));
+        if (fits(a->exe, a->model, a->data, s, gpus, -1, 0, gpu, budget, &tf)) {
+            say("  fewer tokens: %s --model %s --seq %lld --gpus %lld%s%s\n", a->prog, a->model, (long long)s,
+                (long long)gpus, d, estimate(tf, est, sizeof est));
             break;
         }
     const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
     int below = 0;
     for (int i = 0; i < 6; i++) {
-        if (below && fits(a->exe, smaller[i], seq, gpus, -1, 0, gpu, budget, &tf)) {
-            say("  a smaller model: %s --model %s --seq %lld --gpus %lld%s\n", a->prog, smaller[i], (long long)seq,
-                (long long)gpus, estimate(tf, est, sizeof est));
+        if (below && fits(a->exe, smaller[i], a->data, seq, gpus, -1, 0, gpu, budget, &tf)) {
+            say("  a smaller model: %s --model %s --seq %lld --gpus %lld%s%s\n", a->prog, smaller[i], (long long)seq,
+                (long long)gpus, d, estimate(tf, est, sizeof est));
             break;
         }
         below = below || !strcmp(smaller[i], full.name);

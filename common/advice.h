@@ -21,6 +21,7 @@ typedef struct {
     const char *prog;          /* "./stage5": how the suggestions name the program */
     const char *exe;           /* the program whose --dry-run answers (NULL: this one; tests name another) */
     const char *model;         /* --model as given */
+    const char *data;          /* --data as given: a suggestion must find its windows there too (NULL: the default) */
     int64_t seq, layers;       /* --seq; --layers (0: the model's own depth) */
     int P;                     /* ranks in the job */
     const RankOpts *ranks;

@@ -17,7 +17,7 @@ FILE *file_open_regular(const char *path, const char *what, char *err, size_t er
      * descriptor itself, so the file cannot be swapped between the check and the read */
     const int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
-        if (errno == ENOENT) snprintf(err, errlen, "%s: no such file (the %s)", path, what);
+        if (errno == ENOENT) snprintf(err, errlen, "%s: no such file", path);
         else snprintf(err, errlen, "%s: cannot open the %s: %s", path, what, strerror(errno));
         return NULL;
     }
@@ -27,7 +27,7 @@ FILE *file_open_regular(const char *path, const char *what, char *err, size_t er
                        : !S_ISREG(sb.st_mode)                              ? "a device or socket"
                                                                            : NULL;
     if (kind) {
-        snprintf(err, errlen, "%s is %s, not a regular file (the %s)", path, kind, what);
+        snprintf(err, errlen, "%s: %s, where a %s was expected", path, kind, what);
         close(fd);
         return NULL;
     }

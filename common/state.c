@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "ckpt.h"
+#include "inputs.h"
 #include "safetensors.h"
 
 #define CHUNK (8ll << 20) /* elements per transfer: 32 MiB of fp32 staging per rank */
@@ -51,7 +52,7 @@ static void fill_piece(StateIO *s, const Piece *pc, const Source *src, float *ds
 }
 
 int64_t state_load(StateIO *s, const char *model, const char *resume, double init_std, uint64_t seed) {
-    char err[512], path[4200], val[64];
+    char err[512], path[4200];
     float *buf = xmalloc((size_t)CHUNK * 4);
     float *dst[3] = {s->master, s->m, s->v};
     for (int k = 0; k < 3; k++) zero(s, dst[k]);
@@ -61,8 +62,7 @@ int64_t state_load(StateIO *s, const char *model, const char *resume, double ini
         snprintf(path, sizeof path, "%s/trainer_state.safetensors", resume);
         SafeTensors st;
         if (st_open(path, &st, err, sizeof err)) DIE("--resume: %s", err);
-        if (st_metadata(&st, "step", val, sizeof val)) DIE("--resume %s: no step in the metadata", path);
-        step = strtoll(val, NULL, 10);
+        if (inputs_state_step(&st, INT64_MAX, &step, err, sizeof err)) DIE("--resume %s: %s", path, err); /* checked before */
         for (int k = 0; k < 3; k++) {
             char prefix[16];
             snprintf(prefix, sizeof prefix, "%s.", STATE_PREFIX[k]);

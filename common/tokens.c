@@ -166,9 +166,9 @@ int64_t loader_counted_job(const Loader *ld, int64_t step) {
 
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen) {
     if (steps > ld->windows / ld->world) {
-        snprintf(err, errlen, "an evaluation of %lld windows (--eval-windows, %d ranks a window each): %s holds %lld windows of "
-                 "%lld+1 tokens (an evaluation reads each once)", (long long)steps * ld->world, ld->world, ld->tf->path,
-                 (long long)ld->windows, (long long)ld->seq);
+        snprintf(err, errlen, "%s holds %lld windows of %lld+1 tokens; an evaluation reads %lld, each once (--eval-windows, "
+                 "%d ranks a window each): lower --eval-windows or --seq, or use a longer file", ld->tf->path,
+                 (long long)ld->windows, (long long)ld->seq, (long long)steps * ld->world, ld->world);
         return -1;
     }
     int64_t n = 0;

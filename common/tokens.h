@@ -16,6 +16,7 @@
 #define TOKENS_VERSION_WEIGHTS 2  /* ids, then a loss weight per token */
 #define TOKENS_HEADER_BYTES 24
 #define TOKEN_ENDOFTEXT 151643
+#define TOKENS_SHIPPED "data/books.tok" /* the default --data: six novels, shipped with the repository */
 
 typedef struct {
     char path[1024];

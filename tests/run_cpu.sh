@@ -12,6 +12,8 @@ count() { # add the last "N passed, M failed" line of a log
 log=$(mktemp -d)
 echo "== C tests (build/test_cpu)"
 ./build/test_cpu tests/golden | tee "$log/c.txt"; count "$log/c.txt" test_cpu
+echo "== the TCP rendezvous across processes on loopback, a node's place from Slurm (build/test_rendezvous)"
+./build/test_rendezvous | tee "$log/t.txt"; count "$log/t.txt" test_rendezvous
 echo "== rank counting with a stubbed device count (build/test_ranks)"
 ./build/test_ranks | tee "$log/r.txt"; count "$log/r.txt" test_ranks
 echo "== check_stage's checks on the reference's own dump and broken copies (tests/check_stage_cpu.sh)"
@@ -20,6 +22,8 @@ echo "== data tests (tests/test_data.py)"
 python3 tests/test_data.py | tee "$log/d.txt"; count "$log/d.txt" test_data
 echo "== trainer command-line tests (tests/test_cli.sh)"
 bash tests/test_cli.sh | tee "$log/s.txt"; count "$log/s.txt" test_cli
+echo "== bad input refused by name before the GPU, every stage (tests/refusals.sh)"
+bash tests/refusals.sh | tee "$log/f.txt"; count "$log/f.txt" refusals
 rm -rf "$log"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

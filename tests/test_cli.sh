@@ -86,7 +86,9 @@ if [ -x ./stage5 ]; then
     out=$(./stage5 --gpus 8 --seq 1M --keep-attn 0 --dry-run 2>&1)
     peak=$(sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p' <<< "$out")
     ok "Qwen3-32B at 1M on 8 GPUs, attention recomputed, plans within 40 GiB per GPU (got $peak)" "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 40)}'"
-    out=$(./stage5 --gpus 8 --seq 2M --gpu-gib 74.5 --host-gib 2048 --dry-run 2>&1)
+    big=$(mktemp -d)/rand.tok # past the books' 1.27M tokens: 2M and 4M windows need a longer file
+    ./build/check_stage random 151936 4194400 1 "$big" > /dev/null
+    out=$(./stage5 --gpus 8 --seq 2M --gpu-gib 74.5 --host-gib 2048 --data "$big" --dry-run 2>&1)
     peak=$(sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p' <<< "$out")
     ok "Qwen3-32B at 2M on 8 GPUs plans within 80 GB (74.5 GiB) per GPU (got $peak) and 2 TiB of host" \
        "awk -v p='$peak' 'BEGIN{exit !(p > 0 && p <= 74.5)}' && grep -q 'of 2048.0 GiB (--host-gib): fits' <<< \"\$out\""
@@ -143,7 +145,7 @@ if [ -x ./stage5 ]; then
     # each suggestion, planned by its own --dry-run on that memory, fits; each says its step time
     for ask in "32B 1048576 8 1 139.8 100" "32B 1048576 8 1 74.5 2048" "8B 262144 2 1 139.8 120" "0.6B 4194304 1 1 139.8 100"; do
         set -- $ask
-        out=$(./build/test_advice ./stage5 $ask 2>&1)
+        out=$(./build/test_advice ./stage5 $ask "$big" 2>&1)
         n=$(grep -c '^  .*: \./stage5 ' <<< "$out")
         ok "advice for $1 at $2 over $3 ranks on $4 GPU of $5 GiB, $6 GiB host: suggestions ($n)" "[ $n -ge 1 ]"
         echo "$out" | sed 's/^/  /'
@@ -165,6 +167,7 @@ if [ -x ./stage5 ]; then
     ok "stage5 refuses head groups that do not divide the K/V heads" "[ $rc -ne 0 ] && grep -q 'must divide' <<< \"\$out\""
     out=$(./stage5 --model 30B-A3B --moe-gemm batched --dry-run 2>&1); rc=$?
     ok "stage5 refuses an unknown --moe-gemm" "[ $rc -ne 0 ] && grep -q 'loop or grouped' <<< \"\$out\""
+    rm -rf "$(dirname "$big")"
 fi
 # the committed stage diffs are what `make diffs` writes from the stage files now
 prev=

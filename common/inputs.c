@@ -1,0 +1,130 @@
+/* inputs.c -- the run's files, checked before the GPU (inputs.h). */
+#include "inputs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+/* ---------------------------------------------------------------- token files */
+static void open_tokens(TokenFile *tf, const char *path, const char *flag, int64_t vocab) {
+    char err[1024];
+    if (tokens_open_file(path, vocab, 1, tf, err, sizeof err))
+        STOP("%s %s%s", flag, err,
+             !strcmp(path, TOKENS_SHIPPED) ? " (run from the repository root, or pass --data)"
+                                           : " (data/prepare.py makes token files)");
+}
+
+/* the job's windows: every step reads world windows of window + 1 tokens */
+static void check_windows(const TokenFile *tf, const char *flag, const InputsAsk *a, int64_t eval_steps) {
+    char err[1024];
+    Loader ld;
+    if (loader_init(&ld, tf, a->window, a->world, 0, err, sizeof err) ||
+        (eval_steps && loader_check_eval(&ld, eval_steps, err, sizeof err)))
+        STOP("%s %s", flag, err);
+}
+
+/* ---------------------------------------------------------------- weights and saves */
+int inputs_check_weights(const SafeTensors *st, const char *prefix, const ParamTable *t, char *err, size_t errlen) {
+    char name[160];
+    for (int64_t i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        const StTensor *s = st_find(st, name);
+        if (!s) { snprintf(err, errlen, "tensor \"%s\" is missing", name); return -1; }
+        int same = s->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = s->shape[d] == p->shape[d];
+        if (!same) {
+            snprintf(err, errlen, "tensor \"%s\" has %d dims [%lld, %lld...], the model's is [%lld, %lld]", name, s->ndim,
+                     (long long)s->shape[0], (long long)(s->ndim > 1 ? s->shape[1] : 0), (long long)p->shape[0],
+                     (long long)(p->ndim > 1 ? p->shape[1] : 0));
+            return -1;
+        }
+        if (s->dtype != ST_F32 && s->dtype != ST_BF16 && s->dtype != ST_F16) {
+            snprintf(err, errlen, "tensor \"%s\" is %s, not a float type (F32, BF16, F16)", name, st_dtype_name(s->dtype));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int inputs_state_step(const SafeTensors *st, int64_t steps, int64_t *step, char *err, size_t errlen) {
+    char val[64], *end;
+    if (st_metadata(st, "step", val, sizeof val)) { snprintf(err, errlen, "no step in its metadata"); return -1; }
+    errno = 0;
+    const long long v = val[0] >= '0' && val[0] <= '9' ? strtoll(val, &end, 10) : -1;
+    if (v < 0 || errno || *end) { /* "-3" would read before the token array, "abc" resume after step 0 */
+        snprintf(err, errlen, "its metadata's step \"%s\" is not a non-negative integer", val);
+        return -1;
+    }
+    if (v >= steps) {
+        snprintf(err, errlen, "the save is after step %lld and --steps (the total) is %lld: nothing to train (raise --steps)",
+                 v, (long long)steps);
+        return -1;
+    }
+    *step = v;
+    return 0;
+}
+
+static void check_model(const char *model, const ParamTable *t) {
+    struct stat sb;
+    if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) return; /* a size name: random init */
+    char err[1024];
+    SafeTensors st;
+    if (st_open(model, &st, err, sizeof err)) STOP("--model %s: %s", model, err);
+    if (inputs_check_weights(&st, "", t, err, sizeof err)) STOP("--model %s: %s", model, err);
+    st_close(&st);
+}
+
+static void check_resume(Inputs *in, const char *dir, const ParamTable *t, int64_t steps) {
+    char path[4200], err[1024];
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
+    SafeTensors st;
+    if (st_open(path, &st, err, sizeof err)) STOP("--resume %s: %s", dir, err);
+    if (inputs_state_step(&st, steps, &in->resume_step, err, sizeof err)) STOP("--resume %s: %s", path, err);
+    static const char *const prefix[3] = {"master.", "adam_m.", "adam_v."};
+    for (int k = 0; k < 3; k++)
+        if (inputs_check_weights(&st, prefix[k], t, err, sizeof err)) STOP("--resume %s: %s", path, err);
+    st_close(&st);
+}
+
+/* ---------------------------------------------------------------- outputs */
+/* the directory a path will be created in: it must exist and take new files */
+static void check_writable(const char *flag, const char *path, int is_dir) {
+    struct stat sb;
+    if (!stat(path, &sb)) {
+        if (is_dir && !S_ISDIR(sb.st_mode)) STOP("%s %s exists and is not a directory", flag, path);
+        if (!is_dir && !S_ISREG(sb.st_mode)) STOP("%s %s exists and is not a regular file", flag, path);
+        if (access(path, W_OK)) STOP("%s %s: not writable (%s)", flag, path, strerror(errno));
+        return;
+    }
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", path);
+    for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--) parent[n - 1] = 0;
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    if (stat(parent, &sb) || !S_ISDIR(sb.st_mode))
+        STOP("%s %s: its directory %s does not exist (create it first)", flag, path, parent);
+    if (access(parent, W_OK)) STOP("%s %s: cannot create it in %s (%s)", flag, path, parent, strerror(errno));
+}
+
+/* ---------------------------------------------------------------- all of them */
+void inputs_open(Inputs *in, const InputsAsk *a, const Qwen3Config *c, const ParamTable *t) {
+    memset(in, 0, sizeof *in);
+    open_tokens(&in->data, a->data, "--data", c->vocab);
+    check_windows(&in->data, "--data", a, 0);
+    if (a->eval_data) {
+        open_tokens(&in->eval, a->eval_data, "--eval-data", c->vocab);
+        check_windows(&in->eval, "--eval-data", a, a->eval_steps);
+    }
+    if (a->resume) check_resume(in, a->resume, t, a->steps);
+    else check_model(a->model, t);
+    if (a->save) check_writable("--save", a->save, 1);
+    if (a->log) check_writable("--log", a->log, 0);
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# refusals.sh -- every stage refuses bad input by name before the GPU is touched: numbers out of
+# range, token files too short for the job's windows, files that are directories or FIFOs,
+# config.json fields past their bounds, weights and saves wrong in one way each (made by
+# tests/make_bad_inputs.py). Each case is a real run (no --dry-run: the run must refuse it, not
+# only its plan) and passes when the program exits non-zero with the expected words on the LAST
+# line of its output (stdout and stderr together, as a log holds them), printed as "stageN: ..."
+# with no source line. A message written before buffered stdout reached the log sat above the plan
+# where nobody reads it: that is how a run once "failed with no message".
+# Needs no GPU: the refusals come before any CUDA call. BIN=DIR runs DIR's binaries instead (an
+# older build, to see which cases it misses). Prints "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-.}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+python3 tests/make_bad_inputs.py "$T" || { echo "0 passed, 1 failed"; exit 1; }
+mkfifo "$T/fifo.tok"
+pass=0; fail=0
+ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+
+# refuse BIN WHAT WORDS ARGS...: the run exits non-zero and its last line is "stageN: ...WORDS..."
+refuse() {
+    local bin=$1 what=$2 words=$3; shift 3
+    local out rc last
+    out=$(timeout 60 "$BIN/$bin" "$@" 2>&1 < /dev/null); rc=$?
+    last=$(tail -n 1 <<< "$out")
+    ok "$bin refuses $what" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- \"\$words\" <<< \"\$last\" && [[ \"\$last\" == $bin:* ]]"
+    echo "  $bin ${*:0:0}-> ${last:0:220}"
+}
+
+good="--model $T/m_good --data $T/tiny.tok --seq 64 --steps 2"
+for n in 1 2 3 4 5; do
+    bin=stage$n
+    [ -x "$BIN/$bin" ] || { fail=$((fail + 1)); echo "FAIL $BIN/$bin not built"; continue; }
+    R=; [ $n -ge 2 ] && R="--local-ranks 2" # several ranks as threads: no GPU counted
+    # the good case runs up to the GPU: a test that refuses everything must fail here
+    out=$("$BIN/$bin" $good $R --dry-run 2>&1); rc=$?
+    ok "$bin plans the good tiny model (exit $rc)" "[ $rc -eq 0 ] && grep -q 'total (peak)' <<< \"\$out\""
+    out=$("$BIN/$bin" $good $R --resume "$T/r_good" --dry-run 2>&1); rc=$?
+    ok "$bin plans a resume of a good save (exit $rc)" "[ $rc -eq 0 ]"
+    # windows: a step reads seq + 1 tokens (every data-parallel rank its own, in stage 2)
+    refuse $bin "a window longer than its token file" "holds 100 tokens" $good $R --data "$T/short.tok" --seq 128
+    refuse $bin "an evaluation longer than its eval file" "--eval-data $T/short.tok holds 1 windows" $good $R --eval-data "$T/short.tok"
+    [ $n -ge 3 ] && refuse $bin "--seq 2M on the shipped books (1.27M tokens)" "holds 1270101 tokens" \
+        --model 0.6B --layers 1 --seq 2097152 --steps 1 $R
+    # files that are not token files
+    refuse $bin "a directory as --data" "a directory, where a token file" $good $R --data "$T/dir.tok"
+    refuse $bin "a FIFO as --data" "a FIFO, where a token file" $good $R --data "$T/fifo.tok"
+    refuse $bin "a missing --data" "no such file" $good $R --data "$T/none.tok"
+    refuse $bin "a directory as --eval-data" "a directory, where a token file" $good $R --eval-data "$T/dir.tok"
+    # config.json
+    refuse $bin "vocab_size 2^62" '"vocab_size" must be an integer in [1, 8388608]' $good $R --model "$T/cfg_vocab_2p62"
+    refuse $bin "an integer past int64" "outside int64's range" $good $R --model "$T/cfg_int_past_int64"
+    refuse $bin "num_hidden_layers 2^40" '"num_hidden_layers" must be an integer in [1, 1024]' $good $R --model "$T/cfg_layers_2p40"
+    refuse $bin "rope_theta 1" "rope_theta 1 must be a finite number above 1" $good $R --model "$T/cfg_theta_1"
+    refuse $bin "rope_theta 0" '"rope_theta" must be a number in' $good $R --model "$T/cfg_theta_0"
+    refuse $bin "rope_theta -1" '"rope_theta" must be a number in' $good $R --model "$T/cfg_theta_neg"
+    refuse $bin "a YaRN factor of 1e300" '"factor" must be a number in [1, 1e+06]' $good $R --model "$T/cfg_yarn_1e300"
+    refuse $bin "a YaRN factor of 1e400 (inf)" "too large for a double" $good $R --model "$T/cfg_yarn_inf"
+    refuse $bin "YaRN's beta_fast below beta_slow" "must be larger than beta_slow" $good $R --model "$T/cfg_yarn_betas"
+    refuse $bin "a negative rms_norm_eps" '"rms_norm_eps" must be a number in' $good $R --model "$T/cfg_eps_neg"
+    refuse $bin "head_dim 0" '"head_dim" must be an integer in [1, 256]' $good $R --model "$T/cfg_head_dim_0"
+    refuse $bin "a config.json that is a directory" "a directory, where a config.json" $good $R --model "$T/cfg_is_dir"
+    refuse $bin "--model Qwen3 (not a size)" "neither a size" $good $R --model Qwen3
+    # weights
+    refuse $bin "a model missing a tensor" 'tensor "model.norm.weight" is missing' $good $R --model "$T/m_missing"
+    refuse $bin "a tensor of the wrong shape" 'tensor "model.norm.weight" has 1 dims [65' $good $R --model "$T/m_shape"
+    refuse $bin "an integer weight" "not a float type" $good $R --model "$T/m_int"
+    refuse $bin "a tensor named twice in one header" "is named twice in its header" $good $R --model "$T/m_dup"
+    refuse $bin "a shape of 2^80 elements" "implausibly large" $good $R --model "$T/m_huge"
+    refuse $bin "a tensor in two shards" "is in two shards" $good $R --model "$T/m_two_shards"
+    refuse $bin "a tensor in another shard than its index names" "found in another shard" $good $R --model "$T/m_wrong_shard"
+    refuse $bin "model.safetensors that is a directory" "a directory, where a safetensors file" $good $R --model "$T/m_st_dir"
+    refuse $bin "an index that is a directory" "a directory, where a safetensors index" $good $R --model "$T/m_index_dir"
+    # saves
+    refuse $bin "a save whose step is -3" 'step "-3" is not a non-negative integer' $good $R --resume "$T/r_step_neg"
+    refuse $bin "a save whose step is abc" 'step "abc" is not a non-negative integer' $good $R --resume "$T/r_step_abc"
+    refuse $bin "a save after the run's last step" "nothing to train" $good $R --resume "$T/r_step_late"
+    refuse $bin "a save without master weights" 'tensor "master.model.embed_tokens.weight" is missing' $good $R \
+        --resume "$T/r_no_master"
+    refuse $bin "--resume of another model's save" "resume the save with its own model" $good $R --resume "$T/r_other_model"
+    refuse $bin "--save onto a file" "exists and is not a directory" $good $R --save "$T/save_is_file"
+    refuse $bin "--save under a missing directory" "does not exist" $good $R --save "$T/none/ck"
+    refuse $bin "--log under a missing directory" "does not exist" $good $R --log "$T/none/log.jsonl"
+    # numbers
+    refuse $bin "--seq 17179869185G (a suffix past int64)" "is not an integer" $good $R --seq 17179869185G
+    refuse $bin "--seq 2^63-1" "is outside [2,4G]" $good $R --seq 9223372036854775807
+    refuse $bin "--lr -1" "is outside (0,1]" $good $R --lr -1
+    refuse $bin "--lr nan" "is not a finite number" $good $R --lr nan
+    refuse $bin "--layers -3" "is outside [0,1K]" $good $R --layers -3
+    refuse $bin "--gpu-gib nan" "is not a finite number" $good $R --gpu-gib nan
+    refuse $bin "--save-every -1" "is outside [0,1G]" $good $R --save-every -1
+    refuse $bin "--steps -1" "is outside [0,1G]" $good $R --steps -1
+    refuse $bin "--beta2 1" "is outside [0,1)" $good $R --beta2 1
+    refuse $bin "--yarn-factor 0.5" "0 (as the config says) or at least 1" $good $R --yarn-factor 0.5
+    if [ $n -ge 2 ]; then
+        refuse $bin "--gpus 4294967304" "is outside [0,1K]" $good --gpus 4294967304
+        refuse $bin "--local-ranks 100" "is outside [0,64]" $good --local-ranks 100
+    fi
+done
+# the issue's own commands: stage 5 on the books at 2M, one GPU, a rehearsal, two nodes
+for R in "--gpus 1" "--gpus 8 --rehearse 0" "--local-ranks 2" "--gpus 8 --nnodes 2 --rehearse 0"; do
+    refuse stage5 "0.6B at 2M on the books ($R)" "holds 1270101 tokens" --model 0.6B --seq 2097152 --layers 1 --steps 1 $R
+done
+refuse stage5 "8B at 2M on the books over 2 nodes (the recipe's row)" "holds 1270101 tokens" \
+    --model 8B --seq 2097152 --gpus 8 --nnodes 2 --rehearse 0
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
