@@ -34,6 +34,8 @@ def load_ranks(path):
         raise TokenizerError(f"{path}: not a readable tiktoken ranks file ({e})") from None
     if len(ranks) < 256:
         raise TokenizerError(f"{path}: only {len(ranks)} ranks; not a BPE ranks file")
+    if sorted(ranks.values()) != list(range(len(ranks))):  # else tiktoken panics (a Rust traceback)
+        raise TokenizerError(f"{path}: ranks are not 0..{len(ranks) - 1} each once; a corrupt ranks file")
     return ranks
 
 
@@ -42,6 +44,8 @@ class QwenTokenizer:
     decode(ids) -> text. Backed by tiktoken (.tiktoken) or tokenizers (tokenizer.json)."""
 
     def __init__(self, path):
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise TokenizerError(f"tokenizer file {path} is not a regular file; give qwen.tiktoken or tokenizer.json")
         if not os.path.isfile(path):
             raise TokenizerError(f"tokenizer file {path} not found (bash data/get_tokenizer.sh fetches qwen.tiktoken; README.md, section Data)")
         self.path = path

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Data tests (CI): known ids, special tokens, the committed books token file decoding back to
-the source texts, tokenizer.json giving the same ids as qwen.tiktoken, and the errors for bad
-tokenizer files and empty input. Prints 'N passed, M failed'."""
-import base64, hashlib, json, os, subprocess, sys, tempfile
+the source texts (and made again byte for byte), tokenizer.json giving the same ids as
+qwen.tiktoken, and prepare.py's errors: each one line naming the file (FILE:LINE for JSONL), exit 1
+for a bad file and 2 for a wrong command line, no traceback, and no partial output left on any
+failure or stop. Prints 'N passed, M failed'.
+PREPARE_PY=path/to/prepare.py runs the command-line checks against another copy of the tool (one
+with qwen_tokenizer.py next to it), e.g. the committed one, to see that the checks catch its bugs."""
+import base64, contextlib, hashlib, json, os, stat, struct, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREPARE = os.environ.get("PREPARE_PY", os.path.join(ROOT, "data", "prepare.py"))
 sys.path.insert(0, os.path.join(ROOT, "data"))
 from qwen_tokenizer import ENDOFTEXT, PATTERN, QwenTokenizer, TokenizerError, load_ranks  # noqa: E402
 import prepare  # noqa: E402
@@ -54,6 +59,206 @@ def make_tokenizer_json(ranks, path):
     t.save(path)
 
 
+# Runs prepare.py's main() with a failure planted at os.replace (the rename of OUT.partial, so the
+# partial file exists) or at the tokenizer's encode: an OSError, or a signal sent to itself.
+INJECT = r"""
+import importlib.util, os, signal, sys, time
+path, where, how = sys.argv[1:4]
+spec = importlib.util.spec_from_file_location("prepare_under_test", path)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+def fail(*args, **kw):
+    if how == "OSError":
+        raise OSError(28, "No space left on device")
+    os.kill(os.getpid(), getattr(signal, how))
+    time.sleep(10)
+    raise SystemExit("the signal did not stop the run")
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever this test inherited
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+if where == "replace":
+    mod.os.replace = fail
+else:
+    mod.QwenTokenizer.encode = fail
+sys.exit(mod.main(sys.argv[4:]))
+"""
+
+
+class Tool:
+    """prepare.py run as a user runs it, on files in a scratch folder."""
+
+    def __init__(self, tmp, tk_path):
+        self.dir, self.tk = os.path.join(tmp, "cli"), tk_path
+        os.makedirs(self.dir)
+
+    def path(self, name, data=None):
+        p = os.path.join(self.dir, name)
+        if data is not None:
+            with open(p, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
+        return p
+
+    def run(self, *args, env=None, text=True):
+        # --tokenizer first, so that a case can give its own
+        return subprocess.run([sys.executable, PREPARE, "--tokenizer", self.tk, *args],
+                              capture_output=True, text=text, env=env)
+
+    def run_injected(self, where, how, *args):
+        return subprocess.run([sys.executable, "-c", INJECT, PREPARE, where, how, "--tokenizer", self.tk, *args],
+                              capture_output=True, text=True, timeout=60)
+
+
+def check(test, what, r, code, *names, ok=True):
+    """A clean refusal: exit CODE, no traceback, and an error line naming each of NAMES. An exit-1
+    error is one line; argparse's exit-2 ones come after its usage lines."""
+    lines = r.stderr.strip().splitlines()
+    clean = (r.returncode == code and bool(lines) and "Traceback" not in r.stderr and (code == 2 or len(lines) == 1)
+             and all(n in lines[-1] for n in names))
+    expect(clean and ok, f"{test}: {what}: exit {code}, one line naming {names}{'' if ok else ', and its extra check'} "
+                         f"(got {r.returncode}: {r.stderr.strip()[-300:]!r})")
+    print(f"  {what:44s} -> {lines[-1][:150] if lines else ''}")
+
+
+def test_books_remade_byte_for_byte(t):
+    """Good input gives what it gave: the shipped books.tok, made again by the same command."""
+    src = os.path.join(ROOT, "..", "shared", "data", "books")
+    if not os.path.isdir(src):
+        print("  books.tok not remade: the book texts are not at hand (../shared/data/books)")
+        return
+    out = t.path("books.tok")
+    r = t.run(src, "-o", out)
+    same = r.returncode == 0 and open(out, "rb").read() == open(os.path.join(ROOT, "data", "books.tok"), "rb").read()
+    expect(same and "1,270,101 tokens (7 documents" in r.stdout, f"books.tok remade byte for byte ({r.stderr.strip()})")
+
+
+def test_undecodable_input_names_file_and_line(t):
+    """Defect 1: a file that is not UTF-8 got Python's codec message, which names no file."""
+    T = "undecodable input"
+    txt = t.path("latin1.txt", b"first line\ncaf\xe9\n")
+    check(T, "a .txt that is not UTF-8", t.run(txt, "-o", t.path("x.tok")), 1, f"{txt}:2:", "UTF-8")
+    pair = json.dumps({"prompt": "a", "completion": " b"}).encode()
+    jl = t.path("latin1.jsonl", pair + b"\n\n" + pair.replace(b'"a"', b'"caf\xe9"') + b"\n")
+    check(T, "a JSONL line that is not UTF-8", t.run("--jsonl", jl, "-o", t.path("x.tok")), 1, f"{jl}:3:", "UTF-8")
+
+
+def test_odd_json_refused_by_line(t):
+    """Defect 2: deep nesting ended in a RecursionError traceback, and Python's json takes more than
+    JSON (NaN, duplicate keys, lone surrogates) or the tool let odd shapes through. Each bad line
+    is the third, after a good one and a blank one (blank lines are skipped but counted)."""
+    T = "odd JSON"
+    chat = ["--template", "chatml"]
+    msg = lambda **m: json.dumps({"messages": [{"role": "user", "content": "hi"}, m]})
+    cases = [("nesting 100,000 lists deep", "[" * 100000, [], "nested too deep"),
+             ("nesting 100,000 objects deep", '{"a": ' * 100000, [], "nested too deep"),
+             ("a line that is a list", "[1, 2]", [], "not a JSON object"),
+             ("a number as the prompt", '{"prompt": 3, "completion": "b"}', [], '"prompt" must be a string'),
+             ("NaN", '{"prompt": "a", "completion": "b", "score": NaN}', [], "NaN is not JSON"),
+             ("-Infinity", '{"prompt": "a", "completion": "b", "score": -Infinity}', [], "Infinity is not JSON"),
+             ("a duplicate key", '{"prompt": "a", "completion": "b", "completion": "c"}', [],
+              'duplicate key "completion"'),
+             ("a lone surrogate escape", '{"prompt": "a\\ud800", "completion": "b"}', [], "lone surrogate"),
+             ("both shapes on one line", '{"prompt": "a", "completion": "b", "messages": []}', chat, "both"),
+             ("messages that are not a list", '{"messages": "hi"}', chat, "non-empty list"),
+             ("a message that is not an object", '{"messages": ["hi"]}', chat, "messages[0] must be an object"),
+             ("a message with another key", msg(role="assistant", content="x", name="bot"), chat, '"name"'),
+             ("an unknown role", msg(role="tool", content="x"), chat, 'role "tool"'),
+             ("a content that is not a string", msg(role="assistant", content=5), chat, '"content" must be a string')]
+    good_pair = json.dumps({"prompt": "a", "completion": " b"})
+    for what, line, extra, says in cases:
+        jl = t.path("odd.jsonl", (msg(role="assistant", content="x") if extra else good_pair) + "\n \t\n" + line + "\n")
+        check(T, what, t.run("--jsonl", jl, "-o", t.path("x.tok"), *extra), 1, f"{jl}:3:", says)
+    for what, text in (("an empty file", ""), ("a file of blank lines", "\n \t\r\n\n")):
+        jl = t.path("odd.jsonl", text)
+        check(T, what, t.run("--jsonl", jl, "-o", t.path("x.tok")), 1, jl, "no examples")
+    # what is allowed: a byte order mark, \r\n, blank lines, other keys of a line; the same tokens
+    plain, odd = t.path("plain.jsonl", good_pair + "\n" + good_pair + "\n"), t.path("odd.jsonl")
+    with open(odd, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + json.dumps({"id": 7, "prompt": "a", "completion": " b"}).encode() + b"\r\n \t\r\n" +
+                good_pair.encode() + b"\r\n")
+    r1, r2 = t.run("--jsonl", plain, "-o", t.path("plain.tok")), t.run("--jsonl", odd, "-o", t.path("odd.tok"))
+    expect(r1.returncode == 0 and r2.returncode == 0 and
+           prepare.read_token_file(t.path("plain.tok")) == prepare.read_token_file(t.path("odd.tok")),
+           f"{T}: a byte order mark, \\r\\n, blank lines and other keys give the plain file's tokens "
+           f"({r2.stderr.strip()})")
+
+
+def test_no_partial_output_on_any_failure(t):
+    """Defect 3: a failure at the write (-o a directory, a full disk, a signal) left OUT.partial
+    behind, and -o was first tried after all the work. Now: refused before the work, or OUT.partial
+    removed and an older OUT as it was."""
+    T = "no partial output"
+    text = b"It is a truth universally acknowledged.\n"
+    book = t.path("book.txt", text)
+    old = b"an older, complete token file"
+    out = t.path("old.tok", old)
+
+    def as_it_was():
+        ok = open(out, "rb").read() == old and not os.path.exists(out + ".partial")
+        with contextlib.suppress(OSError):
+            os.unlink(out + ".partial")  # so that a partial file left here fails this case only
+        return ok
+    d = t.path("outdir")
+    os.makedirs(d)
+    r = t.run(book, "-o", d)
+    check(T, "-o a directory", r, 1, d, ok=not os.path.exists(d + ".partial") and "tokenizing" not in r.stdout)
+    r = t.run(book, "-o", t.path("missing/x.tok"))
+    check(T, "-o in a missing directory", r, 1, t.path("missing"), ok="tokenizing" not in r.stdout)
+    victim = t.path("victim.txt", text)
+    r = t.run(victim, "-o", victim)
+    check(T, "-o the input itself", r, 1, victim, ok=open(victim, "rb").read() == text)
+    fifo = t.path("fifo")
+    os.mkfifo(fifo)
+    r = t.run(book, "-o", fifo)
+    check(T, "-o a FIFO (as /dev/null would be)", r, 1, fifo, ok=stat.S_ISFIFO(os.lstat(fifo).st_mode))
+    for what, where, how, code in (("the rename fails (disk full)", "replace", "OSError", 1),
+                                   ("SIGTERM while writing", "replace", "SIGTERM", 143),
+                                   ("Ctrl-C while writing", "replace", "SIGINT", 130),
+                                   ("SIGTERM while tokenizing", "encode", "SIGTERM", 143)):
+        check(T, what, t.run_injected(where, how, book, "-o", out), code, out, ok=as_it_was())
+    bad = t.path("late.jsonl", json.dumps({"prompt": "a", "completion": " b"}) + "\n{oops\n")
+    check(T, "a bad line after good ones", t.run("--jsonl", bad, "-o", out), 1, f"{bad}:2:", ok=as_it_was())
+
+
+def token_file(t, name, ids, count=None, tail=b""):
+    """A version-1 token file whose header says COUNT tokens (default: as many as IDS)."""
+    head = b"LCTOKENS" + struct.pack("<IIq", 1, 4, len(ids) if count is None else count)
+    return t.path(name, head + struct.pack(f"<{len(ids)}I", *ids) + tail)
+
+
+def test_other_errors_named_with_exit_codes(t, tok):
+    """Defect 4: the other error paths. Exit 1 names the file; exit 2 is a wrong command line, refused
+    before any work, where options used to be ignored without a word."""
+    T = "other errors"
+    book, out = t.path("emma.txt", "Emma Woodhouse, handsome, clever, and rich.\n"), t.path("o4.tok")
+    empty_dir = t.path("no_txt")
+    os.makedirs(empty_dir)
+    t.path("no_txt/notes.md", "not a .txt")
+    lines = open(t.tk, "rb").read().split(b"\n")
+    lines[300] = lines[300].split()[0] + b" 5"  # two tokens of rank 5
+    dup = t.path("dup.tiktoken", b"\n".join(lines))
+    good = token_file(t, "good.tok", tok.encode("café “quoted”") + [ENDOFTEXT])
+    huge, trailing = token_file(t, "huge.tok", [], count=2 ** 62), token_file(t, "trailing.tok", [9707], tail=b"junk")
+    oov = token_file(t, "oov.tok", [9707, 999999])
+    cases = [("a missing input", [t.path("nope.txt"), "-o", out], 1, [t.path("nope.txt"), "does not exist"]),
+             ("a directory with no .txt files", [empty_dir, "-o", out], 1, [empty_dir, "no *.txt"]),
+             ("a tokenizer path that is a directory", [book, "-o", out, "--tokenizer", empty_dir], 1,
+              [empty_dir, "not a regular file"]),
+             ("a ranks file with a rank twice", [book, "-o", out, "--tokenizer", dup], 1, [dup]),
+             ("--decode of a text file", ["--decode", book], 1, [book, "not a longctx token file"]),
+             ("--decode of a header counting 2**62 tokens", ["--decode", huge], 1, [huge, "truncated"]),
+             ("--decode of bytes after the tokens", ["--decode", trailing], 1, [trailing, "bytes"]),
+             ("--decode of an id past the vocabulary", ["--decode", oov], 1, [oov, "token 1 is id 999,999"]),
+             ("--show-loss without --decode", [book, "-o", out, "--show-loss"], 2, ["--show-loss"]),
+             ("--decode with -o", ["--decode", good, "-o", out], 2, ["--decode"]),
+             ("--template with text inputs", [book, "-o", out, "--template", "chatml"], 2, ["--template"]),
+             ("no -o", [book], 2, ["-o OUT"])]
+    for what, args, code, names in cases:
+        check(T, what, t.run(*args), code, *names)
+    r = t.run("--decode", good, env=dict(os.environ, PYTHONIOENCODING="ascii"), text=False)
+    expect(r.returncode == 0 and r.stdout == "café “quoted”<|endoftext|>".encode(),
+           f"{T}: --decode writes UTF-8 whatever the locale "
+           f"({r.returncode}: {r.stderr.decode(errors='replace')[-200:]})")
+
+
 def main():
     tk_path = os.path.join(ROOT, "data", "qwen.tiktoken")
     tok = QwenTokenizer(tk_path)
@@ -101,8 +306,7 @@ def main():
     book = os.path.join(tmp, "b.txt")
     open(book, "w").write("It is a truth universally acknowledged.\n")
     out = os.path.join(tmp, "b.tok")
-    run = lambda *args: subprocess.run([sys.executable, os.path.join(ROOT, "data", "prepare.py"), *args],
-                                       capture_output=True, text=True)
+    run = lambda *args: subprocess.run([sys.executable, PREPARE, *args], capture_output=True, text=True)
     r = run(book, "-o", out, "--tokenizer", tk_path)
     expect(r.returncode == 0 and list(prepare.read_tokens(out)) == tok.encode(open(book).read()) + [ENDOFTEXT],
            f"prepare.py writes ids + <|endoftext|> ({r.stderr.strip()})")
@@ -178,6 +382,15 @@ def main():
         r = run("--jsonl", bad, "-o", out, "--tokenizer", tk_path, *extra)
         expect(r.returncode == 1 and msg in r.stderr, f"{what}: exit 1 with '{msg}' (got {r.returncode}: {r.stderr.strip()})")
         print(f"  prepare.py --jsonl {what:26s} -> {r.stderr.strip()}")
+
+    t = Tool(tmp, tk_path)
+    for test, *args in ((test_books_remade_byte_for_byte, t), (test_undecodable_input_names_file_and_line, t),
+                        (test_odd_json_refused_by_line, t), (test_no_partial_output_on_any_failure, t),
+                        (test_other_errors_named_with_exit_codes, t, tok)):
+        try:
+            test(*args)
+        except Exception as e:  # a test that breaks is one failure, and the others still run
+            expect(False, f"{test.__name__} raised {type(e).__name__}: {e}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
