@@ -786,6 +786,16 @@ static void save_checkpoint(Model *M, const char *dir, int64_t step) {
     state_save(&io, dir, step, M->S, M->o.data, M->o.save_keep);
 }
 
+/* SIGTERM or SIGUSR1 before `step + 1` (with --save): save `step` unless its save is made, and stop */
+static int preempted(Model *M, int64_t step, int64_t start) {
+    if (!M->o.save) return 0;
+    const int sig = (int)-comm_min_i64(M->comm, -(int64_t)preempt_pending(), M->gpu.stream); /* stage 2: one step, every rank */
+    if (!sig) return 0;
+    if (step > start && !save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
+    preempt_report(sig, step, start, M->o.save);
+    return 1;
+}
+
 /* one GPU's training run: allocate as planned, initialise, loop */
 static void train(Model *M, const MemPlan *mp) {
     allocate(M);
@@ -794,6 +804,7 @@ static void train(Model *M, const MemPlan *mp) {
     M->sdpa.verbose = 1;
     setup_rope(M);
     int64_t step = init_weights(M);
+    const int64_t start = step; /* 0, or the step of the save resumed from */
     /* the real cuDNN workspace must fit the planned one */
     const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
     if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
@@ -821,8 +832,10 @@ static void train(Model *M, const MemPlan *mp) {
         const EvalResult e0 = evaluate(M, &eval);
         eval_report(STAGE, step, &e0, log);
     }
+    if (M->o.save) preempt_arm(); /* SIGTERM, SIGUSR1: save after the step in flight, then stop */
     const double t_start = now_s();
     for (step = step + 1; step <= M->o.steps; step++) {
+        if (preempted(M, step - 1, start)) break;
         cudaStream_t st = M->gpu.stream;
         const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
         data_load(&data, M, step - 1);
@@ -872,7 +885,7 @@ static void train(Model *M, const MemPlan *mp) {
         if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
     }
     say("done: %.1f s\n", now_s() - t_start);
-    if (M->o.save) save_checkpoint(M, M->o.save, M->o.steps);
+    if (M->o.save && step > M->o.steps) save_checkpoint(M, M->o.save, M->o.steps); /* not after a stop */
     if (log) fclose(log);
 }
 

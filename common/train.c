@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
@@ -218,4 +219,33 @@ void step_skipped(int stage, int64_t step, const EvalResult *e, FILE *jsonl) {
     if (e->labels) eval_json(e, eval, sizeof eval);
     fprintf(jsonl, "{\"stage\":%d,\"step\":%lld,\"skipped\":true,%s\"labels\":0}\n", stage, (long long)step, eval);
     fflush(jsonl);
+}
+
+/* ---------------------------------------------------------------- preemption */
+static volatile sig_atomic_t preempt_sig;
+static void on_preempt(int sig) { preempt_sig = sig; } /* async-signal-safe: a flag, read between steps */
+
+void preempt_arm(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_preempt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+int preempt_pending(void) { return preempt_sig; }
+
+void preempt_report(int sig, int64_t step, int64_t start, const char *save) {
+    if (!rank_prints()) return;
+    progress_clear();
+    const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+    if (step > start)
+        printf("stopping after step %lld on %s (a time limit or a preemption): saved to %s/step-%lld; --resume %s "
+               "continues from it\n", (long long)step, name, save, (long long)step, save);
+    else
+        printf("stopping before step %lld on %s: nothing trained since the start, nothing new to save\n",
+               (long long)step + 1, name);
+    fflush(stdout);
 }

@@ -79,4 +79,12 @@ void step_report(const StepLog *s, FILE *jsonl);
 void progress_start(int64_t layers);
 void progress_at(cudaStream_t st, int backward, int64_t l);
 
+/* Preemption: SIGTERM or SIGUSR1 (what a scheduler such as SLURM sends before a time limit or a
+ * preemption). With --save the stage arms the handler; the signal only sets a flag, the run ends the
+ * step in flight, saves it and exits 0. Several ranks agree on the step with a collective. */
+void preempt_arm(void);
+int preempt_pending(void); /* the signal's number, or 0 */
+/* the closing line: which signal, after which step, where the save is and how to go on */
+void preempt_report(int sig, int64_t step, int64_t start, const char *save);
+
 #endif

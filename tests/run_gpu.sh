@@ -10,6 +10,7 @@
 # changes outside stages 2-3); SKIP_KILL=1 leaves out tests/kill_save_gpu.sh (SIGKILL mid-save, ~2 minutes);
 # SKIP_MASK=1 leaves out tests/mask_eval_gpu.sh (loss masks and --eval-data, stage 2's masked windows);
 # SKIP_KEEP=1 leaves out tests/keep_gpu.sh (kept attention on the GPU, on the host, recomputed);
+# SKIP_PREEMPT=1 leaves out tests/preempt_gpu.sh (SIGTERM/SIGUSR1 save and stop) and tests/refusals.sh;
 # SKIP_LONG=1 leaves out tests/long_grad_gpu.sh (stage 5's gradients at 64K and 128K against fp32; ~2 minutes);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
 # transformers), for a device call after the rest ran; SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
@@ -224,6 +225,12 @@ fi
 if [ -x ./stage5 ] && [ -z "${SKIP_MASK:-}" ]; then
     echo "== loss masks and evaluation (tests/mask_eval_gpu.sh)"
     bash tests/mask_eval_gpu.sh 2>&1 | tee "$tmp/mask.txt"; count "$tmp/mask.txt" "masks and evaluation"
+fi
+if [ -z "${SKIP_PREEMPT:-}" ]; then
+    echo "== SIGTERM / SIGUSR1 with --save: the step in flight finishes, is saved, exit 0 (tests/preempt_gpu.sh)"
+    PREEMPT_TMP="$tmp/preempt" bash tests/preempt_gpu.sh 2>&1 | tee "$tmp/preempt.txt"; count "$tmp/preempt.txt" "preemption"
+    echo "== bad input refused before the GPU, on a machine with one (tests/refusals.sh)"
+    bash tests/refusals.sh 2>&1 | tee "$tmp/refuse.txt"; count "$tmp/refuse.txt" "refusals"
 fi
 if [ -x ./stage5 ] && [ -z "${SKIP_KILL:-}" ]; then
     echo "== SIGKILL in the middle of a save at 2 local ranks (tests/kill_save_gpu.sh)"
