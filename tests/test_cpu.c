@@ -18,6 +18,8 @@
 #include "../common/ckpt.h"
 #include "../common/cli.h"
 #include "../common/config.h"
+#include "../common/files.h"
+#include "../common/json.h"
 #include "../common/cpu_adam.h"
 #include "../common/model.h"
 #include "../common/numa.h"
@@ -570,6 +572,67 @@ static void test_cli(void) {
     EXPECT(cli_parse(2, a4, opts, 4, err, sizeof err) == -1 && strstr(err, "needs a value"), "missing value: %s", err);
     char *a5[] = {"x", "--help"};
     EXPECT(cli_parse(2, a5, opts, 4, err, sizeof err) == 1, "--help");
+}
+
+/* ------------------------------------------------------------------ bounds on what is read */
+/* Numbers nobody bounded once let a config of 2^62 plan 1.5 GiB and --seq 17179869185G wrap to 2^30:
+ * the JSON reader, the option parser and the name lookup at their edges. */
+static void test_bounds(void) {
+    JsonValue v;
+    char err[256];
+    EXPECT(!json_parse("9223372036854775807", 19, &v, err, sizeof err) && v.is_integer && v.integer == INT64_MAX,
+           "JSON: 2^63-1 is read exactly: %s", err);
+    json_free(&v);
+    EXPECT(!json_parse("-9223372036854775808", 20, &v, err, sizeof err) && v.integer == INT64_MIN,
+           "JSON: -2^63 is read exactly: %s", err);
+    json_free(&v);
+    EXPECT(json_parse("9223372036854775808", 19, &v, err, sizeof err) && strstr(err, "outside int64's range"),
+           "JSON: 2^63 is refused, not saturated: %s", err);
+    EXPECT(json_parse("{\"a\": 1e400}", 12, &v, err, sizeof err) && strstr(err, "too large for a double"),
+           "JSON: 1e400 (inf) is refused: %s", err);
+    EXPECT(!json_parse("1e-400", 6, &v, err, sizeof err) && v.number == 0, "JSON: 1e-400 underflows to 0: %s", err);
+    json_free(&v);
+
+    int64_t n = 0;
+    EXPECT(!cli_parse_int("8G", &n) && n == 8ll << 30, "8G is 2^33");
+    EXPECT(cli_parse_int("17179869185G", &n), "17179869185G (past 2^63) is refused, not wrapped");
+    EXPECT(cli_parse_int("9223372036854775808", &n), "2^63 is refused (strtoll's ERANGE)");
+    int64_t x = 0;
+    double d = 0;
+    Opt o[] = {{"--x", OPT_INT, &x, "x", "[0,9007199254740992]"}, {"--d", OPT_DOUBLE, &d, "d", "(0,1)"}};
+    char *a1[] = {"p", "--x", "9007199254740993"}; /* 2^53 + 1: equal to the bound as a double */
+    EXPECT(cli_parse(3, a1, o, 2, err, sizeof err) == -1 && strstr(err, "outside"), "2^53+1 > 2^53 exactly: %s", err);
+    char *a2[] = {"p", "--x", "9007199254740992"};
+    EXPECT(!cli_parse(3, a2, o, 2, err, sizeof err) && x == 9007199254740992ll, "the bound itself is in: %s", err);
+    const char *bad_d[] = {"nan", "inf", "-inf", "0", "1", "1e-400x", ""};
+    for (size_t i = 0; i < sizeof bad_d / sizeof bad_d[0]; i++) {
+        char *a[] = {"p", "--d", (char *)bad_d[i]};
+        EXPECT(cli_parse(3, a, o, 2, err, sizeof err) == -1, "--d %s is refused (finite, in (0,1))", bad_d[i]);
+    }
+    char *a3[] = {"p", "--d=0.5", "--x", "7"};
+    EXPECT(!cli_parse(4, a3, o, 2, err, sizeof err) && d == 0.5 && x == 7 && cli_given(4, a3, "--d") &&
+               cli_given(4, a3, "--x") && !cli_given(4, a3, "--dd"),
+           "values and cli_given: %s", err);
+
+    Qwen3Config c;
+    EXPECT(config_from_name("Qwen3", &c) && config_from_name("Qwen3-", &c) && config_from_name("", &c),
+           "Qwen3, Qwen3- and \"\" are not sizes (and are read within their bytes)");
+    EXPECT(!config_from_name("qwen3-0.6b", &c) && c.hidden == 1024 && !config_from_name("Qwen3-32B", &c) &&
+               c.layers == 64 && !config_from_name("QWEN3-30B-A3B", &c) && c.experts == 128 &&
+               !config_from_name("8b", &c) && c.hidden == 4096,
+           "sizes by name in any case, with or without Qwen3-");
+
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fifo", tmpdir);
+    mkfifo(path, 0600);
+    FILE *f = file_open_regular(path, "token file", err, sizeof err);
+    EXPECT(!f && strstr(err, "a FIFO"), "a FIFO is refused without blocking: %s", err);
+    f = file_open_regular(tmpdir, "config.json", err, sizeof err);
+    EXPECT(!f && strstr(err, "a directory, where a config.json"), "a directory is refused: %s", err);
+    TokenFile tf;
+    EXPECT(tokens_open_file(tmpdir, 0, 1, &tf, err, sizeof err) && strstr(err, "a directory"),
+           "a directory as a token file: %s", err);
+    unlink(path);
 }
 
 /* ------------------------------------------------------------------ FSDP shard layout */
@@ -1271,6 +1334,7 @@ int main(int argc, char **argv) {
     test_tokens();
     printf("[cli]\n");
     test_cli();
+    test_bounds();
     printf("[init]\n");
     test_init();
     printf("[shards]\n");
