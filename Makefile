@@ -79,7 +79,7 @@ $(B)/test_advice: $(B)/tests/test_advice.o $(HOST_OBJ) $(GPU_OBJ)
 $(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 
-# CPU tests: the C suite, then the data suite; tests/summary.sh prints the combined count
+# CPU tests: the C suites, check_stage on planted bugs, data, CLI and refusals; tests/run_cpu.sh prints the combined count
 test: all
 	@bash tests/run_cpu.sh
 

@@ -11,12 +11,16 @@ ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAI
 cs=./build/check_stage
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# run check_stage; its output indented (so its own "N passed" line is not this script's)
-run() { "$cs" "$@" > "$tmp/out" 2>&1; local r=$?; sed 's/^/    /' "$tmp/out"; return $r; }
+# run check_stage into $tmp/out; show its output indented (so its own "N passed" line is not this
+# script's). A planted bug's FAIL lines are what this script wants: shown as "caught (planted)", so
+# a green run prints no FAIL line at all.
+run() { "$cs" "$@" > "$tmp/out" 2>&1; }
+show() { sed "s/^FAIL /$1/; s/^/    /" "$tmp/out"; }
 # expect_pass DESCRIPTION ARGS...: exit 0 and "0 failed"
 expect_pass() {
     local what=$1; shift
     run "$@"; local r=$?
+    show "FAIL "
     ok "$what passes" "[ $r -eq 0 ] && grep -qE '^[0-9]+ passed, 0 failed' '$tmp/out'"
 }
 # expect_fail DESCRIPTION PATTERN ARGS...: non-zero exit, at least one failure counted, and a FAIL
@@ -24,6 +28,7 @@ expect_pass() {
 expect_fail() {
     local what=$1 pat=$2; shift 2
     run "$@"; local r=$?
+    show "caught (planted): "
     ok "$what fails ($pat)" "[ $r -ne 0 ] && grep -qE '^[0-9]+ passed, [1-9][0-9]* failed' '$tmp/out' && grep -E '^FAIL' '$tmp/out' | grep -qE -- '$pat'"
 }
 
