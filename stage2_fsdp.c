@@ -162,7 +162,8 @@ typedef struct {
     int64_t total;      /* elements of each shard buffer (every unit's shard, padded) */
     bf16_t *w;          /* [total] this rank's bf16 weights: the all-gather input */
     float *master;      /* [total] fp32 master weights */
-    float *grad;        /* [total] fp32 gradients, averaged over the ranks by reduce-scatter */
+    float *grad;        /* [total] fp32 gradients of this rank's shard, summed over the ranks by reduce-scatter
+                         * (each label already carries 1 / the step's counted labels: the sum is the mean) */
     float *m, *v;       /* [total] fp32 AdamW moments */
     /* ---- stage 2: FSDP ---- */
     bf16_t *layer_w[2]; /* [max_layer] two gathered decoder layers: in use and prefetched */
