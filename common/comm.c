@@ -195,8 +195,16 @@ static void sync_wait(Comm *c, const char *what, double timeout_s) {
 static ncclComm_t live[MAX_LIVE];
 static char live_rdv[4096]; /* node 0's rendezvous file while it may still be joined */
 static uint64_t live_rdv_nonce;
+static int live_listen = -1; /* node 0's TCP rendezvous socket while it serves */
+
+/* close node 0's listening socket (once, whichever thread gets there): a restart binds the port again */
+static void close_listen(void) {
+    const int fd = __atomic_exchange_n(&live_listen, -1, __ATOMIC_ACQ_REL);
+    if (fd >= 0) close(fd);
+}
 
 static void abort_all(void) {
+    close_listen();
     if (live_rdv[0]) rdv_remove_own(live_rdv, live_rdv_nonce); /* first: an abort may block */
     for (int i = 0; i < MAX_LIVE; i++) {
         ncclComm_t c = __atomic_exchange_n(&live[i], NULL, __ATOMIC_ACQ_REL);
@@ -343,16 +351,35 @@ CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rend
     int have = 0;
     CUDA_CHECK(cudaGetDeviceCount(&have));
     if (gpus < 1 || gpus > have) DIE("--gpus %d: %d visible", gpus, have);
-    if (nnodes > 1 && !rendezvous) DIE("several nodes need --rendezvous FILE (a path all nodes share)");
+    if (nnodes > 1 && !rendezvous)
+        STOP("several nodes need --rendezvous tcp://HOST:PORT (node 0's address) or FILE (a path all nodes share)");
+    RdvTcp tcp;
+    char err[512];
+    const int is_tcp = rendezvous ? rdv_parse(rendezvous, &tcp, err, sizeof err) : 0;
+    if (is_tcp < 0) STOP("--rendezvous %s", err);
     CommWorld *w = world_new(COMM_NCCL, gpus, gpus * nnodes, o);
     w->nnodes = nnodes;
     w->node_rank = node_rank;
-    char err[512];
     const double started = rdv_wall_s();
     int from_env = 0;
     const char *run_id = rdv_run_id(o->run_id, &from_env);
     if (node_rank == 0) NCCL_CHECK(ncclGetUniqueId(&w->id));
-    if (nnodes > 1 && node_rank == 0) {
+    const double timeout = o->timeout_s > 0 ? o->timeout_s : 0; /* 0: forever */
+    uint64_t nonce;
+    if (nnodes > 1 && is_tcp && node_rank == 0) { /* serve every other node once, then join */
+        hook_fatal();
+        const int fd = rdv_tcp_listen(tcp.port, err, sizeof err);
+        if (fd < 0) DIE("node 0: %s", err);
+        __atomic_store_n(&live_listen, fd, __ATOMIC_RELEASE); /* the fatal path closes it from now on */
+        printf("node 0: serving the NCCL id on port %d to %d other node(s)\n", tcp.port, nnodes - 1);
+        fflush(stdout);
+        if (rdv_tcp_serve(fd, run_id, nnodes, gpus, &w->id, &nonce, timeout, err, sizeof err)) DIE("node 0: %s", err);
+        close_listen();
+    } else if (nnodes > 1 && is_tcp) {
+        if (rdv_tcp_await(&tcp, run_id, node_rank, nnodes, gpus, timeout, &w->id, &nonce, err, sizeof err))
+            DIE("node %d: %s", node_rank, err);
+        printf("node %d: joined node 0 at %s:%d (launch %016llx)\n", node_rank, tcp.host, tcp.port, (unsigned long long)nonce);
+    } else if (nnodes > 1 && node_rank == 0) {
         hook_fatal();
         if (rdv_publish(rendezvous, run_id, nnodes, gpus, &w->id, &live_rdv_nonce, err, sizeof err)) DIE("%s", err);
         snprintf(live_rdv, sizeof live_rdv, "%s", rendezvous); /* every exit path removes it from now on */

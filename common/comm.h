@@ -35,7 +35,7 @@ typedef struct {
     double timeout_s;       /* per collective, once it can start (0: wait forever) */
     double link_gbps;       /* rehearsal model: GB/s per GPU per direction inside a node */
     double net_gbps;        /* rehearsal model: GB/s per GPU per direction between nodes */
-    const char *run_id;     /* several nodes: binds the rendezvous file to this run */
+    const char *run_id;     /* several nodes: binds the rendezvous (file or TCP) to this run */
 } CommOpts;
 
 typedef struct CommWorld CommWorld; /* shared by all ranks of this process */
@@ -43,8 +43,9 @@ typedef struct Comm Comm;           /* one rank's handle */
 
 /* local: P ranks as threads on the current GPU. */
 CommWorld *comm_world_local(int P, const CommOpts *o);
-/* NCCL: gpus ranks per node on devices 0..gpus-1, nnodes nodes; node 0 publishes the ncclUniqueId
- * in the rendezvous file (common/rendezvous.h; NULL when nnodes == 1). */
+/* NCCL: gpus ranks per node on devices 0..gpus-1, nnodes nodes; node 0 hands the ncclUniqueId to
+ * the others through the rendezvous (common/rendezvous.h: tcp://HOST:PORT, where node 0 serves it
+ * until every node has it, or a file path; NULL when nnodes == 1), within CommOpts.timeout_s. */
 CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rendezvous, const CommOpts *o);
 /* rehearse: rank `rank` of a job of nnodes x gpus ranks, alone in this process. */
 CommWorld *comm_world_rehearse(int gpus, int nnodes, int rank, const CommOpts *o);

@@ -9,18 +9,58 @@
 
 #include "check.h"
 #include "gpu.h"
+#include "rendezvous.h"
 
-void ranks_check_opts(const RankOpts *o, int saves) {
+/* this node's place in the job, once: the flags, else Slurm's variables (rdv_place), else 1 node */
+static void place(RankOpts *o) {
+    if (o->placed) return;
+    char err[512];
+    /* --local-ranks and --rehearse are one process on one GPU, not a node of the Slurm job */
+    const int slurm = !o->local_ranks && o->rehearse < 0;
+    if (rdv_place(&o->nnodes, &o->node_rank, slurm, &o->nnodes_from, &o->node_rank_from, err, sizeof err)) STOP("%s", err);
+    if (!o->gpus_from && o->gpus > 0) o->gpus_from = "--gpus";
+    o->placed = 1;
+}
+
+void ranks_check_opts(RankOpts *o, int saves) {
+    place(o);
     if (o->local_ranks && (o->gpus || o->nnodes > 1 || o->rehearse >= 0))
-        DIE("--local-ranks runs on one GPU: no --gpus, --nnodes or --rehearse with it");
-    if (o->nnodes < 1 || o->node_rank < 0 || o->node_rank >= o->nnodes) DIE("--node-rank must be in 0..--nnodes-1");
-    if (o->rehearse >= 0 && o->gpus < 1) DIE("--rehearse R needs the job it rehearses: --gpus N (and --nnodes M)");
+        STOP("--local-ranks runs on one GPU: no --gpus, --nnodes or --rehearse with it");
+    if (o->node_rank >= o->nnodes) /* both placed: a given --node-rank past a given or Slurm's node count */
+        STOP("--node-rank %lld must be in 0..%lld (the job has %lld node(s), from %s)", (long long)o->node_rank,
+             (long long)o->nnodes - 1, (long long)o->nnodes, o->nnodes_from);
+    if (o->rehearse >= 0 && o->gpus < 1) STOP("--rehearse R needs the job it rehearses: --gpus N (and --nnodes M)");
     if (o->rehearse >= 0 && o->rehearse >= o->gpus * o->nnodes)
-        DIE("--rehearse %lld: the job has %lld ranks", (long long)o->rehearse, (long long)(o->gpus * o->nnodes));
+        STOP("--rehearse %lld: the job has %lld ranks", (long long)o->rehearse, (long long)(o->gpus * o->nnodes));
     if (o->rehearse >= 0 && saves)
-        DIE("--rehearse computes one rank of the job with values that are not the job's: no --save, --resume or "
+        STOP("--rehearse computes one rank of the job with values that are not the job's: no --save, --resume or "
             "--dump-grads");
-    if (o->comm.timeout_s < 0) DIE("--comm-timeout must be >= 0 (0: wait forever)");
+    if (o->comm.timeout_s < 0) STOP("--comm-timeout must be >= 0 (0: wait forever)");
+    RdvTcp tcp;
+    char err[512];
+    if (o->rendezvous && rdv_parse(o->rendezvous, &tcp, err, sizeof err) < 0) STOP("--rendezvous %s", err);
+}
+
+const char *ranks_place_line(const RankOpts *o, char *buf, size_t n) {
+    buf[0] = 0;
+    /* a value from the environment: neither a flag ("--...") nor the default */
+    const int env = (o->nnodes_from && o->nnodes_from[0] != '-' && strcmp(o->nnodes_from, "default")) ||
+                    (o->node_rank_from && o->node_rank_from[0] != '-' && strcmp(o->node_rank_from, "default"));
+    if (o->local_ranks > 0 || o->rehearse >= 0 || (o->nnodes <= 1 && !env)) return buf;
+    size_t at = (size_t)snprintf(buf, n, "node %lld of %lld (%s, %s), %lld GPU%s a node (%s)", (long long)o->node_rank,
+                                 (long long)o->nnodes, o->node_rank_from ? o->node_rank_from : "--node-rank",
+                                 o->nnodes_from ? o->nnodes_from : "--nnodes", (long long)o->gpus,
+                                 o->gpus == 1 ? "" : "s", o->gpus_from ? o->gpus_from : "--gpus");
+    if (o->nnodes > 1 && at < n) { /* the run id and the rendezvous matter only between nodes */
+        int from_env;
+        const char *id = rdv_run_id(o->comm.run_id, &from_env), *from = rdv_run_id_from(o->comm.run_id);
+        at += (size_t)snprintf(buf + at, n - at, ", run id %s (%s)", id[0] ? id : "none",
+                               from[0] ? from : "no --run-id, LONGCTX_RUN_ID or SLURM_JOB_ID");
+        if (at < n)
+            snprintf(buf + at, n - at, ", rendezvous %s (%s)", o->rendezvous ? o->rendezvous : "none",
+                     o->rendezvous ? "--rendezvous" : "give --rendezvous tcp://HOST:PORT");
+    }
+    return buf;
 }
 
 static int cuda_device_count(void) {
@@ -33,9 +73,13 @@ int (*ranks_device_count)(void) = cuda_device_count;
 /* --gpus 0 means every visible GPU: resolved here once, into o->gpus, so that every later count
  * (ranks here, ranks per node: the host plan divides the node's memory by it) reads one number */
 int ranks_in_job(RankOpts *o, int dry_run) {
+    place(o);
     if (o->local_ranks > 0) return (int)o->local_ranks;
-    if (o->gpus <= 0) o->gpus = dry_run ? 1 : ranks_device_count();
-    if (o->gpus <= 0) DIE("no GPU visible (--dry-run plans without one)");
+    if (o->gpus <= 0) o->gpus = dry_run ? 1 : ranks_device_count(), o->gpus_from = dry_run ? "--dry-run" : "all visible";
+    else if (!o->gpus_from) o->gpus_from = "planned"; /* set since the options were read (stage 5's advice) */
+    if (o->gpus <= 0) STOP("no GPU visible (--dry-run plans without one)");
+    char line[1024];
+    if (ranks_place_line(o, line, sizeof line)[0]) printf("%s\n", line); /* the run's first line: where it stands */
     return (int)(o->gpus * o->nnodes);
 }
 
@@ -101,7 +145,7 @@ static void *rank_thread(void *p) {
         if (t->why[q][0]) {
             if (t->local == 0) {
                 longctx_rank = o->rehearse >= 0 ? (int)o->rehearse : (int)o->node_rank * t->here + q;
-                DIE("%s -- no rank started", t->why[q]);
+                STOP("%s -- no rank started", t->why[q]);
             }
             pause(); /* rank 0's exit ends the process */
         }

@@ -2,12 +2,15 @@
  * thread per rank of this process on its GPU, the memory check every rank makes before any
  * communicator exists (if one rank's GPU or the host cannot hold the plan, every rank stops, with
  * the reason), and each rank's communicator (common/comm.h):
- *   --gpus N [--nnodes M --node-rank i --rendezvous FILE]   NCCL, one process per node
+ *   --gpus N [--nnodes M --node-rank i --rendezvous tcp://HOST:PORT|FILE]   NCCL, one process per node
  *   --local-ranks P                                         P ranks as threads on GPU 0 (tests)
- *   --gpus N [--nnodes M] --rehearse R                      rank R of that job, alone on GPU 0 */
+ *   --gpus N [--nnodes M] --rehearse R                      rank R of that job, alone on GPU 0
+ * Under Slurm (srun, one task per node) --nnodes and --node-rank default to its SLURM_NNODES and
+ * SLURM_NODEID, and the run id to its job and step (common/rendezvous.h); flags given win. */
 #ifndef LONGCTX_RANKS_H
 #define LONGCTX_RANKS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cli.h"
@@ -21,6 +24,10 @@ typedef struct {                 /* the stage's options, as given */
     int64_t rehearse;            /* >= 0: rehearse this rank of the job */
     const char *rendezvous;
     CommOpts comm;
+    /* where nnodes, node_rank and gpus came from ("--nnodes", "SLURM_NNODES", "default", ...): set
+     * once the place is resolved (ranks_check_opts or ranks_in_job, whichever runs first) */
+    const char *nnodes_from, *node_rank_from, *gpus_from;
+    int placed;
 } RankOpts;
 
 typedef struct {                 /* what a rank's thread is given */
@@ -30,11 +37,18 @@ typedef struct {                 /* what a rank's thread is given */
     Comm *comm;
 } Rank;
 
-/* Refuse contradictory options (a message naming the flags) */
-void ranks_check_opts(const RankOpts *o, int saves);
+/* Take this node's place (--nnodes 0 / --node-rank -1, not given: Slurm's variables, else 1 / 0;
+ * never for --local-ranks or --rehearse, one process on one GPU), then refuse contradictory
+ * options or a malformed --rendezvous (a message naming the flag or variable) */
+void ranks_check_opts(RankOpts *o, int saves);
 /* ranks in the job. Resolves --gpus 0 (every visible GPU; under dry_run: 1, no GPU to count) into
- * o->gpus: call it once before ranks_here / ranks_per_node, which read the resolved count. */
+ * o->gpus: call it once before ranks_here / ranks_per_node, which read the resolved count. A node of
+ * a several-node job, or one placed by Slurm, first prints ranks_place_line(). */
 int ranks_in_job(RankOpts *o, int dry_run);
+/* "node 1 of 2 (SLURM_NODEID, SLURM_NNODES), 8 GPUs a node (--gpus), run id slurm-4242.0 (SLURM_JOB_ID,
+ * SLURM_STEP_ID), rendezvous tcp://10.0.0.1:29500 (--rendezvous)": where each value came from; ""
+ * when there is nothing to say (one node placed by flags or defaults, local ranks, a rehearsal) */
+const char *ranks_place_line(const RankOpts *o, char *buf, size_t n);
 /* the GPUs visible to this process (cudaGetDeviceCount; tests replace it to stub a node) */
 extern int (*ranks_device_count)(void);
 /* the plan's row for NCCL's own GPU memory per rank (comm.h's estimate; 0 for local ranks) */
@@ -49,16 +63,22 @@ void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(
 
 /* The several-GPU options every stage from 2 on takes, into RankOpts r (an lvalue): the job's
  * shape, several nodes, the rendezvous, the collective timeout and the rehearsal. One block, the
- * same in every stage's option table; RANK_DEFAULTS is its starting value. */
-#define RANK_DEFAULTS {.nnodes = 1, .rehearse = -1, .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}}
+ * same in every stage's option table; RANK_DEFAULTS is its starting value (--nnodes 0 and
+ * --node-rank -1: not given, ranks_check_opts places the node). */
+#define RANK_DEFAULTS                                                                                                  \
+    {.nnodes = 0, .node_rank = -1, .rehearse = -1,                                                                     \
+     .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}}
 #define RANK_OPTIONS(r)                                                                                                \
     {"--gpus", OPT_INT, &(r).gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)", "[0,1K]"},        \
     {"--local-ranks", OPT_INT, &(r).local_ranks, "run this many ranks as threads on GPU 0 (tests)", "[0,64]"},         \
-    {"--nnodes", OPT_INT, &(r).nnodes, "nodes (the same command on each)", "[1,64K]"},                                 \
-    {"--node-rank", OPT_INT, &(r).node_rank, "this node's index, 0..nnodes-1", "[0,64K)"},                             \
-    {"--rendezvous", OPT_STRING, &(r).rendezvous, "shared file for the NCCL id when --nnodes > 1"},                    \
+    {"--nnodes", OPT_INT, &(r).nnodes, "nodes, the same command on each (0: Slurm's SLURM_NNODES, else 1)",            \
+     "[0,64K]"},                                                                                                       \
+    {"--node-rank", OPT_INT, &(r).node_rank, "this node's index, 0..nnodes-1 (-1: Slurm's SLURM_NODEID, else 0)",      \
+     "[-1,64K)"},                                                                                                      \
+    {"--rendezvous", OPT_STRING, &(r).rendezvous,                                                                      \
+     "with --nnodes > 1: tcp://HOST:PORT (node 0's address; it listens on PORT) or a file all nodes share"},           \
     {"--run-id", OPT_STRING, &(r).comm.run_id,                                                                         \
-     "a name all nodes of this run share (e.g. the job id): binds the rendezvous file to it"},                         \
+     "a name all nodes of this run share (default: Slurm's job and step id): binds the rendezvous to it"},             \
     {"--comm-timeout", OPT_DOUBLE, &(r).comm.timeout_s,                                                                \
      "seconds a collective may wait once it can start; then abort, naming the rank (0: forever)", "[0,1e9]"},          \
     {"--rehearse", OPT_INT, &(r).rehearse,                                                                             \

@@ -3,6 +3,8 @@
  * host plan divides the node's memory by 8 (it once counted 1 and gave every rank the whole node).
  * Run from the repository root: ./build/test_ranks. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../common/check.h"
 #include "../common/ranks.h"
@@ -34,5 +36,35 @@ int main(void) {
     RankOpts once = {.gpus = 0, .nnodes = 1, .rehearse = -1};
     const int a = ranks_in_job(&once, 0), b = ranks_per_node(&once), c = ranks_here(&once);
     EXPECT(a == 4 && b == 4 && c == 4 && calls == 1, "the device count is read once and kept (calls %d)", calls);
+    /* a node placed by Slurm: its variables when the flags are absent, and the first line says so */
+    ranks_device_count = eight;
+    setenv("SLURM_NNODES", "2", 1), setenv("SLURM_NODEID", "1", 1);
+    setenv("SLURM_JOB_ID", "4242", 1), setenv("SLURM_STEP_ID", "0", 1);
+    RankOpts sl = RANK_DEFAULTS;
+    sl.gpus = 8, sl.rendezvous = "tcp://10.0.0.1:29500";
+    ranks_check_opts(&sl, 0);
+    char line[1024];
+    EXPECT(ranks_in_job(&sl, 0) == 16 && sl.nnodes == 2 && sl.node_rank == 1, "under Slurm: node 1 of 2, 16 ranks");
+    EXPECT(!strcmp(ranks_place_line(&sl, line, sizeof line),
+                   "node 1 of 2 (SLURM_NODEID, SLURM_NNODES), 8 GPUs a node (--gpus), run id slurm-4242.0 (SLURM_JOB_ID, "
+                   "SLURM_STEP_ID), rendezvous tcp://10.0.0.1:29500 (--rendezvous)"),
+           "the first line names where each value came from: %s", line);
+    RankOpts fl = RANK_DEFAULTS;
+    fl.nnodes = 4, fl.node_rank = 3, fl.comm.run_id = "r1", fl.rendezvous = "/shared/rdv";
+    ranks_check_opts(&fl, 0);
+    EXPECT(ranks_in_job(&fl, 0) == 32 && !strcmp(ranks_place_line(&fl, line, sizeof line),
+                                                  "node 3 of 4 (--node-rank, --nnodes), 8 GPUs a node (all visible), "
+                                                  "run id r1 (--run-id), rendezvous /shared/rdv (--rendezvous)"),
+           "flags given win over Slurm's variables: %s", line);
+    RankOpts lr = RANK_DEFAULTS;
+    lr.local_ranks = 2;
+    ranks_check_opts(&lr, 0);
+    EXPECT(lr.nnodes == 1 && lr.node_rank == 0 && !ranks_place_line(&lr, line, sizeof line)[0],
+           "--local-ranks under Slurm is one process: node 0 of 1, nothing to say");
+    unsetenv("SLURM_NNODES"), unsetenv("SLURM_NODEID"), unsetenv("SLURM_JOB_ID"), unsetenv("SLURM_STEP_ID");
+    RankOpts one = RANK_DEFAULTS;
+    ranks_check_opts(&one, 0);
+    EXPECT(ranks_in_job(&one, 0) == 8 && !ranks_place_line(&one, line, sizeof line)[0],
+           "one node without Slurm prints no such line");
     return test_summary();
 }
