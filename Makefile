@@ -66,7 +66,7 @@ $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
-$(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(HOST_OBJ)
+$(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(B)/tests/ref_ring.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 # the TCP rendezvous between processes on loopback, and a node's place from Slurm's variables
 $(B)/test_rendezvous: $(B)/tests/test_rendezvous.o $(HOST_OBJ)
@@ -115,3 +115,55 @@ $(B)/bench/%.o: bench/%.c
 
 $(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
+
+# ---------------------------------------------------------------- fuzzing (tests/fuzz/README.md)
+# libFuzzer harnesses of the input readers, built with clang + ASan/UBSan from the host sources
+# directly (their own objects under build/fuzz/, never the gcc-built ones):
+#   make fuzz-build    build/fuzz/fuzz_NAME for each NAME of FUZZ_NAMES
+#   make fuzz          each for FUZZ_SECONDS (60); new inputs go to build/fuzz/corpus/NAME, crashes to
+#                      build/fuzz/crashes/; tests/fuzz/corpus/NAME is read, never written
+#   make fuzz-replay   each once over its committed corpus; fails on any crash
+#   make fuzz-merge    add to tests/fuzz/corpus/NAME the inputs of build/fuzz/corpus/NAME that reach
+#                      new coverage (libFuzzer -merge=1): the committed corpus changes only here
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_NAMES   := json config safetensors tokens cli ckpt rendezvous
+FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=undefined -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -MMD -MP
+FUZZ_HOST    := tensor files json config safetensors tokens cli ckpt model inputs rendezvous
+FUZZ_LIB     := $(B)/fuzz/libhost.a
+FUZZ_BINS    := $(FUZZ_NAMES:%=$(B)/fuzz/fuzz_%)
+# stderr closed while fuzzing (rdv_tcp_serve logs every refusal); libFuzzer's and the sanitizers'
+# reports still print (libFuzzer keeps its own copy of stderr for them)
+FUZZ_RUN     := -timeout=5 -rss_limit_mb=2048 -close_fd_mask=2
+.PHONY: fuzz fuzz-build fuzz-replay fuzz-merge
+
+fuzz-build: $(FUZZ_BINS)
+# the host sources with coverage instrumentation for libFuzzer (-fsanitize=fuzzer-no-link: no main)
+$(B)/fuzz/obj/%.o: common/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(subst fuzzer,fuzzer-no-link,$(FUZZ_CFLAGS)) -c -o $@ $<
+$(FUZZ_LIB): $(FUZZ_HOST:%=$(B)/fuzz/obj/%.o)
+	rm -f $@ && ar rcs $@ $^
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Icommon -o $@ $< $(FUZZ_LIB) -lm -lpthread
+
+fuzz: fuzz-build
+	@mkdir -p $(B)/fuzz/crashes; bad=; for n in $(FUZZ_NAMES); do \
+	  mkdir -p $(B)/fuzz/corpus/$$n; echo "== fuzz_$$n for $(FUZZ_SECONDS) s"; \
+	  $(B)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) $(FUZZ_RUN) -print_final_stats=1 \
+	    -artifact_prefix=$(B)/fuzz/crashes/$$n- $$(test -f tests/fuzz/$$n.dict && echo -dict=tests/fuzz/$$n.dict) \
+	    $(B)/fuzz/corpus/$$n tests/fuzz/corpus/$$n > $(B)/fuzz/fuzz-$$n.log 2>&1 || bad="$$bad $$n"; \
+	  grep -vE '^#[0-9]+.*(NEW|REDUCE|pulse) ' $(B)/fuzz/fuzz-$$n.log | tail -25; done; \
+	if [ -n "$$bad" ]; then echo "fuzz: failed:$$bad (reproducers in $(B)/fuzz/crashes/, logs $(B)/fuzz/fuzz-NAME.log)"; exit 1; fi
+
+fuzz-replay: fuzz-build
+	@bad=; for n in $(FUZZ_NAMES); do \
+	  if $(B)/fuzz/fuzz_$$n -runs=0 $(FUZZ_RUN) tests/fuzz/corpus/$$n > $(B)/fuzz/replay-$$n.log 2>&1; then \
+	    echo "ok   fuzz_$$n replays its $$(ls tests/fuzz/corpus/$$n | wc -l) inputs"; \
+	  else echo "FAIL fuzz_$$n on its corpus:"; tail -40 $(B)/fuzz/replay-$$n.log; bad="$$bad $$n"; fi; done; \
+	[ -z "$$bad" ]
+
+fuzz-merge: fuzz-build
+	@for n in $(FUZZ_NAMES); do \
+	  $(B)/fuzz/fuzz_$$n -merge=1 -max_len=65536 $(FUZZ_RUN) tests/fuzz/corpus/$$n $(B)/fuzz/corpus/$$n 2>&1 | tail -1; done

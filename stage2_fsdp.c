@@ -36,6 +36,7 @@
 #include <cublasLt.h>
 #include <cudnn.h>
 
+#include "common/advice.h"
 #include "common/check.h"
 #include "common/cli.h"
 #include "common/comm.h"
@@ -122,7 +123,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
         {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
-        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)", "[0,1M]"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1M]"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
         {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
@@ -919,6 +920,7 @@ static void rank_main(const Rank *r, void *arg) {
 int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised; every rank starts from a copy */
     M.o = parse_opts(argc, argv);
+    plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
     trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
     M.P = ranks_in_job(&M.o.ranks, M.o.dry_run); /* stage 2 */
@@ -929,7 +931,7 @@ int main(int argc, char **argv) {
     char title[256];
     snprintf(title, sizeof title, "stage %d, %s, seq %lld per rank, %d ranks%s%s", STAGE, M.c.name, (long long)M.S, M.P,
              M.o.keep_attn ? ", --keep-attn" : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
-    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)) : 0);
+    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.o.dry_run) return 0;
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */

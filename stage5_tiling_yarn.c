@@ -144,7 +144,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
         {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
-        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's; --dry-run: 139.8)", "[0,1M]"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1M]"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
         {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
@@ -160,7 +160,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16"}, /* stage 3 */
         /* ---- stage 4: offload ---- */
         {"--offload", OPT_STRING, &o.offload, "what lives in pinned host memory: all | none | ckpt,attn,states (any of them)"},
-        {"--host-gib", OPT_DOUBLE, &o.host_gib, "host memory per node to plan for (0: this machine's available)", "[0,1G]"},
+        {"--host-gib", OPT_DOUBLE, &o.host_gib, "host memory per node to plan for (0: this machine's available; --dry-run without a GPU: 2048, a 2 TiB node)", "[0,1G]"},
         /* ---- end stage 4 ---- */
         /* ---- stage 5: tiling ---- */
         {"--mlp-tile", OPT_INT, &o.mlp_tile, "MLP rows at a time (0: as many as the attention backward's memory holds)", "[0,4G]"},
@@ -1467,6 +1467,7 @@ static void tiling_report(const Model *M, int64_t peak) {
 int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised; every rank starts from a copy */
     M.o = parse_opts(argc, argv);
+    plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, &M.o.host_gib); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
     trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
     const int visible = advice_gpus(&M.o.ranks, M.o.dry_run); /* stage 5: none here: plan the headline's 8 */
@@ -1483,13 +1484,14 @@ int main(int argc, char **argv) {
              "kept for %lld layers (%lld on the GPU), %lld head groups, MLP tiles of %lld%s%s%s", STAGE, M.c.name, (long long)M.o.seq, M.P,
              (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.kept_gpu, (long long)M.groups, (long long)M.tile,
              M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
-    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)((M.o.gpu_gib > 0 ? M.o.gpu_gib : 139.8) * (1 << 30)) : 0);
-    memplan_host_report(&mp, ranks_per_node(&M.o.ranks), host_budget(&M), M.o.host_gib > 0); /* stage 4 */
+    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    memplan_host_report(&mp, ranks_here(&M.o.ranks), host_budget(&M), M.o.host_gib > 0); /* stage 4: this node's ranks (a rehearsal: its one) */
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
-    if (M.o.dry_run) return 0;
     advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
-                                 .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M)}, &mp, visible);
+                                 .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M),
+                                 .dry_run = M.o.dry_run}, &mp, visible); /* a dry-run prints what the run would */
+    if (M.o.dry_run) return 0;
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
     ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "config.h"
 #include "gpu.h"
+#include "memplan.h"
 #include "tokens.h"
 
 static int gpus_visible(void) {
@@ -21,6 +22,40 @@ static int gpus_visible(void) {
         return 0;
     }
     return n;
+}
+
+void plan_machine(int dry_run, RankOpts *r, double *gpu_gib, double *host_gib) {
+    if (!dry_run) return;
+    const int local = r && r->local_ranks > 0, here = gpus_visible();
+    const double G = 1 << 30;
+    char gpus_w[64] = "", host_w[96] = "";
+    const char *whose;
+    if (here) { /* this machine's own */
+        whose = "this machine";
+        if (r && !local && r->gpus <= 0) r->gpus = here;
+        if (*gpu_gib <= 0) {
+            int64_t least = INT64_MAX;
+            for (int d = 0; d < (r && !local ? (int)(r->gpus < here ? r->gpus : here) : 1); d++) {
+                size_t free_b = 0, total_b = 0;
+                CUDA_CHECK(cudaSetDevice(d));
+                CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+                if ((int64_t)free_b < least) least = (int64_t)free_b;
+            }
+            CUDA_CHECK(cudaSetDevice(0));
+            *gpu_gib = floor(10 * ((double)least - G) / G) / 10; /* a GiB less: free memory moves */
+        }
+        if (host_gib && *host_gib <= 0) *host_gib = floor(host_available_bytes() / G);
+    } else { /* no GPU here: the headline's machine */
+        whose = "the headline's machine, as no GPU is here";
+        if (r && !local && r->gpus <= 0) r->gpus = HEADLINE_GPUS;
+        if (*gpu_gib <= 0) *gpu_gib = HEADLINE_GPU_GIB;
+        if (host_gib && *host_gib <= 0) *host_gib = HEADLINE_HOST_GIB;
+    }
+    if (r) snprintf(gpus_w, sizeof gpus_w, "%lld GPU%s", local ? 1ll : (long long)r->gpus, !local && r->gpus > 1 ? "s" : "");
+    else snprintf(gpus_w, sizeof gpus_w, "1 GPU");
+    if (host_gib) snprintf(host_w, sizeof host_w, " and %.0f GiB of host memory per node", *host_gib);
+    say("planned for %s of %.1f GiB%s: %s (%s set%s their own)\n", gpus_w, *gpu_gib, host_w, whose,
+        !r ? "--gpu-gib" : host_gib ? "--gpus, --gpu-gib and --host-gib" : "--gpus and --gpu-gib", r ? "" : "s");
 }
 
 int advice_gpus(RankOpts *r, int dry_run) {
@@ -41,8 +76,9 @@ static int fits(const char *prog, const char *model, const char *data, int64_t s
     exe[n] = 0;
     if (gpu_cap <= 0 || host_cap <= 0) return 0; /* 0 would read as "not given" */
     if (data && (strchr(data, '\'') || snprintf(dflag, sizeof dflag, " --data '%s'", data) >= (int)sizeof dflag)) return 0;
-    /* --dry-run first: a command cut short must never run a real job */
-    const int len = snprintf(cmd, sizeof cmd, "'%s' --dry-run --model '%s' --seq %lld --gpus %lld --rehearse %lld --layers "
+    /* --dry-run first: a command cut short must never run a real job; LONGCTX_ADVISING: a plan asked
+     * for by advice gives none of its own (each would ask for more plans) */
+    const int len = snprintf(cmd, sizeof cmd, "LONGCTX_ADVISING=1 '%s' --dry-run --model '%s' --seq %lld --gpus %lld --rehearse %lld --layers "
                              "%lld --gpu-gib %.17g --host-gib %.17g%s 2>&1", exe, model, (long long)seq, (long long)gpus,
                              (long long)rehearse, (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30), dflag);
     if (len < 0 || len >= (int)sizeof cmd) return 0;
@@ -99,19 +135,23 @@ static void job_words(const FitAsk *a, int need, char *job, size_t n) {
 void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
     const RankOpts *r = a->ranks;
     const int one_gpu = r->local_ranks > 0 || r->rehearse >= 0, need = one_gpu ? 1 : a->P / (int)r->nnodes;
+    if (a->dry_run && getenv("LONGCTX_ADVISING")) return; /* fits() asked for this plan: its numbers only */
+    if (a->dry_run) visible = need; /* the planned machine (plan_machine) has the GPUs the job asks for */
     const double gib = 1 << 30, share = r->local_ranks > 0 ? a->P : 1,
-                 gpu = visible ? (double)gpu_free_bytes(a->gpu_gib) : 0, peak = (double)memplan_peak(mp) * share,
+                 gpu = a->dry_run ? a->gpu_gib * gib : visible ? (double)gpu_free_bytes(a->gpu_gib) : 0,
+                 peak = (double)memplan_peak(mp) * share,
                  host = (double)memplan_host(mp) * (r->rehearse >= 0 ? 1 : ranks_per_node(r)), budget = a->host_budget;
     char why[3][160];
     int n = 0;
     if (need > visible) snprintf(why[n++], sizeof why[0], "GPUs: the job needs %d on this node, %d visible", need, visible);
     if (visible && peak > gpu)
-        snprintf(why[n++], sizeof why[0], "GPU memory: %.1f GiB per GPU planned, %.1f GiB free", peak / gib, gpu / gib);
+        snprintf(why[n++], sizeof why[0], "GPU memory: %.1f GiB per GPU planned, %.1f GiB %s", peak / gib, gpu / gib,
+                 a->dry_run ? "each" : "free");
     if (host > budget)
         snprintf(why[n++], sizeof why[0], "host memory: %.1f GiB pinned per node planned, %.1f GiB available",
                  host / gib, budget / gib);
     if (!n) return;
-    say("this machine cannot run it -- short of\n");
+    say("%s cannot run it -- short of\n", a->dry_run ? "the planned machine" : "this machine");
     for (int i = 0; i < n; i++) say("  %s\n", why[i]);
     if (!visible) {
         char job[96], dw[4200];
@@ -122,7 +162,7 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
         exit(1);
     }
     advise_nearest(a, visible < need ? visible : need, gpu, budget);
-    exit(1);
+    if (!a->dry_run) exit(1); /* a dry-run says what the run would, and is done */
 }
 
 void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
@@ -131,7 +171,8 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     const char *d = data_words(a, dw, sizeof dw);
     if (config_load(a->model, &full, err, sizeof err)) return; /* the stage loaded it: cannot happen */
     const int64_t seq = a->seq, L = full.layers;
-    say("nearest commands that fit here (step times at ~%.0f model TFLOP/s, an H200's):\n", ADVICE_STEP_TFLOPS);
+    say("nearest commands that fit %s (step times at ~%.0f model TFLOP/s, an H200's):\n",
+        a->dry_run ? "the planned machine" : "here", ADVICE_STEP_TFLOPS);
     const int64_t job = a->P > 1 ? a->P : HEADLINE_GPUS; /* rehearse the job, or the headline's 8 GPUs */
     double tf = 0;
     /* the deepest rehearsal that fits and whose step ends within the five minutes (else the shallowest

@@ -16,6 +16,8 @@
  * 489 with it kept (rehearsed rank 0 of 8, 32B at 1M; RESULTS.md) -- the lower one */
 #define ADVICE_STEP_TFLOPS 390.0
 #define HEADLINE_GPUS 8 /* the headline's job when no GPU count is given */
+#define HEADLINE_GPU_GIB 74.5   /* ... of 80 GB each (H100s: 80e9 bytes less what the driver keeps) */
+#define HEADLINE_HOST_GIB 2048  /* ... in a node of 2 TiB */
 
 typedef struct {
     const char *prog;          /* "./stage5": how the suggestions name the program */
@@ -27,12 +29,20 @@ typedef struct {
     const RankOpts *ranks;
     double gpu_gib;            /* --gpu-gib (0: none) */
     double host_budget;        /* host bytes per node to plan against */
+    int dry_run;               /* judge the planned machine (plan_machine), print the advice, return */
 } FitAsk;
 
+/* The machine a --dry-run plans for, said in its first line: this machine when it has GPUs (their
+ * count, the least free memory among them less a GiB, its available host memory), else the
+ * headline's -- HEADLINE_GPUS GPUs of 80 GB and a 2 TiB node. A value given (--gpus, --gpu-gib,
+ * --host-gib: non-zero) stays. r NULL: a one-GPU stage; host_gib NULL: a stage without host
+ * memory in its plan. Nothing happens outside a dry-run. */
+void plan_machine(int dry_run, RankOpts *r, double *gpu_gib, double *host_gib);
 /* the GPUs this process sees (0 with --dry-run, or when CUDA finds none); with none and no rank
  * option given, the job is the headline's: r->gpus = HEADLINE_GPUS, so its plan says what it needs */
 int advice_gpus(RankOpts *r, int dry_run);
-/* returns when the job fits this machine; otherwise prints why and the nearest commands, and exits 1 */
+/* returns when the job fits this machine; otherwise prints why and the nearest commands, and exits 1
+ * (a dry-run: judges the planned machine, prints the same, returns) */
 void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible);
 /* the nearest commands that fit `gpus` GPUs of gpu_free bytes each and host_budget bytes of host
  * memory (advise_unless_fits' list, for a machine with GPUs; tests/test_advice.c calls it alone) */

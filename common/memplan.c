@@ -111,6 +111,6 @@ void kept_report(int64_t gpu, int64_t host, int64_t layers, int64_t seq, int64_t
 void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, int given) {
     const double node = (double)memplan_host(mp) * ranks_per_node, G = 1 << 30;
     if (node > 0)
-        say("pinned host memory per node (%d ranks): %.1f GiB of %.1f GiB%s: %s\n", ranks_per_node, node / G, budget / G,
+        say("pinned host memory per node (%d rank%s): %.1f GiB of %.1f GiB%s: %s\n", ranks_per_node, ranks_per_node == 1 ? "" : "s", node / G, budget / G,
             given ? " (--host-gib)" : " available here", node <= budget ? "fits" : "DOES NOT FIT");
 }

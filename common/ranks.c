@@ -75,7 +75,7 @@ int (*ranks_device_count)(void) = cuda_device_count;
 int ranks_in_job(RankOpts *o, int dry_run) {
     place(o);
     if (o->local_ranks > 0) return (int)o->local_ranks;
-    if (o->gpus <= 0) o->gpus = dry_run ? 1 : ranks_device_count(), o->gpus_from = dry_run ? "--dry-run" : "all visible";
+    if (o->gpus <= 0) o->gpus = ranks_device_count(), o->gpus_from = "all visible"; /* a dry-run's: plan_machine */
     else if (!o->gpus_from) o->gpus_from = "planned"; /* set since the options were read (stage 5's advice) */
     if (o->gpus <= 0) STOP("no GPU visible (--dry-run plans without one)");
     char line[1024];

@@ -69,7 +69,7 @@ void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(
     {.nnodes = 0, .node_rank = -1, .rehearse = -1,                                                                     \
      .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}}
 #define RANK_OPTIONS(r)                                                                                                \
-    {"--gpus", OPT_INT, &(r).gpus, "ranks on this node, one per GPU (0: all visible; --dry-run: 1)", "[0,1K]"},        \
+    {"--gpus", OPT_INT, &(r).gpus, "ranks on this node, one per GPU (0: all visible; --dry-run without a GPU: 8)", "[0,1K]"},        \
     {"--local-ranks", OPT_INT, &(r).local_ranks, "run this many ranks as threads on GPU 0 (tests)", "[0,64]"},         \
     {"--nnodes", OPT_INT, &(r).nnodes, "nodes, the same command on each (0: Slurm's SLURM_NNODES, else 1)",            \
      "[0,64K]"},                                                                                                       \

@@ -43,9 +43,13 @@ void swiglu_fwd(bf16_t *h, const bf16_t *g, const bf16_t *u, int64_t n, cudaStre
 /* in place: g <- dg, u <- du, from dh */
 void swiglu_bwd(bf16_t *g_to_dg, bf16_t *u_to_du, const bf16_t *dh, int64_t n, cudaStream_t st);
 
-/* Cross entropy over rows of fp32 logits [rows, V]: loss[r] = logsumexp - logit[label];
+/* Cross entropy over rows of fp32 logits [rows, V]: loss[r] = logsumexp - logit[label] (unscaled);
  * dlogits[r] = (softmax - onehot) * scale, bf16. weights [rows] (0/1, NULL: all 1): a row of
- * weight 0 gets loss 0 and dlogits 0 (scale is then 1 / the labels that count). */
+ * weight 0 gets loss 0 and dlogits 0. scale = 1/N, N the labels that count in the whole step (every
+ * chunk, every rank): d(loss)/d(logit[t,v]) = (softmax[t,v] - [v = label t]) * w_t / N, so the
+ * chunks' GEMMs and the ranks' reduce-scatter, which sum, give the gradient of the job's mean.
+ * Values lie in [-1/N, 1/N]; bf16 (relative error 2^-8 each, fp32's range) suffices because the
+ * GEMMs consuming dlogits accumulate in fp32 (loss.cu says more). */
 void cross_entropy(bf16_t *dlogits, float *loss, const float *logits, const uint32_t *labels, const uint8_t *weights,
                    int64_t rows, int64_t V, float scale, cudaStream_t st);
 

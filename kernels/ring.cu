@@ -27,6 +27,29 @@ __device__ __forceinline__ void st4(bf16_t *p, int64_t i, F4 x) {
     *reinterpret_cast<uint2 *>(p + i) = a;
 }
 
+/* The LSE merge. Why it is exact: for one query row and one head, let s_j be the row's scaled score
+ * against key j. A block's attention over a key set A is
+ *     o_A = sum_{j in A} e^{s_j} v_j / Z_A,   Z_A = sum_{j in A} e^{s_j},   lse_A = log Z_A,
+ * so Z_A o_A = sum_{j in A} e^{s_j} v_j: from (o_A, lse_A) the block's unnormalised sum comes back.
+ * For disjoint A and B the attention over A u B is therefore
+ *     o   = (Z_A o_A + Z_B o_B) / (Z_A + Z_B) = (e^{lse_A} o_A + e^{lse_B} o_B) / (e^{lse_A} + e^{lse_B})
+ *     lse = log(Z_A + Z_B)                     = log(e^{lse_A} + e^{lse_B}).
+ * The merge is associative and commutative, so P ring blocks merged in any order give the softmax
+ * over all keys (up to rounding). e^{lse} overflows fp32 past lse ~ 88, so scale by m = max(lse_A,
+ * lse_B): a = e^{lse_A - m}, b = e^{lse_B - m}, both in [0, 1] and one of them 1, so a + b is in
+ * [1, 2]: no overflow, no division by zero, and
+ *     o = (a o_A + b o_B) / (a + b),   lse = m + log(a + b).
+ * A row with no key in a set has Z = 0, lse = -inf, and o undefined (0/0). It must merge as nothing:
+ *   - the block has none (lse_b = -inf; packed documents, DESIGN.md section 9): return, touching
+ *     neither o nor lse. Computing on would give m = -inf for a row also empty so far, and
+ *     -inf - -inf = NaN;
+ *   - the running result has none yet (lse = -inf: lse is filled with -inf before the ring's first
+ *     block, and o holds whatever was there): a = 0 and o is read as 0, never loaded, since a
+ *     NaN left in the buffer would survive 0 * NaN. The result is then exactly the block's.
+ * Here (o, lse) is the running result, A the blocks merged so far, and (ob, lseb) this block, B.
+ * lse is fp32 always. o is the accumulator the stage chose: fp32 (--merge fp32), rounded once by
+ * the final cast, or bf16 (--merge bf16), rounded to 8 significant bits (relative error <= 2^-8)
+ * at every one of the P merges. ob is cuDNN's bf16 output in both cases; the arithmetic is fp32. */
 /* one warp per (row, head); each lane four consecutive elements of the head (D % 4 == 0) */
 template <typename T>
 __global__ void lse_merge_kernel(T *o, float *lse, const bf16_t *ob, const float *lseb, int64_t n, int64_t q0,

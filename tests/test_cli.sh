@@ -72,7 +72,7 @@ for s in stage[1-5]_*.c; do
     ok "$bin --dry-run prints the plan" "grep -q 'total (peak)' <<< \"\$out\" && grep -q 'checkpoints' <<< \"\$out\""
     echo "$out" | sed 's/^/  /'
     keep=--keep-attn; grep -q OPT_OPTSTR "$s" && keep="--keep-attn gpu:28" # stages 4-5: alone it keeps what fits
-    out=$($bin --model 0.6B --seq 1M $keep --dry-run 2>&1)
+    out=$($bin --model 0.6B --seq 1M $keep $gpus --dry-run 2>&1)
     ok "$bin --dry-run says when a plan does not fit" "grep -q 'DOES NOT FIT' <<< \"\$out\""
 done
 # stage 5: the headline's defaults, its refusal without a GPU, YaRN from the sequence, tiling's bounds
@@ -114,12 +114,12 @@ if [ -x ./stage5 ]; then
         ok "stage5 refuses --keep-attn ${bad%%|*} (${bad#*|})" "[ $rc -ne 0 ] && grep -qF -- '${bad#*|}' <<< \"\$out\""
     done
     # auto where the GPU holds less than the host's two slots: the rest recompute (a host layer would not fit)
-    one=$(./stage5 --model 0.6B --layers 4 --seq 4096 --keep-attn 0 --dry-run | sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p')
+    one=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn 0 --dry-run | sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p')
     cap=$(awk -v b="$one" 'BEGIN { printf "%.4f", b + 1.5 * (4096 * 2048 * 2 + 16 * 4096 * 4) / 2^30 }')
-    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --keep-attn --gpu-gib "$cap" --dry-run 2>&1)
+    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn --gpu-gib "$cap" --dry-run 2>&1)
     ok "auto with room for 1.5 layers keeps 1 on the GPU and none on the host" \
        "grep -q 'attention kept: 1 layers on the GPU, 0 on the host, 3 recompute' <<< \"\$out\" && grep -q 'on the device: fits' <<< \"\$out\""
-    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --keep-attn --gpu-gib 1e5 --host-gib 1e6 --dry-run 2>&1)
+    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn --gpu-gib 1e5 --host-gib 1e6 --dry-run 2>&1)
     ok "auto under a huge --gpu-gib keeps every layer on the GPU" "grep -q 'attention kept: 4 layers on the GPU, 0 on the host' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --seq 1M --offload ckpt --keep-attn host:3 --dry-run 2>&1); rc=$?
     ok "stage5 refuses layers on the host without --offload attn" "[ $rc -ne 0 ] && grep -q 'need --offload attn' <<< \"\$out\""
@@ -159,7 +159,7 @@ if [ -x ./stage5 ]; then
             ok "  it says its step time and a --steps" "grep -qE 'a step here; --steps [0-9]+ (ends in about 5 minutes|takes about)' <<< '$line'"
         done < <(grep '^  .*: \./stage5 ' <<< "$out")
     done
-    out=$(./stage5 --model 0.6B --seq 128K --dry-run 2>&1)
+    out=$(./stage5 --model 0.6B --seq 128K --gpus 1 --dry-run 2>&1)
     ok "stage5 0.6B at 128K tiles the MLP in 92160 rows and groups heads by 8" "grep -q '8 head groups, MLP tiles of 92160' <<< \"\$out\""
     out=$(./stage5 --model 32B --seq 1M --gpus 8 --mlp-tile 100000 --dry-run 2>&1); rc=$?
     ok "stage5 refuses an MLP tile past 2^31 elements" "[ $rc -ne 0 ] && grep -q '2^31' <<< \"\$out\""
@@ -169,6 +169,19 @@ if [ -x ./stage5 ]; then
     ok "stage5 refuses an unknown --moe-gemm" "[ $rc -ne 0 ] && grep -q 'loop or grouped' <<< \"\$out\""
     rm -rf "$(dirname "$big")"
 fi
+# the front door: a dry-run plans the headline's machine when no GPU is here, and says so first
+out=$(./stage5 --seq 1048576 --dry-run 2>&1); rc=$?
+ok "./stage5 --seq 1048576 --dry-run plans 8 GPUs of 80 GB and a 2 TiB node, and says so on its first line" \
+   "[ $rc -eq 0 ] && head -1 <<< \"\$out\" | grep -q '^planned for 8 GPUs of 74.5 GiB and 2048 GiB of host memory per node: the headline' && grep -q 'over 8 ranks' <<< \"\$out\" && grep -q 'on the device: fits' <<< \"\$out\""
+out=$(./stage5 --seq 1M --gpus 1 --dry-run 2>&1)
+ok "a dry-run that does not fit prints the run's verdict and advice" \
+   "grep -q 'the planned machine cannot run it' <<< \"\$out\" && grep -q 'nearest commands that fit the planned machine' <<< \"\$out\""
+out=$(./stage1 --dry-run 2>&1)
+ok "stage 1's dry-run plans one GPU of 80 GB" "head -1 <<< \"\$out\" | grep -q '^planned for 1 GPU of 74.5 GiB: the headline'"
+out=$(./stage5 --seq 1M --gpus 8 --rehearse 0 --layers 2 --dry-run 2>&1)
+ok "a rehearsal plans the host memory of its one rank" "grep -q 'pinned host memory per node (1 rank): 7.8 GiB of 2048.0 GiB' <<< \"\$out\""
+out=$(./stage5 --seq 1M --gpus 2 --gpu-gib 139.8 --host-gib 100 --dry-run 2>&1)
+ok "flags given set the planned machine" "head -1 <<< \"\$out\" | grep -q '^planned for 2 GPUs of 139.8 GiB and 100 GiB of host memory per node'"
 # the committed stage diffs are what `make diffs` writes from the stage files now
 prev=
 for s in $(ls stage[1-5]_*.c | sort); do

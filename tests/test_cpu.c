@@ -30,6 +30,7 @@
 #include "../common/zigzag.h"
 #include "golden.h"
 #include "ref_model.h"
+#include "ref_ring.h"
 #include "test.h"
 
 static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128"};
@@ -752,82 +753,18 @@ static void test_shards(const char *root) {
 /* ------------------------------------------------------------------ zigzag split and ring attention */
 /* Attention of a sequence split over P ranks by the zigzag and computed block by block on the ring
  * schedule, merged by LSE, backward with the final O and LSE, must equal plain causal attention
- * (fp64 both: 1e-12). The P ranks are simulated with the data movement of stage 3's ring_forward /
- * ring_backward: each rank holds only its own K/V; at step i it computes with the K/V buffer it
- * received (sent by rank r-1 at step i-1); in backward the running dK/dV sum travels with the K/V
- * it belongs to (received from the previous rank, the block's contribution added, sent on), and
- * after P passes each rank's own total has come back to it. Buffers move only by ring_pass (send
- * to r+1, receive from r-1; receive buffers are poisoned with NaN first), so a wrong rotation or an
- * addition into the wrong travelling buffer fails. Checks the schedule, the merge, the
- * block-backward algebra that stage 3 runs with cuDNN blocks, and the ring's data movement. */
+ * (fp64 both: 1e-12). The ring is tests/ref_ring.c: P simulated ranks with the data movement of
+ * stage 3's ring_forward / ring_backward. Each rank holds only its own K/V; at step i it computes
+ * with the K/V buffer it received (sent by rank r-1 at step i-1); in backward the running dK/dV sum
+ * travels with the K/V it belongs to, and after P passes each rank's own total has come back to
+ * it. Buffers move only by its ring_pass (send to r+1, receive from r-1; receive buffers are
+ * poisoned with NaN first), so a wrong rotation or an addition into the wrong travelling buffer
+ * fails. Checks the schedule (common/zigzag.c's ring_block), the merge, the block-backward algebra
+ * that stage 3 runs with cuDNN blocks, and the ring's data movement. */
 enum { RH = 4, RKV = 2, RD = 16 };
 static double rnd(uint64_t *s) {
     *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
     return (double)(*s >> 11) / 9007199254740992.0 - 0.5;
-}
-/* one (query row, head) against keys [k0, k0+nk) of kv (rows of RKV*RD); causal: key index <= qi_local */
-static void attn_row(const double *q, const double *k, const double *v, int64_t k0, int64_t nk, int h, int causal,
-                     int64_t q_local, double *o, double *lse) {
-    const double scale = 1 / sqrt((double)RD);
-    double m = -INFINITY, z = 0, sc[512];
-    const int kh = h / (RH / RKV);
-    for (int64_t j = 0; j < nk; j++) {
-        sc[j] = -INFINITY;
-        if (causal && k0 + j > q_local) continue;
-        double d = 0;
-        for (int e = 0; e < RD; e++) d += q[h * RD + e] * k[((k0 + j) * RKV + kh) * RD + e];
-        sc[j] = d * scale;
-        m = fmax(m, sc[j]);
-    }
-    for (int e = 0; e < RD; e++) o[e] = 0;
-    if (m == -INFINITY) { *lse = -INFINITY; return; }
-    for (int64_t j = 0; j < nk; j++) z += sc[j] == -INFINITY ? 0 : exp(sc[j] - m);
-    *lse = m + log(z);
-    for (int64_t j = 0; j < nk; j++) {
-        if (sc[j] == -INFINITY) continue;
-        const double p = exp(sc[j] - *lse);
-        for (int e = 0; e < RD; e++) o[e] += p * v[((k0 + j) * RKV + kh) * RD + e];
-    }
-}
-/* backward of one (row, head) against keys [k0, k0+nk) with the FINAL lse and D = dO.O */
-static void attn_row_bwd(const double *q, const double *k, const double *v, const double *dout, double lse, double Dr,
-                         int64_t k0, int64_t nk, int h, int causal, int64_t q_local, double *dq, double *dk, double *dv) {
-    const double scale = 1 / sqrt((double)RD);
-    const int kh = h / (RH / RKV);
-    for (int64_t j = 0; j < nk; j++) {
-        if (causal && k0 + j > q_local) continue;
-        const double *kj = k + ((k0 + j) * RKV + kh) * RD, *vj = v + ((k0 + j) * RKV + kh) * RD;
-        double s = 0, dp = 0;
-        for (int e = 0; e < RD; e++) { s += q[h * RD + e] * kj[e]; dp += dout[h * RD + e] * vj[e]; }
-        const double p = exp(s * scale - lse), ds = p * (dp - Dr) * scale;
-        for (int e = 0; e < RD; e++) {
-            dq[h * RD + e] += ds * kj[e];
-            dk[((k0 + j) * RKV + kh) * RD + e] += ds * q[h * RD + e];
-            dv[((k0 + j) * RKV + kh) * RD + e] += p * dout[h * RD + e];
-        }
-    }
-}
-
-/* One ring step for all P simulated ranks, as stage 3's ring_pass: rank r sends cur[r] to rank r+1
- * and receives rank r-1's into nxt[r]; then what arrived becomes the rank's current buffer (and the
- * old one its next receive buffer: double buffering). Receive buffers are poisoned first, so a rank
- * that receives nothing computes with NaN. Tags travel with the data. */
-static void ring_pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt, int64_t len) {
-    for (int r = 0; r < P; r++) {
-        for (int64_t i = 0; i < len; i++) nxt[r][i] = NAN;
-        tag_nxt[r] = -1;
-    }
-    for (int r = 0; r < P; r++) {
-        const int to = (r + 1) % P;
-        memcpy(nxt[to], cur[r], (size_t)len * 8);
-        tag_nxt[to] = tag[r];
-    }
-    for (int r = 0; r < P; r++) {
-        double *t = cur[r];
-        cur[r] = nxt[r];
-        nxt[r] = t;
-        tag[r] = tag_nxt[r];
-    }
 }
 
 static void test_ring(void) {
@@ -841,6 +778,7 @@ static void test_ring(void) {
     EXPECT(pos[0] == 0 && pos[1] == 1 && pos[2] == 6 && pos[3] == 7 && pos1[0] == 2 && pos1[3] == 5,
            "P=2, S=8: rank 0 holds 0,1,6,7 and rank 1 holds 2,3,4,5 (the recipe's [0,7,1,6,...] chunk order)");
     const int64_t S = 48;
+    const RefHeads hd = {RH, RKV, RD};
     uint64_t seed = 99;
     const int64_t QW = RH * RD, KW = RKV * RD;
     double *q = xmalloc((size_t)(S * QW) * 8), *k = xmalloc((size_t)(S * KW) * 8), *v = xmalloc((size_t)(S * KW) * 8),
@@ -848,108 +786,37 @@ static void test_ring(void) {
     for (int64_t i = 0; i < S * QW; i++) { q[i] = 2 * rnd(&seed); dO[i] = rnd(&seed); }
     for (int64_t i = 0; i < S * KW; i++) { k[i] = 2 * rnd(&seed); v[i] = rnd(&seed); }
     /* plain causal attention, fp64 */
-    double *O = xcalloc((size_t)(S * QW), 8), *L = xcalloc((size_t)(S * RH), 8), *dQ = xcalloc((size_t)(S * QW), 8),
-           *dK = xcalloc((size_t)(S * KW), 8), *dV = xcalloc((size_t)(S * KW), 8);
-    for (int64_t i = 0; i < S; i++)
-        for (int h = 0; h < RH; h++) attn_row(q + i * QW, k, v, 0, S, h, 1, i, O + i * QW + h * RD, L + i * RH + h);
-    for (int64_t i = 0; i < S; i++)
-        for (int h = 0; h < RH; h++) {
-            double Dr = 0;
-            for (int e = 0; e < RD; e++) Dr += dO[i * QW + h * RD + e] * O[i * QW + h * RD + e];
-            attn_row_bwd(q + i * QW, k, v, dO + i * QW, L[i * RH + h], Dr, 0, S, h, 1, i, dQ + i * QW, dK, dV);
-        }
+    double *O = xmalloc((size_t)(S * QW) * 8), *L = xmalloc((size_t)(S * RH) * 8), *dQ = xmalloc((size_t)(S * QW) * 8),
+           *dK = xmalloc((size_t)(S * KW) * 8), *dV = xmalloc((size_t)(S * KW) * 8);
+    ref_attention(&hd, S, q, k, v, dO, O, L, dQ, dK, dV);
     for (int P = 1; P <= 4; P++) {
-        const int64_t n = S / P, KVB = 2 * n * KW; /* a rank's K/V buffer: n rows of K, then n rows of V */
-        /* per rank: its local rows (zigzag) of Q, dO; its own K/V; merged output, LSE and dQ */
-        double *lq[4], *ldo[4], *own[4], *lo[4], *ll[4], *ldq[4];
-        /* the travelling buffers, double-buffered like stage 3's kv_ring / dkv_ring: cur is what a rank
-         * holds, nxt what it receives into; tags name the rank whose K/V a buffer belongs to */
-        double *kv_cur[4], *kv_nxt[4], *dkv_cur[4], *dkv_nxt[4];
-        int kv_tag[4], kv_tag_nxt[4], dkv_tag[4], dkv_tag_nxt[4];
-        int64_t *gp = xmalloc((size_t)S * 8);
-        for (int r = 0; r < P; r++) {
-            zigzag_positions(S, P, r, gp + r * n);
-            lq[r] = xmalloc((size_t)(n * QW) * 8); ldo[r] = xmalloc((size_t)(n * QW) * 8);
-            own[r] = xmalloc((size_t)KVB * 8); lo[r] = xcalloc((size_t)(n * QW), 8);
-            ll[r] = xmalloc((size_t)(n * RH) * 8); ldq[r] = xcalloc((size_t)(n * QW), 8);
-            kv_cur[r] = xmalloc((size_t)KVB * 8); kv_nxt[r] = xmalloc((size_t)KVB * 8);
-            dkv_cur[r] = xmalloc((size_t)KVB * 8); dkv_nxt[r] = xmalloc((size_t)KVB * 8);
-            for (int64_t t = 0; t < n; t++) {
-                const int64_t g = gp[r * n + t];
-                memcpy(lq[r] + t * QW, q + g * QW, QW * 8);
-                memcpy(ldo[r] + t * QW, dO + g * QW, QW * 8);
-                memcpy(own[r] + t * KW, k + g * KW, KW * 8);
-                memcpy(own[r] + (n + t) * KW, v + g * KW, KW * 8);
-            }
-            for (int64_t i = 0; i < n * RH; i++) ll[r][i] = -INFINITY;
-        }
-        int64_t bad_src = 0; /* blocks whose K/V (or travelling dK/dV) is not the schedule's src */
-        /* forward: step i computes with what arrived; the next K/V is passed on (not after the last) */
-        double ob[RD], lb;
-        for (int r = 0; r < P; r++) { memcpy(kv_cur[r], own[r], (size_t)KVB * 8); kv_tag[r] = r; }
-        for (int step = 0; step < P; step++) {
-            for (int r = 0; r < P; r++) {
-                const RingBlock b = ring_block(S, P, r, step);
-                bad_src += kv_tag[r] != b.src;
-                const double *kk = kv_cur[r], *vv = kv_cur[r] + n * KW;
-                for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
-                    for (int h = 0; h < RH; h++) {
-                        attn_row(lq[r] + t * QW, kk, vv, b.k0, b.nk, h, b.causal, t, ob, &lb);
-                        lse_merge_row(lo[r] + t * QW + h * RD, ll[r] + t * RH + h, ob, lb, RD);
-                    }
-            }
-            if (step + 1 < P) ring_pass(P, kv_cur, kv_tag, kv_nxt, kv_tag_nxt, KVB);
-        }
-        /* backward: every block with the final O and LSE; dQ adds up at home, the block's dK/dV joins
-         * the running sum that travels with its K/V, passed on after every step (P passes) */
-        for (int r = 0; r < P; r++) {
-            memcpy(kv_cur[r], own[r], (size_t)KVB * 8); kv_tag[r] = r;
-            memset(dkv_cur[r], 0, (size_t)KVB * 8); dkv_tag[r] = r;
-        }
-        for (int step = 0; step < P; step++) {
-            for (int r = 0; r < P; r++) {
-                const RingBlock b = ring_block(S, P, r, step);
-                bad_src += kv_tag[r] != b.src || dkv_tag[r] != b.src;
-                const double *kk = kv_cur[r], *vv = kv_cur[r] + n * KW;
-                double *dk = dkv_cur[r], *dv = dkv_cur[r] + n * KW;
-                for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
-                    for (int h = 0; h < RH; h++) {
-                        double Dr = 0;
-                        for (int e = 0; e < RD; e++) Dr += ldo[r][t * QW + h * RD + e] * lo[r][t * QW + h * RD + e];
-                        attn_row_bwd(lq[r] + t * QW, kk, vv, ldo[r] + t * QW, ll[r][t * RH + h], Dr, b.k0, b.nk, h,
-                                     b.causal, t, ldq[r] + t * QW, dk, dv);
-                    }
-            }
-            if (P > 1) ring_pass(P, dkv_cur, dkv_tag, dkv_nxt, dkv_tag_nxt, KVB);
-            if (step + 1 < P) ring_pass(P, kv_cur, kv_tag, kv_nxt, kv_tag_nxt, KVB);
-        }
-        for (int r = 0; r < P; r++) bad_src += dkv_tag[r] != r; /* after P passes: each rank's own total */
+        RefRing R;
+        ref_ring_init(&R, P, S, hd, q, k, v, dO);
+        ref_ring_forward(&R);
+        ref_ring_backward(&R);
+        const int64_t n = R.n;
         double eo = 0, el = 0, eq = 0, ek = 0, ev = 0, no = 0, nq = 0, nk = 0, nv = 0;
         for (int r = 0; r < P; r++)
             for (int64_t t = 0; t < n; t++) {
-                const int64_t g = gp[r * n + t];
+                const int64_t g = R.pos[r * n + t];
                 for (int64_t e = 0; e < QW; e++) {
-                    eo += pow(lo[r][t * QW + e] - O[g * QW + e], 2); no += pow(O[g * QW + e], 2);
-                    eq += pow(ldq[r][t * QW + e] - dQ[g * QW + e], 2); nq += pow(dQ[g * QW + e], 2);
+                    eo += pow(R.o[r][t * QW + e] - O[g * QW + e], 2); no += pow(O[g * QW + e], 2);
+                    eq += pow(R.dq[r][t * QW + e] - dQ[g * QW + e], 2); nq += pow(dQ[g * QW + e], 2);
                 }
                 for (int64_t e = 0; e < KW; e++) {
-                    ek += pow(dkv_cur[r][t * KW + e] - dK[g * KW + e], 2); nk += pow(dK[g * KW + e], 2);
-                    ev += pow(dkv_cur[r][(n + t) * KW + e] - dV[g * KW + e], 2); nv += pow(dV[g * KW + e], 2);
+                    ek += pow(R.dkv[r][t * KW + e] - dK[g * KW + e], 2); nk += pow(dK[g * KW + e], 2);
+                    ev += pow(R.dkv[r][(n + t) * KW + e] - dV[g * KW + e], 2); nv += pow(dV[g * KW + e], 2);
                 }
-                for (int h = 0; h < RH; h++) el = fmax(el, fabs(ll[r][t * RH + h] - L[g * RH + h]));
+                for (int h = 0; h < RH; h++) el = fmax(el, fabs(R.lse[r][t * RH + h] - L[g * RH + h]));
             }
         const double worst = fmax(fmax(sqrt(eo / no), sqrt(eq / nq)), fmax(sqrt(ek / nk), fmax(sqrt(ev / nv), el)));
-        EXPECT(!bad_src, "ring on %d ranks: %lld blocks computed with another rank's K/V or dK/dV than the schedule's src "
-               "(or a dK/dV total not back home)", P, (long long)bad_src);
+        EXPECT(!R.bad_src, "ring on %d ranks: %lld blocks computed with another rank's K/V or dK/dV than the schedule's src "
+               "(or a dK/dV total not back home)", P, (long long)R.bad_src);
         EXPECT_LE(worst, 1e-12, "ring attention on %d zigzag ranks: rel err O %.2e, LSE %.2e (abs), dQ %.2e, dK %.2e, "
                   "dV %.2e", P, sqrt(eo / no), el, sqrt(eq / nq), sqrt(ek / nk), sqrt(ev / nv));
         printf("  ring attention, %d ranks, S %lld: O/LSE/dQ/dK/dV vs plain causal attention, worst %.1e\n", P,
                (long long)S, worst);
-        for (int r = 0; r < P; r++) {
-            free(lq[r]); free(ldo[r]); free(own[r]); free(lo[r]); free(ll[r]); free(ldq[r]);
-            free(kv_cur[r]); free(kv_nxt[r]); free(dkv_cur[r]); free(dkv_nxt[r]);
-        }
-        free(gp);
+        ref_ring_free(&R);
     }
     free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
 }
