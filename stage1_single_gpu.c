@@ -62,7 +62,7 @@ typedef struct {
     const char *schedule;    /* cosine | constant */
     double wd, beta1, beta2, eps, clip;
     int64_t loss_chunk;      /* rows of logits at a time */
-    int keep_attn;
+    const char *keep_attn;   /* every layer's attention O and LSE kept (alone or all) or none */
     int64_t layers;          /* 0: all */
     int64_t seed;
     const char *save;        /* HF directory + trainer state */
@@ -101,7 +101,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon", "(0,1]"},
         {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)", "[0,inf)"},
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
-        {"--keep-attn", OPT_FLAG, &o.keep_attn, "keep attention O and LSE per layer: no attention recompute"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none (stage 4 adds N, auto and gpu:N,host:M)"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
@@ -219,6 +219,7 @@ typedef struct {
     Sdpa sdpa;
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
+    int64_t kept;       /* layers [0, kept) keep their attention O and LSE: all of them or none (--keep-attn) */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
 } Model;
@@ -243,7 +244,7 @@ static void carve(Model *M) {
     p->m = arena_take(&A[A_OPTIM], F32(NP), "adam m");
     p->v = arena_take(&A[A_OPTIM], F32(NP), "adam v");
     M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
-    if (M->o.keep_attn) {
+    if (M->kept) {
         M->sv.o = arena_take(&A[A_KEPT], BF(L * S * Q), "kept O");
         M->sv.lse = arena_take(&A[A_KEPT], F32(L * c->heads * S), "kept LSE");
     }
@@ -276,7 +277,7 @@ static void carve(Model *M) {
     w->k = arena_take(W, BF(S * KV), "k");
     w->rstd_q = arena_take(W, F32(S * c->heads), "rstd_q");
     w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
-    if (!M->o.keep_attn) {
+    if (!M->kept) {
         w->o = arena_take(W, BF(S * Q), "o");
         w->lse = arena_take(W, F32(c->heads * S), "lse");
     }
@@ -324,6 +325,7 @@ static void load_config(Model *M) {
     const Opts *o = &M->o;
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 0, err, sizeof err))
         STOP("%s", err);
+    if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
     M->S = M->o.seq;
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
@@ -378,7 +380,7 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     cudaStream_t st = M->gpu.stream;
-    if (M->o.keep_attn) {
+    if (M->kept) {
         w->o = M->sv.o + l * S * Q;
         w->lse = M->sv.lse + l * c->heads * S;
     }
@@ -490,7 +492,7 @@ static void layer_backward(Model *M, int64_t l) {
     const bf16_t *x = ckpt(M, l);
     cudaStream_t st = M->gpu.stream;
     /* recompute this layer's attention forward (unless it was kept), then the MLP backward */
-    attention_forward(M, l, x, !M->o.keep_attn);
+    attention_forward(M, l, x, !M->kept);
     mlp_backward(M, l);
 
     /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
@@ -716,7 +718,7 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = STAGE, .model = M->c.name, .seq = M->S, .keep_attn = M->o.keep_attn, .step = step,
+        step_report(&(StepLog){.stage = STAGE, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept, .step = step,
                                .labels = M->counted, .eval = ev,
                                .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq), .sec = sec,
                                .tokens = (double)M->S, .tflops = flops / sec / 1e12,
@@ -744,7 +746,7 @@ int main(int argc, char **argv) {
     MemPlan mp = plan_memory(&M);
     char title[256];
     snprintf(title, sizeof title, "stage %d, %s, seq %lld%s", STAGE, M.c.name, (long long)M.S,
-             M.o.keep_attn ? ", --keep-attn" : "");
+             M.kept ? ", --keep-attn" : "");
     if (M.o.dry_run) {
         memplan_print(&mp, stdout, title, (int64_t)(M.o.gpu_gib * (1 << 30)));
         return 0;

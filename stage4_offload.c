@@ -131,7 +131,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon", "(0,1]"},
         {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)", "[0,inf)"},
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
-        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or auto, as many layers as fit, on the GPU first, then on the host (--offload attn); N: N layers placed so; gpu:N,host:M: that split"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
@@ -301,6 +301,7 @@ typedef struct {
     Sdpa sdpa;
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
+    int64_t kept;       /* layers [0, kept) keep their attention O and LSE (stage 4: as many as asked or fit) */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
     /* ---- stage 2: FSDP ---- */
@@ -314,8 +315,7 @@ typedef struct {
     BlockTimer blocks;              /* stage 3: rehearsal: one layer's ring blocks timed */
     /* ---- stage 4: offload ---- */
     struct { int ckpt, attn, states; } off; /* --offload */
-    int64_t kept;                   /* layers [0, kept) keep their attention O and LSE: */
-    int64_t kept_gpu;               /* [0, kept_gpu) on the GPU, [kept_gpu, kept) on the host */
+    int64_t kept_gpu;               /* kept layers [0, kept_gpu) on the GPU, [kept_gpu, kept) on the host */
     int threads;                    /* host threads of this rank (AdamW, casts) */
     cudaStream_t copy_st;           /* checkpoints and kept attention go down and up here */
     /* ---- end stage 4 ---- */
@@ -1288,7 +1288,7 @@ int main(int argc, char **argv) {
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, &M.o.host_gib); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
     trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
-    M.P = ranks_in_job(&M.o.ranks, M.o.dry_run); /* stage 2 */
+    M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
     open_inputs(&M); /* before the GPU, and in --dry-run: it refuses what the run would */

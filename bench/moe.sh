@@ -24,11 +24,11 @@ run() { # NAME ARGS...: one stage-5 run, its plan's line and last step
 }
 for c in ${MOE_CASES:-keep keep_noprof plain grouped tile8960 offload}; do
     case $c in
-    keep) run keep --offload none --keep-attn --profile ;;
-    keep_noprof) run keep_noprof --offload none --keep-attn ;;
+    keep) run keep --offload none --keep-attn auto --profile ;;
+    keep_noprof) run keep_noprof --offload none --keep-attn auto ;;
     plain) run plain --offload none --keep-attn 0 ;;
-    grouped) run grouped --offload none --keep-attn --moe-gemm grouped --profile ;;
-    tile8960) run tile8960 --offload none --keep-attn --mlp-tile 8960 --profile ;;
+    grouped) run grouped --offload none --keep-attn auto --moe-gemm grouped --profile ;;
+    tile8960) run tile8960 --offload none --keep-attn auto --mlp-tile 8960 --profile ;;
     offload) run offload ;;
     *) echo "unknown case $c" ;;
     esac

@@ -34,11 +34,11 @@ s3_8b) two stage3 s3_8b 1 2 $J8 --model 8B ;;
 s3_8b_keep) two stage3 s3_8b_keep 1 2 $J8 --model 8B --keep-attn ;;
 s3_8b_2m) two stage3 s3_8b_2m 1 2 --gpus 8 --nnodes 2 --rehearse 0 --seq 2M --model 8B --data "$O/rand.tok" ;;
 s3_8b_4m) two stage3 s3_8b_4m 1 2 --gpus 8 --nnodes 4 --rehearse 0 --seq 4M --model 8B --data "$O/rand.tok" ;;
-s4_8b_keep) two stage4 s4_8b_keep 1 2 $J8 --model 8B --keep-attn --gpu-gib 80 ;;
+s4_8b_keep) two stage4 s4_8b_keep 1 2 $J8 --model 8B --keep-attn auto --gpu-gib 80 ;;
 s4_32b) two stage4 s4_32b 1 2 $J8 --model 32B --gpu-gib 80 ;;
-s4_32b_keep) two stage4 s4_32b_keep 1 2 $J8 --model 32B --keep-attn --gpu-gib 80 ;;
+s4_32b_keep) two stage4 s4_32b_keep 1 2 $J8 --model 32B --keep-attn auto --gpu-gib 80 ;;
 s5_32b) two stage5 s5_32b 1 2 $J8 --model 32B --keep-attn 0 --gpu-gib 80 ;;
-s5_32b_keep) two stage5 s5_32b_keep 1 2 $J8 --model 32B --keep-attn --gpu-gib 80 ;;
+s5_32b_keep) two stage5 s5_32b_keep 1 2 $J8 --model 32B --keep-attn auto --gpu-gib 80 ;;
 s5_32b_2m) run stage5 s5_32b_2m 1 --gpus 8 --rehearse 0 --seq 2M --model 32B --keep-attn 0 --gpu-gib 80 --data "$O/rand.tok" ;;
 s5_06b_4m) run stage5 s5_06b_4m 1 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn 0 --gpu-gib 40 --data "$O/rand.tok" ;;
 s5_06b_4m_2) run stage5 s5_06b_4m 2 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn 0 --gpu-gib 40 --data "$O/rand.tok" ;;
@@ -50,6 +50,6 @@ s5_32b_rec) two stage5 s5_32b_rec 1 2 $J8 --model 32B --keep-attn 0 --gpu-gib 74
 s5_32b_place) run stage5 s5_32b_place 20 $J8 --model 32B --keep-attn gpu:18,host:1 --gpu-gib 74.5 ;; # the 64-layer job's GPU memory (18 on the GPU, slots, one recompute)
 s5_06b_4m_kgpu) two stage5 s5_06b_4m_kgpu 1 2 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn gpu:2 --gpu-gib 74.5 --data "$O/rand.tok" ;;
 s5_06b_4m_khost) two stage5 s5_06b_4m_khost 1 2 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn host:2 --gpu-gib 74.5 --data "$O/rand.tok" ;;
-s5_moe_keep) two stage5 s5_moe_keep 1 2 $J8 --model 30B-A3B --keep-attn --gpu-gib 80 ;;
+s5_moe_keep) two stage5 s5_moe_keep 1 2 $J8 --model 30B-A3B --keep-attn auto --gpu-gib 80 ;;
 *) echo "unknown case $c" ;;
 esac; done

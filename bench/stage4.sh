@@ -15,6 +15,6 @@ one() { # name, binary, args...
 one stage3 stage3
 one ckpt stage4 --offload ckpt
 one all stage4 --offload all
-one all_keep stage4 --offload all --keep-attn
+one all_keep stage4 --offload all --keep-attn auto
 echo "== host side"
 ./build/offload 4 512 | tee "$O/s4_offload_bench.txt"

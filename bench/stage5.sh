@@ -15,5 +15,5 @@ one() { # name, binary, args...
 }
 one stage4 stage4 --keep-attn 0
 one stage5 stage5 --keep-attn 0
-one stage4_keep stage4 --keep-attn
-one stage5_keep stage5 --keep-attn
+one stage4_keep stage4 --keep-attn auto
+one stage5_keep stage5 --keep-attn auto

@@ -58,11 +58,12 @@ int kept_parse(const char *s, int64_t L, int64_t *want, int *counted, int64_t *g
                int64_t *asked_host, char *err, size_t n) {
     *want = *gpu = *host = *asked_host = 0;
     *counted = 0;
-    if (!s) return 1; /* no --keep-attn: nothing kept */
-    if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) { /* "", auto or N */
-        *counted = *s && strcmp(s, "auto");
-        if (*counted && (cli_parse_int(s, want) || *want < 0)) {
-            snprintf(err, n, "--keep-attn %s: not a count, auto, or gpu:N,host:M", s);
+    if (!s || !strcmp(s, "none")) return 1; /* nothing kept */
+    if (strncmp(s, "gpu:", 4) && strncmp(s, "host:", 5)) { /* alone or all, auto, or N */
+        *counted = strcmp(s, "auto") != 0;
+        if (!*s || !strcmp(s, "all")) *want = L;
+        else if (*counted && (cli_parse_int(s, want) || *want < 0)) {
+            snprintf(err, n, "--keep-attn %s: not all, none, auto, a count, or gpu:N,host:M", s);
             return -1;
         }
         *want = !*counted || *want > L ? L : *want;
@@ -113,4 +114,12 @@ void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, i
     if (node > 0)
         say("pinned host memory per node (%d rank%s): %.1f GiB of %.1f GiB%s: %s\n", ranks_per_node, ranks_per_node == 1 ? "" : "s", node / G, budget / G,
             given ? " (--host-gib)" : " available here", node <= budget ? "fits" : "DOES NOT FIT");
+}
+
+int64_t kept_all_or_none(const char *s, int64_t L, char *err, size_t n) {
+    if (!s || !strcmp(s, "none") || !strcmp(s, "0")) return 0;
+    if (!*s || !strcmp(s, "all")) return L;
+    snprintf(err, n, "--keep-attn %s: this stage keeps every layer's attention (alone or all) or none; a count, auto and "
+             "the gpu:N,host:M split come in stage 4 (stage4_offload.c)", s);
+    return -1;
 }

@@ -30,16 +30,19 @@ int64_t memplan_peak(const MemPlan *m);
 int64_t memplan_host(const MemPlan *m);
 /* gpu_capacity <= 0: unknown (no GPU). Host rows, when there are any, follow the GPU total. */
 void memplan_print(const MemPlan *m, FILE *f, const char *title, int64_t gpu_capacity);
-/* Kept attention's placement (stages 4-5, --keep-attn). kept_parse: --keep-attn's word for L
- * layers: none (NULL) or "gpu:N,host:M" (either part may go; clamped to L) -> 1 with *gpu, *host
- * (*asked_host: M before the clamp);
- * "" or "auto" -> 0, *want = L; N -> 0, *want = N (at most L), *counted; -1 with err otherwise.
+/* --keep-attn's word, one meaning in every stage: alone or "all" keeps every layer's O and LSE,
+ * "none" (or 0, or no --keep-attn) none; stage 4 adds a count N, "auto" (as many as fit) and the
+ * split gpu:N,host:M. kept_all_or_none (stages 1-3): L or 0, -1 with err naming the stage that adds
+ * the word. kept_parse (stages 4-5) for L layers: none or "gpu:N,host:M" (either part may go;
+ * clamped to L) -> 1 with *gpu, *host (*asked_host: M before the clamp); alone, all or N -> 0,
+ * *want = L or N (at most L), *counted; auto -> 0, *want = L; -1 with err otherwise.
  * kept_split: `want` layers kept, `g` of them fit the GPU's room above the plan, `room` the host's;
  * host_ok: --offload attn; counted: N was given (kept whether or not the plan fits). The GPU first,
  * where they cost no copies; host layers need two GPU slots, two layers' room, taken only when more
  * layers are kept that way. -> *gpu on the GPU, *host on the host. */
 int kept_parse(const char *s, int64_t L, int64_t *want, int *counted, int64_t *gpu, int64_t *host,
                int64_t *asked_host, char *err, size_t n);
+int64_t kept_all_or_none(const char *s, int64_t L, char *err, size_t n);
 void kept_split(int64_t want, int64_t g, int64_t room, int host_ok, int counted, int64_t *gpu, int64_t *host);
 /* whole layers of `per` bytes in `room` bytes, at most L (0 for no room) */
 int64_t layers_in(double room, double per, int64_t L);

@@ -72,7 +72,7 @@ int (*ranks_device_count)(void) = cuda_device_count;
 
 /* --gpus 0 means every visible GPU: resolved here once, into o->gpus, so that every later count
  * (ranks here, ranks per node: the host plan divides the node's memory by it) reads one number */
-int ranks_in_job(RankOpts *o, int dry_run) {
+int ranks_in_job(RankOpts *o) {
     place(o);
     if (o->local_ranks > 0) return (int)o->local_ranks;
     if (o->gpus <= 0) o->gpus = ranks_device_count(), o->gpus_from = "all visible"; /* a dry-run's: plan_machine */

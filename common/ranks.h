@@ -41,10 +41,10 @@ typedef struct {                 /* what a rank's thread is given */
  * never for --local-ranks or --rehearse, one process on one GPU), then refuse contradictory
  * options or a malformed --rendezvous (a message naming the flag or variable) */
 void ranks_check_opts(RankOpts *o, int saves);
-/* ranks in the job. Resolves --gpus 0 (every visible GPU; under dry_run: 1, no GPU to count) into
- * o->gpus: call it once before ranks_here / ranks_per_node, which read the resolved count. A node of
+/* ranks in the job. Resolves --gpus 0 (every visible GPU; a --dry-run's was resolved by
+ * plan_machine) into o->gpus: call it once before ranks_here / ranks_per_node, which read it. A node of
  * a several-node job, or one placed by Slurm, first prints ranks_place_line(). */
-int ranks_in_job(RankOpts *o, int dry_run);
+int ranks_in_job(RankOpts *o);
 /* "node 1 of 2 (SLURM_NODEID, SLURM_NNODES), 8 GPUs a node (--gpus), run id slurm-4242.0 (SLURM_JOB_ID,
  * SLURM_STEP_ID), rendezvous tcp://10.0.0.1:29500 (--rendezvous)": where each value came from; ""
  * when there is nothing to say (one node placed by flags or defaults, local ranks, a rehearsal) */

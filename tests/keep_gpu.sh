@@ -86,9 +86,9 @@ echo "== auto under a cap that holds some layers: the split it prints is the spl
 for stage in stage4 stage5; do
     base=$(./$stage --model 0.6B --layers 4 --seq 4096 --offload all --keep-attn 0 --dry-run | grep -E "^  total \(peak\)" | awk '{print $3}')
     cap=$(awk -v b="$base" 'BEGIN { printf "%.4f", b + 3.5 * (4096 * 2048 * 2 + 16 * 4096 * 4) / 2^30 }')
-    $T ./$stage --model 0.6B --layers 4 --seq 4096 --steps 1 $HP --offload all --keep-attn --gpu-gib "$cap" --dump-grads "$tmp/g" \
+    $T ./$stage --model 0.6B --layers 4 --seq 4096 --steps 1 $HP --offload all --keep-attn auto --gpu-gib "$cap" --dump-grads "$tmp/g" \
         > "$tmp/a.log" 2>&1
-    ok "$stage --keep-attn --gpu-gib $cap runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/a.log"; continue; }
+    ok "$stage --keep-attn auto --gpu-gib $cap runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/a.log"; continue; }
     grep -E "^attention kept:" "$tmp/a.log" | sed 's/^/  /'
     ok "$stage auto under $cap GiB: 1 layer on the GPU, 3 on the host" \
         "grep -q 'attention kept: 1 layers on the GPU, 3 on the host, 0 recompute' $tmp/a.log"

@@ -41,7 +41,7 @@ for g in tests/golden/*/; do
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
     for P in 1 2 4; do
         [ $((S % (2 * P))) -eq 0 ] || continue
-        for keep in "" "--keep-attn" "--keep-attn gpu:1,host:1"; do # auto keeps all on the GPU; the last: host slots too
+        for keep in "" "--keep-attn" "--keep-attn gpu:1,host:1"; do # alone: every layer, all on the GPU; the last: host slots too
             A="--local-ranks $P $keep --model $g --data $tmp/$name.tok --seq $S --steps 1 --loss-chunk 7 $HP"
             $T ./stage4 $A --dump-grads "$tmp/s4.grads" > "$tmp/s4.log" 2>&1
             ok "stage4 $name P=$P $keep runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s4.log"

@@ -71,9 +71,19 @@ for s in stage[1-5]_*.c; do
     ok "$bin --dry-run 0.6B 128K exits 0" "[ $rc -eq 0 ]"
     ok "$bin --dry-run prints the plan" "grep -q 'total (peak)' <<< \"\$out\" && grep -q 'checkpoints' <<< \"\$out\""
     echo "$out" | sed 's/^/  /'
-    keep=--keep-attn; grep -q OPT_OPTSTR "$s" && keep="--keep-attn gpu:28" # stages 4-5: alone it keeps what fits
-    out=$($bin --model 0.6B --seq 1M $keep $gpus --dry-run 2>&1)
+    out=$($bin --model 0.6B --seq 1M --keep-attn all $gpus --dry-run 2>&1)
     ok "$bin --dry-run says when a plan does not fit" "grep -q 'DOES NOT FIT' <<< \"\$out\""
+    # --keep-attn: one meaning everywhere (alone or all: every layer; none or 0: none); stage 4 adds N, auto, gpu:,host:
+    for w in "" all none 0; do
+        out=$($bin --model 0.6B --layers 4 --seq 4096 $gpus --keep-attn $w --dry-run 2>&1); rc=$?
+        want=4; [ "$w" = none ] || [ "$w" = 0 ] && want=0
+        got=$(grep -c 'kept O\|kept attention (O, LSE)' <<< "$out")
+        ok "$bin --keep-attn ${w:-(alone)} keeps $want layers" "[ $rc -eq 0 ] && [ $(( want > 0 )) -eq $(( got > 0 )) ]"
+    done
+    if [ "$n" -le 3 ]; then
+        check_refusal "--keep-attn 2 with the stage that adds it" "come in stage 4" --keep-attn 2 --dry-run
+        check_refusal "--keep-attn auto with the stage that adds it" "come in stage 4" --keep-attn auto --dry-run
+    fi
 done
 # stage 5: the headline's defaults, its refusal without a GPU, YaRN from the sequence, tiling's bounds
 if [ -x ./stage5 ]; then
@@ -108,7 +118,7 @@ if [ -x ./stage5 ]; then
     ok "--keep-attn 21: 18 on the GPU beside the host's slots, 3 on the host" "grep -q 'attention kept: 18 layers on the GPU, 3 on the host, 43 recompute' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --seq 1M --keep-attn gpu:2,host:70 --dry-run 2>&1)
     ok "--keep-attn gpu:2,host:70 forces 2 and the other 62" "grep -q 'attention kept: 2 layers on the GPU, 62 on the host, 0 recompute' <<< \"\$out\""
-    for bad in "bogus|not a count" "gpu:x|\"gpu:x\" is not gpu:N" "host:-1|\"host:-1\" is not gpu:N" \
+    for bad in "bogus|not all, none, auto, a count" "gpu:x|\"gpu:x\" is not gpu:N" "host:-1|\"host:-1\" is not gpu:N" \
                "gpu:1,disk:2|\"disk:2\" is not gpu:N"; do
         out=$(./stage5 --gpus 8 --seq 1M --keep-attn "${bad%%|*}" --dry-run 2>&1); rc=$?
         ok "stage5 refuses --keep-attn ${bad%%|*} (${bad#*|})" "[ $rc -ne 0 ] && grep -qF -- '${bad#*|}' <<< \"\$out\""
@@ -116,10 +126,10 @@ if [ -x ./stage5 ]; then
     # auto where the GPU holds less than the host's two slots: the rest recompute (a host layer would not fit)
     one=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn 0 --dry-run | sed -n 's/.*total (peak) *\([0-9.]*\) GiB.*/\1/p')
     cap=$(awk -v b="$one" 'BEGIN { printf "%.4f", b + 1.5 * (4096 * 2048 * 2 + 16 * 4096 * 4) / 2^30 }')
-    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn --gpu-gib "$cap" --dry-run 2>&1)
+    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn auto --gpu-gib "$cap" --dry-run 2>&1)
     ok "auto with room for 1.5 layers keeps 1 on the GPU and none on the host" \
        "grep -q 'attention kept: 1 layers on the GPU, 0 on the host, 3 recompute' <<< \"\$out\" && grep -q 'on the device: fits' <<< \"\$out\""
-    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn --gpu-gib 1e5 --host-gib 1e6 --dry-run 2>&1)
+    out=$(./stage5 --model 0.6B --layers 4 --seq 4096 --gpus 1 --keep-attn auto --gpu-gib 1e5 --host-gib 1e6 --dry-run 2>&1)
     ok "auto under a huge --gpu-gib keeps every layer on the GPU" "grep -q 'attention kept: 4 layers on the GPU, 0 on the host' <<< \"\$out\""
     out=$(./stage5 --gpus 8 --seq 1M --offload ckpt --keep-attn host:3 --dry-run 2>&1); rc=$?
     ok "stage5 refuses layers on the host without --offload attn" "[ $rc -ne 0 ] && grep -q 'need --offload attn' <<< \"\$out\""
