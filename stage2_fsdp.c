@@ -55,7 +55,6 @@
 #include "common/train.h"
 #include "kernels/kernels.h"
 
-
 #define STAGE 2 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
     "Train a Qwen3 model on P GPUs with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
@@ -130,7 +129,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation", "[1,1G]"},
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
-        {"--trace", OPT_STRING, &o.trace, "write the shape of every GEMM and attention call to this file (tests)"},
+        {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1M]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)", "[0,4G]"},
         /* ---- stage 2: FSDP ---- */
@@ -422,7 +421,7 @@ static void setup_rope(Model *M) {
     free(pos);
 }
 
-/* ============================================================ forward */
+/* ============================================================ tensors: where they live, how they move */
 /* ---- stage 2: FSDP ---- */
 /* The unit holding a tensor (0 embedding, 1 + l layer l, last the tail) and its buffers: gathered
  * bf16 weights and full fp32 gradients. Layers alternate between two buffers (slots 0, 1). */
@@ -482,6 +481,7 @@ static void reduce_grads(Model *M, int64_t u) {
 /* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
 static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->c.hidden; }
 
+/* ============================================================ forward */
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
     const Qwen3Config *c = &M->c;
@@ -549,6 +549,7 @@ static void forward(Model *M) {
     }
 }
 
+/* ============================================================ backward */
 /* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
  * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
  * scaled by 1 / M->counted and the ranks' gradients add. grads 0: the loss alone (an evaluation). */
@@ -578,7 +579,6 @@ static void loss_and_head_backward(Model *M, int grads) {
     rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
 }
 
-/* ============================================================ backward */
 /* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
  * forward runs again first: nothing of it was kept. */
 static void mlp_backward(Model *M, int64_t l) {

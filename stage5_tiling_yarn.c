@@ -61,8 +61,6 @@
 #include "common/zigzag.h"
 #include "kernels/kernels.h"
 
-
-
 #define STAGE 5 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
     "Train a Qwen3 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
@@ -151,7 +149,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation", "[1,1G]"},
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
-        {"--trace", OPT_STRING, &o.trace, "write the shape of every GEMM and attention call to this file (tests)"},
+        {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: the config's, else seq / original context when longer; 1: off)", "[0,1M]"}, /* stage 5 */
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
         /* ---- stage 2: FSDP ---- */
@@ -652,7 +650,7 @@ static void setup_rope(Model *M) {
     free(pos);
 }
 
-/* ============================================================ forward */
+/* ============================================================ tensors: where they live, how they move */
 /* ---- stage 2: FSDP ---- */
 /* The unit holding a tensor (0 embedding, 1 + l layer l, last the tail) and its buffers: gathered
  * bf16 weights and full fp32 gradients. Layers alternate between two buffers (slots 0, 1). */
@@ -729,87 +727,6 @@ static void ring_pass(Model *M, const void *send, void *recv, int64_t bytes, int
 }
 static void ring_wait(Model *M, int ev) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ring_ev[ev + 1], 0)); }
 
-/* this rank's queries (w.q, [S, Hq*hd]) against every rank's K/V (kv: this rank's, [2, S, Hkv*hd], K
- * then V): P cuDNN blocks on the ring schedule (zigzag.h), the next block's K/V arriving while this
- * one computes; results merged by LSE into o [S, Hq*hd] and lse [Hq, S]. The heads are M->attn's;
- * `at` names the call for the rehearsal's block timer (the layer). */
-static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, float *lse) {
-    Work *w = &M->w;
-    const int64_t n = M->S, H = M->attn.Hq, Hk = M->attn.Hkv, D = M->attn.D, Q = H * D, KV = Hk * D;
-    const int f32 = !strcmp(M->o.merge, "fp32");
-    void *acc = f32 ? w->o_acc : (void *)o;
-    cudaStream_t st = M->gpu.stream;
-    fill_f32(lse, -INFINITY, H * n, st);
-    const bf16_t *cur = kv;
-    for (int i = 0; i < M->P; i++) {
-        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
-        const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
-        blocks_mark(&M->blocks, st, at, 0, i, 0);
-        sdpa_fwd(&M->sdpa, &sh, w->blk, w->lse_blk, w->q + b.q0 * Q, cur + b.k0 * KV, cur + (n + b.k0) * KV,
-                 w->sdpa_ws, w->sdpa_ws_bytes);
-        lse_merge(acc, f32, lse, w->blk, w->lse_blk, n, b.q0, b.nq, H, D, st);
-        blocks_mark(&M->blocks, st, at, 0, i, 1);
-        if (i + 1 < M->P) {
-            ring_wait(M, 0);
-            cur = w->kv_ring[i % 2];
-        }
-    }
-    if (f32) cast_f32_to_bf16(o, w->o_acc, n * Q, st);
-}
-
-/* the same blocks backward with the final O and LSE: dQ adds up here; each block's dK/dV joins the
- * running sum that travels with it, and after P passes every rank holds its own K/V's total: dq
- * [S, Hq*hd], dkv [2, S, Hkv*hd] (dK then dV).
- * Why the final O and LSE, not each block's: a row's softmax spans every block, so a block's
- * probabilities are exp(scores - LSE_final) and its dScores = P (dP - rowsum(dO * O_final)). Given
- * the final ones, each block's backward is exactly its slice of the whole attention's backward. */
-static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *o, const bf16_t *d_o, const float *lse,
-                          bf16_t *dq, bf16_t *dkv_out) {
-    Work *w = &M->w;
-    const int64_t n = M->S, H = M->attn.Hq, Hk = M->attn.Hkv, D = M->attn.D, Q = H * D, KV = Hk * D;
-    const int f32 = !strcmp(M->o.merge, "fp32");
-    const int64_t acc = f32 ? 4 : 2;
-    cudaStream_t st = M->gpu.stream;
-    CUDA_CHECK(cudaMemsetAsync(w->dq_acc, 0, (size_t)(acc * n * Q), st));
-    CUDA_CHECK(cudaMemsetAsync(w->dkv_ring[0], 0, (size_t)(acc * 2 * n * KV), st));
-    char *dkv = w->dkv_ring[0];
-    const bf16_t *cur = kv;
-    for (int i = 0; i < M->P; i++) {
-        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
-        const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
-        blocks_mark(&M->blocks, st, at, 1, i, 0);
-        /* the final LSE of the block's rows, [H, nq] contiguous as cuDNN reads it */
-        CUDA_CHECK(cudaMemcpy2DAsync(w->lse_blk, (size_t)b.nq * 4, lse + b.q0, (size_t)n * 4, (size_t)b.nq * 4,
-                                     (size_t)H, cudaMemcpyDeviceToDevice, st));
-        sdpa_bwd(&M->sdpa, &sh, w->blk, w->dkv_blk, w->dkv_blk + b.nk * KV, w->q + b.q0 * Q, cur + b.k0 * KV,
-                 cur + (n + b.k0) * KV, o + b.q0 * Q, d_o + b.q0 * Q, w->lse_blk, w->softmax_sum, w->dq_accum,
-                 w->sdpa_ws, w->sdpa_ws_bytes);
-        add_bf16_into((char *)w->dq_acc + acc * b.q0 * Q, f32, w->blk, b.nq * Q, st);
-        if (i > 0) ring_wait(M, 2); /* the running dK/dV of this block has arrived */
-        add_bf16_into(dkv + acc * b.k0 * KV, f32, w->dkv_blk, b.nk * KV, st);
-        add_bf16_into(dkv + acc * (n + b.k0) * KV, f32, w->dkv_blk + b.nk * KV, b.nk * KV, st);
-        blocks_mark(&M->blocks, st, at, 1, i, 1);
-        if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
-            char *next = w->dkv_ring[(i + 1) % 2];
-            ring_pass(M, dkv, next, acc * 2 * n * KV, 2);
-            dkv = next;
-        }
-        if (i + 1 < M->P) {
-            ring_wait(M, 0);
-            cur = w->kv_ring[i % 2];
-        }
-    }
-    if (M->P > 1) ring_wait(M, 2);
-    if (f32) {
-        cast_f32_to_bf16(dq, w->dq_acc, n * Q, st);
-        cast_f32_to_bf16(dkv_out, (float *)dkv, 2 * n * KV, st);
-    } else {
-        CUDA_CHECK(cudaMemcpyAsync(dq, w->dq_acc, (size_t)BF(n * Q), cudaMemcpyDeviceToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(dkv_out, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
-    }
-}
 /* ---- end stage 3 ---- */
 
 /* ---- stage 5: head groups ---- */
@@ -818,18 +735,6 @@ static void copy_cols(bf16_t *dst, int64_t dst_ld, const bf16_t *src, int64_t sr
                       cudaStream_t st) {
     CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)BF(dst_ld), src, (size_t)BF(src_ld), (size_t)BF(cols), (size_t)rows,
                                  cudaMemcpyDeviceToDevice, st));
-}
-/* head group g's queries: its rows of q_proj, then head norm + RoPE (w.q_raw, w.q, w.rstd_q) */
-static void group_q(Model *M, int64_t l, int64_t g) {
-    const Qwen3Config *c = &M->c;
-    Work *w = &M->w;
-    const int64_t S = M->S, D = c->hidden, Qg = M->hg * c->head_dim;
-    cudaStream_t st = M->gpu.stream;
-    mark(st, K_GEMM);
-    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l) + g * Qg * D, S, D, Qg, 0.f, st);
-    mark(st, K_ELEM);
-    qk_norm_rope_fwd(w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, M->hg,
-                     c->head_dim, (float)c->eps, st);
 }
 /* head group g's K/V heads side by side: the message its ring passes */
 static void group_kv(Model *M, int64_t g) {
@@ -879,6 +784,58 @@ static bf16_t *ckpt(const Model *M, int64_t l) {
     return M->sv.x + l * M->S * M->c.hidden;
 }
 
+/* ---- stage 5: MoE (common/moe.c) ---- */
+#define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
+#define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
+/* ---- end stage 5 ---- */
+
+/* ============================================================ forward */
+/* ---- stage 3: ring attention ---- */
+/* this rank's queries (w.q, [S, Hq*hd]) against every rank's K/V (kv: this rank's, [2, S, Hkv*hd], K
+ * then V): P cuDNN blocks on the ring schedule (zigzag.h), the next block's K/V arriving while this
+ * one computes; results merged by LSE into o [S, Hq*hd] and lse [Hq, S]. The heads are M->attn's;
+ * `at` names the call for the rehearsal's block timer (the layer). */
+static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, float *lse) {
+    Work *w = &M->w;
+    const int64_t n = M->S, H = M->attn.Hq, Hk = M->attn.Hkv, D = M->attn.D, Q = H * D, KV = Hk * D;
+    const int f32 = !strcmp(M->o.merge, "fp32");
+    void *acc = f32 ? w->o_acc : (void *)o;
+    cudaStream_t st = M->gpu.stream;
+    fill_f32(lse, -INFINITY, H * n, st);
+    const bf16_t *cur = kv;
+    for (int i = 0; i < M->P; i++) {
+        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+        const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
+        blocks_mark(&M->blocks, st, at, 0, i, 0);
+        sdpa_fwd(&M->sdpa, &sh, w->blk, w->lse_blk, w->q + b.q0 * Q, cur + b.k0 * KV, cur + (n + b.k0) * KV,
+                 w->sdpa_ws, w->sdpa_ws_bytes);
+        lse_merge(acc, f32, lse, w->blk, w->lse_blk, n, b.q0, b.nq, H, D, st);
+        blocks_mark(&M->blocks, st, at, 0, i, 1);
+        if (i + 1 < M->P) {
+            ring_wait(M, 0);
+            cur = w->kv_ring[i % 2];
+        }
+    }
+    if (f32) cast_f32_to_bf16(o, w->o_acc, n * Q, st);
+}
+/* ---- end stage 3 ---- */
+
+/* ---- stage 5: head groups ---- */
+/* head group g's queries: its rows of q_proj, then head norm + RoPE (w.q_raw, w.q, w.rstd_q) */
+static void group_q(Model *M, int64_t l, int64_t g) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, Qg = M->hg * c->head_dim;
+    cudaStream_t st = M->gpu.stream;
+    mark(st, K_GEMM);
+    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l) + g * Qg * D, S, D, Qg, 0.f, st);
+    mark(st, K_ELEM);
+    qk_norm_rope_fwd(w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, M->hg,
+                     c->head_dim, (float)c->eps, st);
+}
+/* ---- end stage 5 ---- */
+
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
     const Qwen3Config *c = &M->c;
@@ -914,13 +871,6 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
-
-/* ---- stage 5: MoE (common/moe.c) ---- */
-#define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
-#define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
-/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
-static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
-/* ---- end stage 5 ---- */
 
 /* ---- stage 5: MLP tiles ---- */
 /* rows [t0, t0+n) of x_mid -> the tile's xn2, g, u and h (and rstd2 at those rows); an MoE model's
@@ -991,6 +941,12 @@ static void forward(Model *M) {
     }
 }
 
+/* ============================================================ backward */
+/* ---- stage 5: MoE ---- */
+/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
+static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
+/* ---- end stage 5 ---- */
+
 /* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
  * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
  * scaled by 1 / M->counted and the ranks' gradients add. grads 0: the loss alone (an evaluation). */
@@ -1020,7 +976,61 @@ static void loss_and_head_backward(Model *M, int grads) {
     rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
 }
 
-/* ============================================================ backward */
+/* ---- stage 3: ring attention ---- */
+/* the same blocks backward with the final O and LSE: dQ adds up here; each block's dK/dV joins the
+ * running sum that travels with it, and after P passes every rank holds its own K/V's total: dq
+ * [S, Hq*hd], dkv [2, S, Hkv*hd] (dK then dV).
+ * Why the final O and LSE, not each block's: a row's softmax spans every block, so a block's
+ * probabilities are exp(scores - LSE_final) and its dScores = P (dP - rowsum(dO * O_final)). Given
+ * the final ones, each block's backward is exactly its slice of the whole attention's backward. */
+static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *o, const bf16_t *d_o, const float *lse,
+                          bf16_t *dq, bf16_t *dkv_out) {
+    Work *w = &M->w;
+    const int64_t n = M->S, H = M->attn.Hq, Hk = M->attn.Hkv, D = M->attn.D, Q = H * D, KV = Hk * D;
+    const int f32 = !strcmp(M->o.merge, "fp32");
+    const int64_t acc = f32 ? 4 : 2;
+    cudaStream_t st = M->gpu.stream;
+    CUDA_CHECK(cudaMemsetAsync(w->dq_acc, 0, (size_t)(acc * n * Q), st));
+    CUDA_CHECK(cudaMemsetAsync(w->dkv_ring[0], 0, (size_t)(acc * 2 * n * KV), st));
+    char *dkv = w->dkv_ring[0];
+    const bf16_t *cur = kv;
+    for (int i = 0; i < M->P; i++) {
+        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+        const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
+        blocks_mark(&M->blocks, st, at, 1, i, 0);
+        /* the final LSE of the block's rows, [H, nq] contiguous as cuDNN reads it */
+        CUDA_CHECK(cudaMemcpy2DAsync(w->lse_blk, (size_t)b.nq * 4, lse + b.q0, (size_t)n * 4, (size_t)b.nq * 4,
+                                     (size_t)H, cudaMemcpyDeviceToDevice, st));
+        sdpa_bwd(&M->sdpa, &sh, w->blk, w->dkv_blk, w->dkv_blk + b.nk * KV, w->q + b.q0 * Q, cur + b.k0 * KV,
+                 cur + (n + b.k0) * KV, o + b.q0 * Q, d_o + b.q0 * Q, w->lse_blk, w->softmax_sum, w->dq_accum,
+                 w->sdpa_ws, w->sdpa_ws_bytes);
+        add_bf16_into((char *)w->dq_acc + acc * b.q0 * Q, f32, w->blk, b.nq * Q, st);
+        if (i > 0) ring_wait(M, 2); /* the running dK/dV of this block has arrived */
+        add_bf16_into(dkv + acc * b.k0 * KV, f32, w->dkv_blk, b.nk * KV, st);
+        add_bf16_into(dkv + acc * (n + b.k0) * KV, f32, w->dkv_blk + b.nk * KV, b.nk * KV, st);
+        blocks_mark(&M->blocks, st, at, 1, i, 1);
+        if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
+            char *next = w->dkv_ring[(i + 1) % 2];
+            ring_pass(M, dkv, next, acc * 2 * n * KV, 2);
+            dkv = next;
+        }
+        if (i + 1 < M->P) {
+            ring_wait(M, 0);
+            cur = w->kv_ring[i % 2];
+        }
+    }
+    if (M->P > 1) ring_wait(M, 2);
+    if (f32) {
+        cast_f32_to_bf16(dq, w->dq_acc, n * Q, st);
+        cast_f32_to_bf16(dkv_out, (float *)dkv, 2 * n * KV, st);
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(dq, w->dq_acc, (size_t)BF(n * Q), cudaMemcpyDeviceToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(dkv_out, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
+    }
+}
+/* ---- end stage 3 ---- */
+
 /* stage 5: w.dx holds d(loss)/d(x_out of layer l); the MLP's part of it joins in place, a tile at a
  * time: each tile re-runs its forward, then its backward at once (dW adds up over the tiles) */
 static void mlp_backward(Model *M, int64_t l) {
