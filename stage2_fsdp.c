@@ -16,6 +16,8 @@
  *     backward never runs attention forward again (costs S*heads*head_dim bf16 per layer);
  *   - chunked NLL: logits exist for one chunk of rows at a time, loss and d(logits) in one pass;
  *   - AdamW on fp32 master weights, with fp32 gradients and moments;
+ *   - dense and MoE models: a router over experts, each token's top-k, the load-balancing
+ *     loss (common/moe.c);
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
  *   make stage2 && ./stage2 --gpus 8              # 0.6B on the shipped books, 8 ranks
@@ -46,6 +48,7 @@
 #include "common/inputs.h"
 #include "common/memplan.h"
 #include "common/model.h"
+#include "common/moe.h"
 #include "common/ranks.h"
 #include "common/sdpa.h"
 #include "common/shard.h"
@@ -90,17 +93,18 @@ typedef struct {
     double yarn_factor;
     int64_t yarn_original;
     double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
-    const char *trace;       /* tests: shapes of every GEMM and attention call, one per line */
+    const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
+    const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
     Opts o = {.model = "0.6B", .data = TOKENS_SHIPPED, .seq = 16384, .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4,
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4, .moe_gemm = "loop",
               .ranks = RANK_DEFAULTS};
     const Opt table[] = {
-        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,4G]"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
@@ -132,6 +136,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1M]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)", "[0,4G]"},
+        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         /* ---- stage 2: FSDP ---- */
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
@@ -146,6 +151,7 @@ static Opts parse_opts(int argc, char **argv) {
     if (o.resume && !cli_given(argc, argv, "--model")) o.model = o.resume; /* the save's own model */
     if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
+    if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped");
     if (o.yarn_factor > 0 && o.yarn_factor < 1) STOP("--yarn-factor %g: 0 (as the config says) or at least 1", o.yarn_factor);
     ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
     return o;
@@ -222,6 +228,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     float *logits;      /* [chunk, V] fp32 */
     bf16_t *dlogits;    /* [chunk, V] */
     bf16_t *dhf;        /* [S, D] */
+    MoeTile moe;        /* MoE: B1 for an MoE model's MLP, and the step's statistics (common/moe.h) */
     /* library workspaces */
     void *sdpa_ws;
     int64_t sdpa_ws_bytes;
@@ -249,6 +256,7 @@ typedef struct {
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
     int64_t kept;       /* layers [0, kept) keep their attention O and LSE: all of them or none (--keep-attn) */
+    double aux;         /* MoE: the step's load-balancing loss */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
     /* ---- stage 2: FSDP ---- */
@@ -309,6 +317,7 @@ static void carve(Model *M) {
     w->loss_sum = arena_take(W, 8, "loss_sum");
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
+    if (c->experts) moe_carve_step(&w->moe, W, c); /* MoE: the step's router statistics */
     const int64_t persistent = arena_mark(W);
     /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
      * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
@@ -333,9 +342,12 @@ static void carve(Model *M) {
     /* B1 */
     w->xn2 = arena_take(W, BF(S * D), "xn2");
     w->rstd2 = arena_take(W, F32(S), "rstd2");
-    w->g = arena_take(W, BF(S * I), "g");
-    w->u = arena_take(W, BF(S * I), "u");
-    w->h = arena_take(W, BF(S * I), "h");
+    if (c->experts) moe_carve_tile(&w->moe, W, c, S); /* MoE: the routed experts' rows */
+    else {
+        w->g = arena_take(W, BF(S * I), "g");
+        w->u = arena_take(W, BF(S * I), "u");
+        w->h = arena_take(W, BF(S * I), "h");
+    }
     w->dxn2 = arena_take(W, BF(S * D), "dxn2");
     arena_release(W, region_b);
     /* B2 */
@@ -374,7 +386,7 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, 0, err, sizeof err))
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
     M->S = M->o.seq;
@@ -481,6 +493,10 @@ static void reduce_grads(Model *M, int64_t u) {
 /* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
 static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->c.hidden; }
 
+/* an MoE layer's router and experts, as common/moe.c takes them */
+#define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
+#define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
+
 /* ============================================================ forward */
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
@@ -509,8 +525,8 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
 
-/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid).
- * x_out NULL (recompute for backward): stop after h. */
+/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid); an MoE
+ * model's routed experts instead. x_out NULL (recompute for backward): stop before the output. */
 static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
@@ -518,6 +534,11 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     cudaStream_t st = M->gpu.stream;
     mark(st, K_ELEM);
     rmsnorm_fwd(w->xn2, w->rstd2, w->x_mid, W(M, P_POST_NORM, l), S, D, (float)c->eps, st);
+    if (c->experts) { /* the forward pass counts the router's choices; the recompute does not */
+        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, S, x_out != NULL, st);
+        if (x_out) moe_output(&w->moe, c, x_out, w->x_mid, S, st); /* weighted, they join the residual */
+        return;
+    }
     mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), S, D, I, 0.f, st);
     linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), S, D, I, 0.f, st);
@@ -550,6 +571,9 @@ static void forward(Model *M) {
 }
 
 /* ============================================================ backward */
+/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
+static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
+
 /* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
  * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
  * scaled by 1 / M->counted and the ranks' gradients add. grads 0: the loss alone (an evaluation). */
@@ -588,17 +612,19 @@ static void mlp_backward(Model *M, int64_t l) {
     const int64_t S = M->S, D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
     mlp_forward(M, l, NULL);
-    /* dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
-    mark(st, K_GEMM);
-    linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
-    linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
-    mark(st, K_ELEM);
-    swiglu_bwd(w->g, w->u, w->h, S * I, st);                         /* g <- dg, u <- du */
-    mark(st, K_GEMM);
-    linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, S, D, I, st);
-    linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, S, D, I, st);
-    linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), S, D, I, 0.f, st);
-    linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
+    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, w->dx, w->dxn2, S, st);
+    else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+        mark(st, K_GEMM);
+        linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
+        linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
+        mark(st, K_ELEM);
+        swiglu_bwd(w->g, w->u, w->h, S * I, st);                         /* g <- dg, u <- du */
+        mark(st, K_GEMM);
+        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, S, D, I, st);
+        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, S, D, I, st);
+        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), S, D, I, 0.f, st);
+        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
+    }
     mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
 }
@@ -749,6 +775,7 @@ static EvalResult evaluate(Model *M, Data *ev) {
     for (int64_t k = 0; k < eval_passes(M); k++) {
         data_load(ev, M, k);
         if (!M->counted) continue; /* windows of prompt only */
+        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
         forward(M);
         loss_and_head_backward(M, 0);
         /* ---- stage 2: FSDP ---- */
@@ -804,6 +831,7 @@ static int preempted(Model *M, int64_t step, int64_t start) {
 static void train(Model *M, const MemPlan *mp) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
+    M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
     sdpa_init(&M->sdpa, M->gpu.stream);
     M->sdpa.verbose = 1;
     setup_rope(M);
@@ -854,7 +882,10 @@ static void train(Model *M, const MemPlan *mp) {
         mark(st, K_OPTIM);
         zero_grads(M, 0); /* stage 2: layer gradients are zeroed per layer, shards overwritten */
         zero_grads(M, M->p.shards.nunits - 1);
+        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
+        if (M->c.experts) /* each rank's router gets its tokens' share; the reduce-scatter adds them */
+            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S * M->P), M->comm, st);
         loss_and_head_backward(M, 1);
         backward(M);
         comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
@@ -863,7 +894,7 @@ static void train(Model *M, const MemPlan *mp) {
             double ls;
             gpu_download(&ls, M->w.loss_sum, 8, st);
             StateIO io = state_io(M);
-            state_dump(&io, M->o.dump_grads, ls / (double)M->counted);
+            state_dump(&io, M->o.dump_grads, ls / (double)M->counted + aux_term(M));
         }
         update(M, step - data.skipped, lr); /* AdamW's bias correction counts its updates */
         mark(st, K_END);
@@ -873,7 +904,7 @@ static void train(Model *M, const MemPlan *mp) {
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
         float ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)M->counted, sec = ms / 1e3;
+        const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
         step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
@@ -885,6 +916,8 @@ static void train(Model *M, const MemPlan *mp) {
                     log);
         comm_step_report(M->comm, sec); /* stage 2: rehearsal only: bytes moved and their modelled time */
         prof_report(st);
+        if (M->o.profile && M->c.experts && rank_prints()) /* MoE: the ragged GEMMs' algorithm lookups */
+            say("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
         fflush(stdout);
         if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
     }
@@ -931,8 +964,9 @@ int main(int argc, char **argv) {
     open_inputs(&M); /* before the GPU, and in --dry-run: it refuses what the run would */
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage %d, %s, seq %lld per rank, %d ranks%s%s", STAGE, M.c.name, (long long)M.S, M.P,
-             M.kept ? ", --keep-attn" : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld per rank, %d ranks%s%s%s%s", STAGE, M.c.name, (long long)M.S, M.P,
+             M.kept ? ", --keep-attn" : "", M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "",
+             M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.o.dry_run) return 0;
     /* ---- stage 2: FSDP ---- */

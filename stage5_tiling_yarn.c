@@ -8,7 +8,6 @@
  *             the K/V heads they read) at a time: the ring's fp32 accumulators, cuDNN's scratch and
  *             Q are a group's size; only O, dO and K/V keep all heads;
  *   - YaRN: past Qwen3's original 32768 positions RoPE is YaRN with factor seq / 32768.
- * Qwen3's MoE models run too, a tile of their experts at a time (common/moe.c).
  * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
  * What every stage does, from stage 1 on:
@@ -19,6 +18,8 @@
  *     backward never runs attention forward again (costs S*heads*head_dim bf16 per layer);
  *   - chunked NLL: logits exist for one chunk of rows at a time, loss and d(logits) in one pass;
  *   - AdamW on fp32 master weights, with fp32 gradients and moments;
+ *   - dense and MoE models: a router over experts, each token's top-k, the load-balancing
+ *     loss (common/moe.c);
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
  *   make stage5 && ./stage5 --seq 1M                                     # 32B, YaRN x32, all GPUs
@@ -99,7 +100,8 @@ typedef struct {
     double yarn_factor;
     int64_t yarn_original;
     double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
-    const char *trace;       /* tests: shapes of every GEMM and attention call, one per line */
+    const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
+    const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
     const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
     /* ---- stage 4: offload ---- */
@@ -109,18 +111,17 @@ typedef struct {
     /* ---- stage 5: tiling ---- */
     int64_t mlp_tile;        /* MLP rows at a time (0: from the plan) */
     int64_t attn_groups;     /* attention head groups (0: one per K/V head) */
-    const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     /* ---- end stage 5 ---- */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
     Opts o = {.model = "32B", .data = TOKENS_SHIPPED, .seq = 1048576, /* stage 5: the headline */ .steps = 50, .lr = 3e-4,
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4,
+              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4, .moe_gemm = "loop",
               .ranks = RANK_DEFAULTS,
-              .merge = "fp32", .offload = "all", .keep_attn = "auto" /* stage 5: every lever on */, .moe_gemm = "loop"};
+              .merge = "fp32", .offload = "all", .keep_attn = "auto" /* stage 5: every lever on */};
     const Opt table[] = {
-        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B) or HF model directory"},
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,4G]"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
@@ -152,6 +153,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: the config's, else seq / original context when longer; 1: off)", "[0,1M]"}, /* stage 5 */
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
+        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         /* ---- stage 2: FSDP ---- */
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
@@ -163,7 +165,6 @@ static Opts parse_opts(int argc, char **argv) {
         /* ---- stage 5: tiling ---- */
         {"--mlp-tile", OPT_INT, &o.mlp_tile, "MLP rows at a time (0: as many as the attention backward's memory holds)", "[0,4G]"},
         {"--attn-groups", OPT_INT, &o.attn_groups, "attention in this many head groups, dividing the K/V heads (0: one per K/V head)", "[0,1K]"},
-        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         /* ---- end stage 5 ---- */
     };
     const int n = (int)(sizeof table / sizeof table[0]);
@@ -176,9 +177,9 @@ static Opts parse_opts(int argc, char **argv) {
     if (o.resume && !cli_given(argc, argv, "--model")) o.model = o.resume; /* the save's own model */
     if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
+    if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped");
     if (o.yarn_factor > 0 && o.yarn_factor < 1) STOP("--yarn-factor %g: 0 (as the config says) or at least 1", o.yarn_factor);
     if (strcmp(o.merge, "fp32") && strcmp(o.merge, "bf16")) STOP("--merge is fp32 or bf16"); /* stage 3 */
-    if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped"); /* stage 5 */
     ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
     return o;
 }
@@ -288,8 +289,8 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *kv_g;       /* [2, S, KVg] one group's K then V: one ring message */
     bf16_t *o_g;        /* [S, Qg] one group's O (a copy of its columns of o) */
     bf16_t *d_o_g;      /* [S, Qg] one group's dO; then its dQ */
-    MoeTile moe;        /* MoE: B1 for an MoE model's tile (T rows), and the step's statistics (common/moe.h) */
     /* ---- end stage 5 ---- */
+    MoeTile moe;        /* MoE: B1 for an MoE model's MLP (stage 5: a tile of T rows), and the step's statistics (common/moe.h) */
     /* library workspaces */
     void *sdpa_ws;
     int64_t sdpa_ws_bytes;
@@ -319,6 +320,7 @@ typedef struct {
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
     int64_t kept;       /* layers [0, kept) keep their attention O and LSE (stage 4: as many as asked or fit) */
+    double aux;         /* MoE: the step's load-balancing loss */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
     /* ---- stage 2: FSDP ---- */
@@ -340,7 +342,6 @@ typedef struct {
     int64_t groups, hg, kg;         /* head groups; query and K/V heads per group */
     int64_t tile;                   /* MLP rows at a time */
     int64_t b2_bytes;               /* the attention backward's share of the working set (the plan's) */
-    double aux;                     /* MoE: the step's load-balancing loss */
     /* ---- end stage 5 ---- */
 } Model;
 
@@ -419,7 +420,7 @@ static void carve(Model *M) {
     w->loss_sum = arena_take(W, 8, "loss_sum");
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
-    if (c->experts) moe_carve_step(&w->moe, W, c); /* stage 5: MoE */
+    if (c->experts) moe_carve_step(&w->moe, W, c); /* MoE: the step's router statistics */
     const int64_t persistent = arena_mark(W);
     /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
      * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
@@ -459,7 +460,7 @@ static void carve(Model *M) {
     /* B1 (stage 5: one MLP tile) */
     w->xn2 = arena_take(W, BF(T * D), "xn2");
     w->rstd2 = arena_take(W, F32(S), "rstd2");
-    if (c->experts) moe_carve_tile(&w->moe, W, c, T); /* stage 5 */
+    if (c->experts) moe_carve_tile(&w->moe, W, c, T); /* MoE: the routed experts' rows */
     else {
         w->g = arena_take(W, BF(T * I), "g");
         w->u = arena_take(W, BF(T * I), "u");
@@ -511,8 +512,8 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    /* stage 5: an MoE model too (the 1); YaRN past the original context, from the sequence */
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, 1, err, sizeof err)) STOP("%s", err);
+    /* stage 5: YaRN past the original context, from the sequence */
+    if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, err, sizeof err)) STOP("%s", err);
     config_yarn_for_seq(&M->c, o->seq, o->yarn_factor, o->yarn_original); /* stage 5 (common/config.c) */
     if (zigzag_check(M->o.seq, M->P, err, sizeof err)) STOP("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
@@ -655,7 +656,7 @@ static void setup_rope(Model *M) {
 /* The unit holding a tensor (0 embedding, 1 + l layer l, last the tail) and its buffers: gathered
  * bf16 weights and full fp32 gradients. Layers alternate between two buffers (slots 0, 1). */
 static int64_t unit_of(const Model *M, ParamKind k, int64_t l) {
-    if (params_in_layer(k)) return 1 + l; /* stage 5: an MoE layer's router and experts too */
+    if (params_in_layer(k)) return 1 + l; /* an MoE layer's router and experts too */
     if (k == P_EMBED || (k == P_LM_HEAD && M->c.tied)) return 0;
     return M->p.shards.nunits - 1;
 }
@@ -784,10 +785,9 @@ static bf16_t *ckpt(const Model *M, int64_t l) {
     return M->sv.x + l * M->S * M->c.hidden;
 }
 
-/* ---- stage 5: MoE (common/moe.c) ---- */
+/* an MoE layer's router and experts, as common/moe.c takes them */
 #define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
 #define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
-/* ---- end stage 5 ---- */
 
 /* ============================================================ forward */
 /* ---- stage 3: ring attention ---- */
@@ -942,10 +942,8 @@ static void forward(Model *M) {
 }
 
 /* ============================================================ backward */
-/* ---- stage 5: MoE ---- */
 /* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
 static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
-/* ---- end stage 5 ---- */
 
 /* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
  * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
@@ -1263,7 +1261,7 @@ static EvalResult evaluate(Model *M, Data *ev) {
     for (int64_t k = 0; k < eval_passes(M); k++) {
         data_load(ev, M, k);
         if (!M->counted) continue; /* windows of prompt only */
-        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* stage 5: its statistics, unused */
+        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
         forward(M);
         loss_and_head_backward(M, 0);
         /* ---- stage 2: FSDP ---- */
@@ -1319,7 +1317,7 @@ static int preempted(Model *M, int64_t step, int64_t start) {
 static void train(Model *M, const MemPlan *mp) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
-    M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* stage 5 */
+    M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
     sdpa_init(&M->sdpa, M->gpu.stream);
     M->sdpa.verbose = 1;
     setup_rope(M);
@@ -1370,10 +1368,10 @@ static void train(Model *M, const MemPlan *mp) {
         mark(st, K_OPTIM);
         zero_grads(M, 0); /* stage 2: layer gradients are zeroed per layer, shards overwritten */
         zero_grads(M, M->p.shards.nunits - 1);
-        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* stage 5: MoE's load-balancing statistics */
+        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
         if (M->c.experts) /* each rank's router gets its tokens' share; the reduce-scatter adds them */
-            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->o.seq), M->comm, st);
+            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S * M->P), M->comm, st);
         loss_and_head_backward(M, 1);
         backward(M);
         comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
@@ -1382,7 +1380,7 @@ static void train(Model *M, const MemPlan *mp) {
             double ls;
             gpu_download(&ls, M->w.loss_sum, 8, st);
             StateIO io = state_io(M);
-            state_dump(&io, M->o.dump_grads, ls / (double)M->counted + aux_term(M)); /* stage 5: + MoE's aux loss */
+            state_dump(&io, M->o.dump_grads, ls / (double)M->counted + aux_term(M));
         }
         update(M, step - data.skipped, lr); /* AdamW's bias correction counts its updates */
         mark(st, K_END);
@@ -1392,7 +1390,7 @@ static void train(Model *M, const MemPlan *mp) {
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
         float ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* stage 5: + MoE's aux loss */
+        const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
         step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
@@ -1408,7 +1406,7 @@ static void train(Model *M, const MemPlan *mp) {
         const int64_t kv_bytes = BF(2 * M->S * M->kg * M->c.head_dim), acc = strcmp(M->o.merge, "fp32") ? 2 : 4;
         blocks_report(&M->blocks, 1e3 * comm_ring_hop_s(M->comm, kv_bytes), 1e3 * comm_ring_hop_s(M->comm, kv_bytes * acc / 2));
         prof_report(st);
-        if (M->o.profile && M->c.experts && rank_prints()) /* stage 5: the ragged GEMMs' algorithm lookups */
+        if (M->o.profile && M->c.experts && rank_prints()) /* MoE: the ragged GEMMs' algorithm lookups */
             say("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
         fflush(stdout);
         if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);

@@ -54,8 +54,9 @@ void plan_machine(int dry_run, RankOpts *r, double *gpu_gib, double *host_gib) {
     if (r) snprintf(gpus_w, sizeof gpus_w, "%lld GPU%s", local ? 1ll : (long long)r->gpus, !local && r->gpus > 1 ? "s" : "");
     else snprintf(gpus_w, sizeof gpus_w, "1 GPU");
     if (host_gib) snprintf(host_w, sizeof host_w, " and %.0f GiB of host memory per node", *host_gib);
-    say("planned for %s of %.1f GiB%s: %s (%s set%s their own)\n", gpus_w, *gpu_gib, host_w, whose,
-        !r ? "--gpu-gib" : host_gib ? "--gpus, --gpu-gib and --host-gib" : "--gpus and --gpu-gib", r ? "" : "s");
+    say("planned for %s of %.1f GiB%s: %s (%s set%s %s own)\n", gpus_w, *gpu_gib, host_w, whose,
+        !r ? "--gpu-gib" : host_gib ? "--gpus, --gpu-gib and --host-gib" : "--gpus and --gpu-gib", r ? "" : "s",
+        r ? "their" : "its");
 }
 
 int advice_gpus(RankOpts *r, int dry_run) {

@@ -290,7 +290,7 @@ int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers
 }
 
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
-                   int64_t yarn_original, int allow_moe, char *err, size_t errlen) {
+                   int64_t yarn_original, char *err, size_t errlen) {
     if (config_load(resume ? resume : model, c, err, errlen)) return -1;
     if (resume && strcmp(model, resume)) { /* --model given beside --resume: they must be one model */
         Qwen3Config m;
@@ -302,11 +302,6 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
                      (long long)m.hidden, (long long)m.experts);
             return -1;
         }
-    }
-    if (c->experts && !allow_moe) {
-        snprintf(err, errlen, "%s is a mixture of experts (MoE: %lld experts, top-%lld): stage 5 trains it, this stage "
-                 "does not", c->name, (long long)c->experts, (long long)c->top_k);
-        return -1;
     }
     if (layers > 0) {
         if (layers > c->layers) {

@@ -51,7 +51,7 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen);
  * refused, naming both); --layers (> 0) keeps the first layers, --yarn-factor (> 0) sets YaRN;
  * refuses what the kernels cannot run (head_dim not a multiple of 64, hidden not a multiple of 8). */
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
-                   int64_t yarn_original, int allow_moe, char *err, size_t errlen);
+                   int64_t yarn_original, char *err, size_t errlen);
 /* 1 if every tensor of a and b has the same shape (layer counts compared after a --layers cut) */
 int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */

@@ -137,8 +137,10 @@ void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *
  * aux = E sum_e (choices_e / N)(sum of prob_e / N); d(aux)/d(prob[t, e]) = E choices_e / N^2 */
 double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, Comm *comm, cudaStream_t st) {
     const int64_t E = c->experts;
-    comm_all_reduce_f64(comm, m->choices, E, st);
-    comm_all_reduce_f64(comm, m->psum, E, st);
+    if (comm) { /* several ranks: every rank's tokens (stage 1 has one) */
+        comm_all_reduce_f64(comm, m->choices, E, st);
+        comm_all_reduce_f64(comm, m->psum, E, st);
+    }
     double *ch = xmalloc((size_t)(16 * E)), *ps = ch + E, aux = 0;
     float *grad = xmalloc((size_t)F32(E));
     gpu_download(ch, m->choices, 8 * E, st);

@@ -61,7 +61,7 @@ void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *
                   const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st);
 /* after the forward of every layer: the statistics summed over the ranks, the load-balancing loss
  * over N = layers x tokens router rows (returned) and its gradient for the backward (each rank's
- * router gets its own tokens' share; the reduce-scatter adds the ranks') */
+ * router gets its own tokens' share; the reduce-scatter adds the ranks'); comm NULL: one rank */
 double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, Comm *comm, cudaStream_t st);
 
 #endif

@@ -10,6 +10,7 @@
 # changes outside stages 2-3); SKIP_KILL=1 leaves out tests/kill_save_gpu.sh (SIGKILL mid-save, ~2 minutes);
 # SKIP_MASK=1 leaves out tests/mask_eval_gpu.sh (loss masks and --eval-data, stage 2's masked windows);
 # SKIP_KEEP=1 leaves out tests/keep_gpu.sh (kept attention on the GPU, on the host, recomputed);
+# SKIP_MOE=1 leaves out tests/moe_stages_gpu.sh (the MoE golden config in stages 1-4);
 # SKIP_PREEMPT=1 leaves out tests/preempt_gpu.sh (SIGTERM/SIGUSR1 save and stop) and tests/refusals.sh;
 # SKIP_LONG=1 leaves out tests/long_grad_gpu.sh (stage 5's gradients at 64K and 128K against fp32; ~2 minutes);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
@@ -35,7 +36,7 @@ HPV="1e-3 0.1 0.9 0.95 1e-8 1.0"
 for g in tests/golden/*/; do
     early || break
     g=${g%/}; name=$(basename "$g")
-    case $name in moe*) continue ;; esac # MoE: stage 5 only (tests/stage5_gpu.sh)
+    case $name in moe*) continue ;; esac # MoE: tests/moe_stages_gpu.sh
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
     echo "== stage 1 vs reference: $name (seq $S)"
     for keep in "" "--keep-attn"; do
@@ -119,7 +120,7 @@ if [ -x ./stage3 ] && early; then
     echo "== stage 3 (ring attention) on P local ranks against the reference on the same full sequence"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
-        case $name in moe*) continue ;; esac # MoE: stage 5 only (tests/stage5_gpu.sh)
+        case $name in moe*) continue ;; esac # MoE: tests/moe_stages_gpu.sh
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
         for P in 1 2 4 8; do
             [ $((S % (2 * P))) -eq 0 ] || { echo "  (seq $S is not divisible by 2 x $P: P=$P skipped)"; continue; }
@@ -167,7 +168,7 @@ if [ -x ./stage4 ] && early; then
     echo "== stage 4 (offload) against stage 3: the loss bit for bit, gradients within that noise, host AdamW within 1e-7"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
-        case $name in moe*) continue ;; esac # MoE: stage 5 only (tests/stage5_gpu.sh)
+        case $name in moe*) continue ;; esac # MoE: tests/moe_stages_gpu.sh
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
         for P in 1 2 4; do
             [ $((S % (2 * P))) -eq 0 ] || continue
@@ -225,6 +226,10 @@ fi
 if [ -x ./stage5 ] && [ -z "${SKIP_MASK:-}" ]; then
     echo "== loss masks and evaluation (tests/mask_eval_gpu.sh)"
     bash tests/mask_eval_gpu.sh 2>&1 | tee "$tmp/mask.txt"; count "$tmp/mask.txt" "masks and evaluation"
+fi
+if [ -z "${SKIP_MOE:-}" ]; then
+    echo "== MoE in every stage: the MoE golden config in stages 1-4 against the reference and stage 5 (tests/moe_stages_gpu.sh)"
+    bash tests/moe_stages_gpu.sh 2>&1 | tee "$tmp/moe.txt"; count "$tmp/moe.txt" "MoE in stages 1-4"
 fi
 if [ -z "${SKIP_PREEMPT:-}" ]; then
     echo "== SIGTERM / SIGUSR1 with --save: the step in flight finishes, is saved, exit 0 (tests/preempt_gpu.sh)"
