@@ -16,7 +16,6 @@
  *
  *   make stage1 && ./stage1                       # 0.6B on the shipped books
  *   ./stage1 --model 0.6B --seq 131072 --keep-attn --steps 5
- *   ./stage1 --help
  */
 
 /* ============================================================ includes and usage */
@@ -418,27 +417,40 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
 
-/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid); an MoE
- * model's routed experts instead. x_out NULL (recompute for backward): stop before the output. */
-static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+/* rows [t0, t0+n) of x_mid -> xn2, g, u and h (and rstd2 at those rows), or an MoE model's routed
+ * experts (fwd: the forward pass, which counts the router's choices; the recompute does not). The
+ * MLP is row-wise: a range of rows computes alone (stage 5 runs it a tile at a time). */
+static void mlp_rows_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
+    const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_ELEM);
-    rmsnorm_fwd(w->xn2, w->rstd2, w->x_mid, W(M, P_POST_NORM, l), S, D, (float)c->eps, st);
-    if (c->experts) { /* the forward pass counts the router's choices; the recompute does not */
-        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, S, x_out != NULL, st);
-        if (x_out) moe_output(&w->moe, c, x_out, w->x_mid, S, st); /* weighted, they join the residual */
+    rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
+    if (c->experts) {
+        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, n, fwd, st);
         return;
     }
     mark(st, K_GEMM);
-    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), S, D, I, 0.f, st);
-    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), S, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
     mark(st, K_ELEM);
-    swiglu_fwd(w->h, w->g, w->u, S * I, st);
-    mark(st, K_GEMM);
-    if (x_out) linear_fwd_add(&M->gemm, x_out, w->x_mid, w->h, W(M, P_DOWN, l), S, I, D, st);
+    swiglu_fwd(w->h, w->g, w->u, n * I, st);
+}
+
+/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid), or the
+ * experts' outputs, weighted */
+static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t D = c->hidden, I = c->intermediate, t0 = 0, n = M->S; /* every row at once */
+    cudaStream_t st = M->gpu.stream;
+    mlp_rows_forward(M, l, t0, n, 1);
+    if (c->experts) moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st); /* they join the residual */
+    else {
+        mark(st, K_GEMM);
+        linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
+    }
 }
 
 static void forward(Model *M) {
@@ -484,30 +496,37 @@ static void loss_and_head_backward(Model *M, int grads) {
     rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
 }
 
-/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
- * forward runs again first: nothing of it was kept. */
-static void mlp_backward(Model *M, int64_t l) {
+/* rows [t0, t0+n) of the MLP backward, once mlp_rows_forward has re-run them: w.dx at those rows
+ * holds d(loss)/d(x_out); the MLP's part of d(loss)/d(x_mid) joins it in place, and dW adds up */
+static void mlp_rows_backward(Model *M, int64_t l, int64_t t0, int64_t n) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
+    const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    mlp_forward(M, l, NULL);
-    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, w->dx, w->dxn2, S, st);
+    bf16_t *dx = w->dx + t0 * D;
+    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
     else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
         mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
-        linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
+        linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
+        linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
         mark(st, K_ELEM);
-        swiglu_bwd(w->g, w->u, w->h, S * I, st);                         /* g <- dg, u <- du */
+        swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
         mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, S, D, I, st);
-        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, S, D, I, st);
-        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), S, D, I, 0.f, st);
-        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
+        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
+        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
+        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
+        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
     }
     mark(st, K_ELEM);
-    rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
+    rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
+ * forward runs again first: nothing of it was kept. */
+static void mlp_backward(Model *M, int64_t l) {
+    mlp_rows_forward(M, l, 0, M->S, 0);
+    mlp_rows_backward(M, l, 0, M->S);
 }
 
 /* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
@@ -750,10 +769,10 @@ static void train(Model *M, const MemPlan *mp) {
         const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = STAGE, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept, .step = step,
+        step_report(&(StepLog){.stage = STAGE, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
-                               .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq), .sec = sec,
-                               .tokens = (double)M->S, .tflops = flops / sec / 1e12,
+                               .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
+                               .sec = sec, .tokens = (double)M->S, .tflops = flops / sec / 1e12,
                                .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
                                .mem_plan_gib = (double)memplan_peak(mp) / (1 << 30)},
                     log);
@@ -766,6 +785,14 @@ static void train(Model *M, const MemPlan *mp) {
     say("done: %.1f s\n", now_s() - t_start);
     if (M->o.save && step > M->o.steps) save_checkpoint(M, M->o.save, M->o.steps); /* not after a stop */
     if (log) fclose(log);
+}
+
+/* the run's one rank: its GPU, the plan checked against it, then training (stage 2 runs one per GPU) */
+static void rank_main(Model *M, const MemPlan *mp) {
+    gpu_init(&M->gpu, 0);
+    char why[512];
+    if (plan_fits(mp, 1, 1, M->o.gpu_gib, M->gpu.name, why, sizeof why)) STOP("%s", why);
+    train(M, mp);
 }
 
 int main(int argc, char **argv) {
@@ -781,14 +808,8 @@ int main(int argc, char **argv) {
     char title[256];
     snprintf(title, sizeof title, "stage %d, %s, seq %lld%s%s%s", STAGE, M.c.name, (long long)M.S,
              M.kept ? ", --keep-attn" : "", M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "");
-    if (M.o.dry_run) {
-        memplan_print(&mp, stdout, title, (int64_t)(M.o.gpu_gib * (1 << 30)));
-        return 0;
-    }
-    gpu_init(&M.gpu, 0);
-    memplan_print(&mp, stdout, title, gpu_free_bytes(M.o.gpu_gib));
-    char why[512];
-    if (plan_fits(&mp, 1, 1, M.o.gpu_gib, M.gpu.name, why, sizeof why)) STOP("%s", why);
-    train(&M, &mp);
+    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    if (M.o.dry_run) return 0;
+    rank_main(&M, &mp); /* stage 2: one per GPU */
     return 0;
 }

@@ -1,13 +1,8 @@
 /* stage3_context_parallel.c -- train a Qwen3 model on one long sequence split over several GPUs.
  *
- * Stage 2 plus context parallelism: all P ranks train on ONE sequence, cut into 2P chunks; rank r
- * holds chunks r and 2P-1-r (the zigzag: every rank gets one early and one late chunk, so causal
- * work is balanced), with RoPE seeing the global positions. Attention is a ring: at each of P steps
- * a rank attends its queries to one rank's K/V block with cuDNN while that block travels on to
- * the next rank (ncclSend/ncclRecv on the communication stream), and the partial results are
- * merged by log-sum-exp (--merge fp32, or bf16 as the reference recipe does). Backward runs the
- * same blocks with the final O and LSE; dQ accumulates locally, dK/dV travel around the ring
- * with their K/V and come home complete. FSDP shards over the same P ranks.
+ * Stage 2 plus context parallelism: the P ranks share ONE sequence in 2P zigzag chunks (common/
+ * zigzag.h), and attention is a ring: each block's K/V travels on to the next rank while cuDNN
+ * computes, partial outputs merge by their log-sum-exp, and dK/dV travel home in the backward.
  * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
  * What every stage does, from stage 1 on:
@@ -25,7 +20,6 @@
  *   make stage3 && ./stage3 --gpus 8 --seq 1M     # 0.6B on the books, 1M tokens over 8 GPUs
  *   ./stage3 --model 8B --seq 1M --gpus 8 --keep-attn --dry-run
  *   ./stage3 --local-ranks 4 --model 0.6B --layers 2 --seq 16K    # 4 ranks on one GPU
- *   ./stage3 --help
  */
 
 /* ============================================================ includes and usage */
@@ -482,7 +476,7 @@ static void setup_rope(Model *M) {
 /* The unit holding a tensor (0 embedding, 1 + l layer l, last the tail) and its buffers: gathered
  * bf16 weights and full fp32 gradients. Layers alternate between two buffers (slots 0, 1). */
 static int64_t unit_of(const Model *M, ParamKind k, int64_t l) {
-    if (k >= P_IN_NORM && k <= P_DOWN) return 1 + l;
+    if (params_in_layer(k)) return 1 + l; /* an MoE layer's router and experts too */
     if (k == P_EMBED || (k == P_LM_HEAD && M->c.tied)) return 0;
     return M->p.shards.nunits - 1;
 }
@@ -614,27 +608,40 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
 
-/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid); an MoE
- * model's routed experts instead. x_out NULL (recompute for backward): stop before the output. */
-static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+/* rows [t0, t0+n) of x_mid -> xn2, g, u and h (and rstd2 at those rows), or an MoE model's routed
+ * experts (fwd: the forward pass, which counts the router's choices; the recompute does not). The
+ * MLP is row-wise: a range of rows computes alone (stage 5 runs it a tile at a time). */
+static void mlp_rows_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
+    const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_ELEM);
-    rmsnorm_fwd(w->xn2, w->rstd2, w->x_mid, W(M, P_POST_NORM, l), S, D, (float)c->eps, st);
-    if (c->experts) { /* the forward pass counts the router's choices; the recompute does not */
-        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, S, x_out != NULL, st);
-        if (x_out) moe_output(&w->moe, c, x_out, w->x_mid, S, st); /* weighted, they join the residual */
+    rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
+    if (c->experts) {
+        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, n, fwd, st);
         return;
     }
     mark(st, K_GEMM);
-    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), S, D, I, 0.f, st);
-    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), S, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
     mark(st, K_ELEM);
-    swiglu_fwd(w->h, w->g, w->u, S * I, st);
-    mark(st, K_GEMM);
-    if (x_out) linear_fwd_add(&M->gemm, x_out, w->x_mid, w->h, W(M, P_DOWN, l), S, I, D, st);
+    swiglu_fwd(w->h, w->g, w->u, n * I, st);
+}
+
+/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid), or the
+ * experts' outputs, weighted */
+static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t D = c->hidden, I = c->intermediate, t0 = 0, n = M->S; /* every row at once */
+    cudaStream_t st = M->gpu.stream;
+    mlp_rows_forward(M, l, t0, n, 1);
+    if (c->experts) moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st); /* they join the residual */
+    else {
+        mark(st, K_GEMM);
+        linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
+    }
 }
 
 static void forward(Model *M) {
@@ -747,30 +754,37 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
 }
 /* ---- end stage 3 ---- */
 
-/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
- * forward runs again first: nothing of it was kept. */
-static void mlp_backward(Model *M, int64_t l) {
+/* rows [t0, t0+n) of the MLP backward, once mlp_rows_forward has re-run them: w.dx at those rows
+ * holds d(loss)/d(x_out); the MLP's part of d(loss)/d(x_mid) joins it in place, and dW adds up */
+static void mlp_rows_backward(Model *M, int64_t l, int64_t t0, int64_t n) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
+    const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    mlp_forward(M, l, NULL);
-    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, w->dx, w->dxn2, S, st);
+    bf16_t *dx = w->dx + t0 * D;
+    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
     else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
         mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
-        linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
+        linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
+        linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
         mark(st, K_ELEM);
-        swiglu_bwd(w->g, w->u, w->h, S * I, st);                         /* g <- dg, u <- du */
+        swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
         mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, S, D, I, st);
-        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, S, D, I, st);
-        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), S, D, I, 0.f, st);
-        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
+        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
+        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
+        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
+        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
     }
     mark(st, K_ELEM);
-    rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
+    rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
+ * forward runs again first: nothing of it was kept. */
+static void mlp_backward(Model *M, int64_t l) {
+    mlp_rows_forward(M, l, 0, M->S, 0);
+    mlp_rows_backward(M, l, 0, M->S);
 }
 
 /* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */

@@ -1,16 +1,9 @@
 /* stage4_offload.c -- train a Qwen3 model on one long sequence over several GPUs, keeping in pinned
  * host memory whatever the GPU does not need between two uses of it.
  *
- * Stage 3 plus offload (--offload ckpt,attn,states; each part can be switched off to measure it):
- *   - ckpt:   each layer's input goes down on a copy stream once written (two GPU slots) and comes
- *             back one layer ahead of its backward;
- *   - attn:   kept attention O and LSE (--keep-attn) fill the GPU's spare memory first, then the
- *             host's, through two slots the same way; the other layers recompute their attention;
- *   - states: fp32 master weights, AdamW moments and gradient shards live on the host: gradients go
- *             down as they are reduce-scattered, AdamW runs on the host CPUs (common/cpu_adam.c),
- *             and bf16 shards go up ahead of their all-gather.
- * Events order every copy against compute and communication, never a device-wide sync. The plan
- * covers the host, per rank and per node (--host-gib plans for another machine).
+ * Stage 3 plus offload to pinned host memory (--offload ckpt,attn,states): layer inputs and kept
+ * attention go down on a copy stream and come back a layer ahead of their use, and the optimizer
+ * state lives on the host, where AdamW runs on the CPUs. Events order every copy, never a sync.
  * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
  * What every stage does, from stage 1 on:
@@ -25,10 +18,9 @@
  *     loss (common/moe.c);
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
- *   make stage4 && ./stage4 --gpus 8 --model 8B --seq 1M --keep-attn     # 8B at 1M tokens on 8 GPUs
+ *   make stage4 && ./stage4 --gpus 8 --model 8B --seq 1M --keep-attn auto  # 8B at 1M tokens on 8 GPUs
  *   ./stage4 --gpus 8 --model 32B --seq 1M --dry-run --host-gib 2048      # the per-GPU and per-node plan
- *   ./stage4 --gpus 8 --rehearse 0 --model 8B --seq 1M --keep-attn --gpu-gib 80   # rank 0 alone, as on an H100
- *   ./stage4 --help
+ *   ./stage4 --gpus 8 --rehearse 0 --model 8B --seq 1M --keep-attn auto --gpu-gib 80  # rank 0 alone, as on an H100
  */
 
 /* ============================================================ includes and usage */
@@ -596,7 +588,7 @@ static void setup_rope(Model *M) {
 /* The unit holding a tensor (0 embedding, 1 + l layer l, last the tail) and its buffers: gathered
  * bf16 weights and full fp32 gradients. Layers alternate between two buffers (slots 0, 1). */
 static int64_t unit_of(const Model *M, ParamKind k, int64_t l) {
-    if (k >= P_IN_NORM && k <= P_DOWN) return 1 + l;
+    if (params_in_layer(k)) return 1 + l; /* an MoE layer's router and experts too */
     if (k == P_EMBED || (k == P_LM_HEAD && M->c.tied)) return 0;
     return M->p.shards.nunits - 1;
 }
@@ -777,27 +769,40 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
 
-/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid); an MoE
- * model's routed experts instead. x_out NULL (recompute for backward): stop before the output. */
-static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+/* rows [t0, t0+n) of x_mid -> xn2, g, u and h (and rstd2 at those rows), or an MoE model's routed
+ * experts (fwd: the forward pass, which counts the router's choices; the recompute does not). The
+ * MLP is row-wise: a range of rows computes alone (stage 5 runs it a tile at a time). */
+static void mlp_rows_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
+    const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_ELEM);
-    rmsnorm_fwd(w->xn2, w->rstd2, w->x_mid, W(M, P_POST_NORM, l), S, D, (float)c->eps, st);
-    if (c->experts) { /* the forward pass counts the router's choices; the recompute does not */
-        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, S, x_out != NULL, st);
-        if (x_out) moe_output(&w->moe, c, x_out, w->x_mid, S, st); /* weighted, they join the residual */
+    rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
+    if (c->experts) {
+        moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, n, fwd, st);
         return;
     }
     mark(st, K_GEMM);
-    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), S, D, I, 0.f, st);
-    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), S, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
+    linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
     mark(st, K_ELEM);
-    swiglu_fwd(w->h, w->g, w->u, S * I, st);
-    mark(st, K_GEMM);
-    if (x_out) linear_fwd_add(&M->gemm, x_out, w->x_mid, w->h, W(M, P_DOWN, l), S, I, D, st);
+    swiglu_fwd(w->h, w->g, w->u, n * I, st);
+}
+
+/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid), or the
+ * experts' outputs, weighted */
+static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t D = c->hidden, I = c->intermediate, t0 = 0, n = M->S; /* every row at once */
+    cudaStream_t st = M->gpu.stream;
+    mlp_rows_forward(M, l, t0, n, 1);
+    if (c->experts) moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st); /* they join the residual */
+    else {
+        mark(st, K_GEMM);
+        linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
+    }
 }
 
 static void forward(Model *M) {
@@ -915,30 +920,37 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
 }
 /* ---- end stage 3 ---- */
 
-/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
- * forward runs again first: nothing of it was kept. */
-static void mlp_backward(Model *M, int64_t l) {
+/* rows [t0, t0+n) of the MLP backward, once mlp_rows_forward has re-run them: w.dx at those rows
+ * holds d(loss)/d(x_out); the MLP's part of d(loss)/d(x_mid) joins it in place, and dW adds up */
+static void mlp_rows_backward(Model *M, int64_t l, int64_t t0, int64_t n) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
-    const int64_t S = M->S, D = c->hidden, I = c->intermediate;
+    const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    mlp_forward(M, l, NULL);
-    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, w->dx, w->dxn2, S, st);
+    bf16_t *dx = w->dx + t0 * D;
+    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
     else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
         mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_DOWN, l), w->dx, w->h, S, I, D, st);
-        linear_dx(gm, w->h, w->dx, W(M, P_DOWN, l), S, I, D, 0.f, st); /* h <- dh */
+        linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
+        linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
         mark(st, K_ELEM);
-        swiglu_bwd(w->g, w->u, w->h, S * I, st);                         /* g <- dg, u <- du */
+        swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
         mark(st, K_GEMM);
-        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, S, D, I, st);
-        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, S, D, I, st);
-        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), S, D, I, 0.f, st);
-        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), S, D, I, 1.f, st);
+        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
+        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
+        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
+        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
     }
     mark(st, K_ELEM);
-    rmsnorm_bwd(w->dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid, w->rstd2, W(M, P_POST_NORM, l), S, D, st);
+    rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
+ * forward runs again first: nothing of it was kept. */
+static void mlp_backward(Model *M, int64_t l) {
+    mlp_rows_forward(M, l, 0, M->S, 0);
+    mlp_rows_backward(M, l, 0, M->S);
 }
 
 /* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */

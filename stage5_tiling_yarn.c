@@ -1,13 +1,9 @@
 /* stage5_tiling_yarn.c -- train Qwen3-32B on a million tokens over 8 GPUs: every lever of the ladder,
  * plus the last one, sequence tiling, and the RoPE scaling that long contexts need.
  *
- * Stage 4 plus tiling and YaRN, every lever on by default (./stage5 --seq 1M: Qwen3-32B, YaRN x32):
- *   - MLP tiles (--mlp-tile): the MLP runs T rows at a time, forward and backward (each tile's
- *             backward re-runs its gate and up projections); [T, I] replaces [S, I];
- *   - head groups (--attn-groups): projections, ring and backward run a group of query heads (and
- *             the K/V heads they read) at a time: the ring's fp32 accumulators, cuDNN's scratch and
- *             Q are a group's size; only O, dO and K/V keep all heads;
- *   - YaRN: past Qwen3's original 32768 positions RoPE is YaRN with factor seq / 32768.
+ * Stage 4 plus sequence tiling and YaRN, every lever on by default (--seq 1M: Qwen3-32B, YaRN x32):
+ * the MLP runs T rows at a time ([T, I] replaces [S, I]), attention a group of heads at a time, and
+ * past Qwen3's 32768 positions RoPE is YaRN with factor seq / 32768.
  * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
  *
  * What every stage does, from stage 1 on:
@@ -23,9 +19,8 @@
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
  *   make stage5 && ./stage5 --seq 1M                                     # 32B, YaRN x32, all GPUs
- *   ./stage5 --gpus 8 --seq 2M --dry-run --host-gib 2048                  # the per-GPU and per-node plan
+ *   ./stage5 --seq 1M --dry-run          # its plan for 8 GPUs of 80 GB and a 2 TiB node (--gpus, --gpu-gib, --host-gib)
  *   ./stage5 --gpus 8 --rehearse 0 --seq 1M --layers 4 --gpu-gib 80       # rank 0 alone, as on an H100
- *   ./stage5 --help
  */
 
 /* ============================================================ includes and usage */
@@ -872,10 +867,10 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
 
-/* ---- stage 5: MLP tiles ---- */
-/* rows [t0, t0+n) of x_mid -> the tile's xn2, g, u and h (and rstd2 at those rows); an MoE model's
- * routed experts instead (fwd: the forward pass, which counts the choices) */
-static void mlp_tile_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd) {
+/* rows [t0, t0+n) of x_mid -> xn2, g, u and h (and rstd2 at those rows), or an MoE model's routed
+ * experts (fwd: the forward pass, which counts the router's choices; the recompute does not). The
+ * MLP is row-wise: a range of rows computes alone (stage 5 runs it a tile at a time). */
+static void mlp_rows_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t D = c->hidden, I = c->intermediate;
@@ -892,11 +887,12 @@ static void mlp_tile_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd
     mark(st, K_ELEM);
     swiglu_fwd(w->h, w->g, w->u, n * I, st);
 }
+/* ---- stage 5: MLP tiles ---- */
 static int64_t tile_rows(const Model *M, int64_t t0) { return M->S - t0 < M->tile ? M->S - t0 : M->tile; }
 /* ---- end stage 5 ---- */
 
-/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid);
- * stage 5: a tile of rows at a time, nothing of a tile kept */
+/* x_mid -> x_out = x_mid + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x_mid), or the
+ * experts' outputs, weighted; stage 5: a tile of rows at a time, nothing of a tile kept */
 static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
@@ -904,13 +900,12 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     cudaStream_t st = M->gpu.stream;
     for (int64_t t0 = 0; t0 < M->S; t0 += M->tile) { /* stage 5 */
         const int64_t n = tile_rows(M, t0);
-        mlp_tile_forward(M, l, t0, n, 1);
-        if (c->experts) { /* MoE: the experts' outputs, weighted, join the residual */
-            moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st);
-            continue;
+        mlp_rows_forward(M, l, t0, n, 1);
+        if (c->experts) moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st); /* they join the residual */
+        else {
+            mark(st, K_GEMM);
+            linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
         }
-        mark(st, K_GEMM);
-        linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
     }
 }
 
@@ -1029,34 +1024,39 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
 }
 /* ---- end stage 3 ---- */
 
-/* stage 5: w.dx holds d(loss)/d(x_out of layer l); the MLP's part of it joins in place, a tile at a
- * time: each tile re-runs its forward, then its backward at once (dW adds up over the tiles) */
-static void mlp_backward(Model *M, int64_t l) {
+/* rows [t0, t0+n) of the MLP backward, once mlp_rows_forward has re-run them: w.dx at those rows
+ * holds d(loss)/d(x_out); the MLP's part of d(loss)/d(x_mid) joins it in place, and dW adds up */
+static void mlp_rows_backward(Model *M, int64_t l, int64_t t0, int64_t n) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
     const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    for (int64_t t0 = 0; t0 < M->S; t0 += M->tile) {
-        const int64_t n = tile_rows(M, t0);
-        bf16_t *dx = w->dx + t0 * D;
-        mlp_tile_forward(M, l, t0, n, 0);
-        if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
-        else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
-            mark(st, K_GEMM);
-            linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
-            linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
-            mark(st, K_ELEM);
-            swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
-            mark(st, K_GEMM);
-            linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
-            linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
-            linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
-            linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
-        }
+    bf16_t *dx = w->dx + t0 * D;
+    if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
+    else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
+        mark(st, K_GEMM);
+        linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
+        linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
         mark(st, K_ELEM);
-        rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D,
-                    st);
+        swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
+        mark(st, K_GEMM);
+        linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
+        linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
+        linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
+        linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
+    }
+    mark(st, K_ELEM);
+    rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); the MLP's part of d(loss)/d(x_mid) joins it in place. Its
+ * forward runs again first: nothing of it was kept. Stage 5: a tile at a time, each tile's forward
+ * then at once its backward (dW adds up over the tiles) */
+static void mlp_backward(Model *M, int64_t l) {
+    for (int64_t t0 = 0; t0 < M->S; t0 += M->tile) {
+        mlp_rows_forward(M, l, t0, tile_rows(M, t0), 0);
+        mlp_rows_backward(M, l, t0, tile_rows(M, t0));
     }
 }
 
@@ -1462,12 +1462,12 @@ static void tiling_report(const Model *M, int64_t peak) {
     MemPlan mp = plan_memory(m);
     const int64_t untiled_mlp = memplan_peak(&mp);
     m->groups = 1, m->hg = m->c.heads, m->kg = m->c.kv_heads;
-    m->attn = (SdpaShape){.Hq = m->hg, .Hkv = m->kg, .Sq = m->S, .Skv = m->S, .D = m->c.head_dim, .causal = 1};
+    m->attn.Hq = m->hg, m->attn.Hkv = m->kg;
     mp = plan_memory(m);
     const double gib = 1 << 30;
     say("tiling saves per GPU: MLP tiles of %lld rows %.1f GiB, %lld head groups %.1f GiB (untiled peak %.1f GiB)\n",
-           (long long)M->tile, (double)(untiled_mlp - peak) / gib, (long long)M->groups,
-           (double)(memplan_peak(&mp) - untiled_mlp) / gib, (double)memplan_peak(&mp) / gib);
+        (long long)M->tile, (untiled_mlp - peak) / gib, (long long)M->groups, (memplan_peak(&mp) - untiled_mlp) / gib,
+        memplan_peak(&mp) / gib);
     free(m);
 }
 /* ---- end stage 5 ---- */
