@@ -22,6 +22,8 @@ echo "== data tests (tests/test_data.py)"
 python3 tests/test_data.py | tee "$log/d.txt"; count "$log/d.txt" test_data
 echo "== trainer command-line tests (tests/test_cli.sh)"
 bash tests/test_cli.sh | tee "$log/s.txt"; count "$log/s.txt" test_cli
+echo "== the README's exercises that need no GPU (tests/exercises.sh)"
+bash tests/exercises.sh | tee "$log/e.txt"; count "$log/e.txt" exercises
 echo "== bad input refused by name before the GPU, every stage (tests/refusals.sh)"
 bash tests/refusals.sh | tee "$log/f.txt"; count "$log/f.txt" refusals
 rm -rf "$log"
