@@ -1140,13 +1140,13 @@ int main(int argc, char **argv) {
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
-    open_inputs(&M); /* before the GPU, and in --dry-run: it refuses what the run would */
     MemPlan mp = plan_memory(&M);
     char title[256];
     snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s%s%s%s%s", STAGE, M.c.name,
              (long long)M.o.seq, M.P, (long long)M.S, M.o.merge, M.kept ? ", --keep-attn" : "",
              M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     if (M.o.dry_run) return 0;
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */

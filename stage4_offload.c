@@ -1341,7 +1341,6 @@ int main(int argc, char **argv) {
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
-    open_inputs(&M); /* before the GPU, and in --dry-run: it refuses what the run would */
     parse_offload(&M); /* stage 4 */
     choose_kept(&M);
     MemPlan mp = plan_memory(&M);
@@ -1353,6 +1352,7 @@ int main(int argc, char **argv) {
     memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     memplan_host_report(&mp, ranks_here(&M.o.ranks), host_budget(&M), M.o.host_gib > 0); /* stage 4: this node's ranks (a rehearsal: its one) */
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
+    open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     if (M.o.dry_run) return 0;
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */

@@ -1482,7 +1482,6 @@ int main(int argc, char **argv) {
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
-    open_inputs(&M); /* before the GPU, and in --dry-run: it refuses what the run would */
     parse_offload(&M); /* stage 4 */
     choose_tile(&M);   /* stage 5 */
     choose_kept(&M);
@@ -1496,6 +1495,7 @@ int main(int argc, char **argv) {
     memplan_host_report(&mp, ranks_here(&M.o.ranks), host_budget(&M), M.o.host_gib > 0); /* stage 4: this node's ranks (a rehearsal: its one) */
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
+    open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
                                  .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M),
                                  .dry_run = M.o.dry_run}, &mp, visible); /* a dry-run prints what the run would */

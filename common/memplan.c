@@ -31,17 +31,17 @@ void memplan_print(const MemPlan *m, FILE *f, const char *title, int64_t capacit
     const double G = 1 << 30;
     fprintf(f, "memory plan per GPU (%s)\n", title);
     for (int i = 0; i < m->n; i++)
-        if (m->place[i] == ON_GPU) fprintf(f, "  %-28s %9.3f GiB\n", m->name[i], m->bytes[i] / G);
-    fprintf(f, "  %-28s %9.3f GiB\n", "CUDA/cuBLAS/cuDNN runtime", MEMPLAN_RUNTIME_RESERVE / G);
+        if (m->place[i] == ON_GPU) fprintf(f, "  %-30s %9.3f GiB\n", m->name[i], m->bytes[i] / G);
+    fprintf(f, "  %-30s %9.3f GiB\n", "CUDA/cuBLAS/cuDNN runtime", MEMPLAN_RUNTIME_RESERVE / G);
     const int64_t total = memplan_peak(m);
-    fprintf(f, "  %-28s %9.3f GiB", "total (peak)", total / G);
+    fprintf(f, "  %-30s %9.3f GiB", "total (peak)", total / G);
     if (capacity > 0) fprintf(f, "  of %.1f GiB on the device: %s", capacity / G, total <= capacity ? "fits" : "DOES NOT FIT");
     fprintf(f, "\n");
     if (!memplan_host(m)) return;
     fprintf(f, "pinned host memory per rank\n");
     for (int i = 0; i < m->n; i++)
-        if (m->place[i] == ON_HOST) fprintf(f, "  %-28s %9.3f GiB\n", m->name[i], m->bytes[i] / G);
-    fprintf(f, "  %-28s %9.3f GiB\n", "total", memplan_host(m) / G);
+        if (m->place[i] == ON_HOST) fprintf(f, "  %-30s %9.3f GiB\n", m->name[i], m->bytes[i] / G);
+    fprintf(f, "  %-30s %9.3f GiB\n", "total", memplan_host(m) / G);
 }
 int64_t host_available_bytes(void) {
     FILE *f = fopen("/proc/meminfo", "r");
