@@ -82,6 +82,7 @@ typedef struct {
     int64_t yarn_original;
     double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
     const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
+    const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
 } Opts;
 
@@ -120,6 +121,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
+        {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1M]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
@@ -801,6 +803,7 @@ int main(int argc, char **argv) {
     plan_machine(M.o.dry_run, NULL, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPU, else the headline's */
     prof_enable(M.o.profile);
     trace_open(M.o.trace, 0);
+    timeline_open(M.o.timeline);
     load_config(&M);
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);

@@ -92,6 +92,7 @@ typedef struct {
     int64_t yarn_original;
     double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
     const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
+    const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
     const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
@@ -134,6 +135,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
+        {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1M]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
@@ -1137,6 +1139,7 @@ int main(int argc, char **argv) {
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
     trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
+    timeline_open(M.o.timeline);
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
     config_print(&M.c);

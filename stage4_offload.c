@@ -96,6 +96,7 @@ typedef struct {
     int64_t yarn_original;
     double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
     const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
+    const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
     const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
@@ -142,6 +143,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
+        {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1M]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
@@ -674,13 +676,17 @@ static void will_write(Model *M, Offloaded *t, int64_t l) {
 static void copy_down(Model *M, Offloaded *t, int64_t l) { /* the compute stream has written layer l's */
     CUDA_CHECK(cudaEventRecord(t->made[l % 2], M->gpu.stream));
     CUDA_CHECK(cudaStreamWaitEvent(M->copy_st, t->made[l % 2], 0));
+    const int span = tl_begin(M->copy_st, "host copies", "down"); /* --timeline */
     CUDA_CHECK(cudaMemcpyAsync(t->host + l * t->bytes, slot(t, l), (size_t)t->bytes, cudaMemcpyDeviceToHost, M->copy_st));
+    tl_end(span, M->copy_st);
     CUDA_CHECK(cudaEventRecord(t->down[l % 2], M->copy_st));
 }
 static void done_with(Model *M, Offloaded *t, int64_t l) { CUDA_CHECK(cudaEventRecord(t->used[l % 2], M->gpu.stream)); }
 static void copy_up(Model *M, Offloaded *t, int64_t l) {
     CUDA_CHECK(cudaStreamWaitEvent(M->copy_st, t->used[l % 2], 0));
+    const int span = tl_begin(M->copy_st, "host copies", "up"); /* --timeline */
     CUDA_CHECK(cudaMemcpyAsync(slot(t, l), t->host + l * t->bytes, (size_t)t->bytes, cudaMemcpyHostToDevice, M->copy_st));
+    tl_end(span, M->copy_st);
     CUDA_CHECK(cudaEventRecord(t->up[l % 2], M->copy_st));
 }
 static void await_up(Model *M, Offloaded *t, int64_t l) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, t->up[l % 2], 0)); }
@@ -1338,6 +1344,7 @@ int main(int argc, char **argv) {
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, &M.o.host_gib); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
     trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
+    timeline_open(M.o.timeline);
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
     config_print(&M.c);

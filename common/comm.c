@@ -521,6 +521,7 @@ void comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cud
     const char *what = "all-gather";
     trace("all_gather bf16 n=%lld", (long long)n);
     account(c, C_ALL_GATHER, 2 * n);
+    const int tl = tl_begin(st, "communication", what);
     CommWorld *w = c->w;
     if (w->kind == COMM_NCCL) {
         const int64_t slot = nccl_begin(c, what, st);
@@ -535,6 +536,7 @@ void comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cud
             CUDA_CHECK(cudaMemcpyAsync(out + (int64_t)q * n, w->in[q], (size_t)n * 2, cudaMemcpyDeviceToDevice, st));
         local_leave(c, what, st);
     }
+    tl_end(tl, st);
     c->seq++;
 }
 
@@ -542,6 +544,7 @@ void comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, fl
     const char *what = "reduce-scatter";
     trace("reduce_scatter f32 n=%lld", (long long)n);
     account(c, C_REDUCE_SCATTER, 4 * n);
+    const int tl = tl_begin(st, "communication", what);
     CommWorld *w = c->w;
     if (w->kind == COMM_NCCL) {
         const int64_t slot = nccl_begin(c, what, st);
@@ -555,6 +558,7 @@ void comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, fl
         sum_slices_f32(out, slices(w), (int64_t)c->local * n, n, scale, st);
         local_leave(c, what, st);
     }
+    tl_end(tl, st);
     c->seq++;
 }
 
@@ -590,6 +594,7 @@ void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int6
     trace("sendrecv bytes=%lld to=+%d from=-%d", (long long)bytes, (to - c->rank + c->size) % c->size,
           (c->rank - from + c->size) % c->size);
     account(c, C_SENDRECV, bytes);
+    const int tl = tl_begin(st, "communication", what);
     CommWorld *w = c->w;
     if (w->kind == COMM_NCCL) {
         const int64_t slot = nccl_begin(c, what, st);
@@ -605,6 +610,7 @@ void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int6
         CUDA_CHECK(cudaMemcpyAsync(recv, w->in[from], (size_t)bytes, cudaMemcpyDeviceToDevice, st));
         local_leave(c, what, st);
     }
+    tl_end(tl, st);
     c->seq++;
 }
 

@@ -44,7 +44,60 @@ static _Thread_local int paused; /* per rank thread: local ranks evaluate at the
 void measure_pause(int p) { paused = p; }
 int measure_paused(void) { return paused; }
 
+/* ---------------------------------------------------------------- timeline */
+#define TL_MAX 65536
+static struct {
+    FILE *f;
+    int armed, on, n, compute;  /* compute: the open span of the compute stream's class (-1: none) */
+    const char *lane[TL_MAX], *what[TL_MAX];
+    char label[TL_MAX][24];     /* what, when it is made on the fly (a layer's marker) */
+    cudaEvent_t ev[2 * TL_MAX]; /* begin, end */
+} tl = {.compute = -1};
+
+void timeline_open(const char *path) {
+    if (!path) return;
+    tl.f = fopen(path, "w");
+    if (!tl.f) STOP("cannot write --timeline %s: %s", path, strerror(errno));
+    tl.armed = 1;
+}
+
+int tl_begin(cudaStream_t st, const char *lane, const char *what) {
+    if (!tl.on || tl.n == TL_MAX || !rank_prints() || paused) return -1;
+    const int i = tl.n++;
+    for (int k = 0; k < 2; k++)
+        if (!tl.ev[2 * i + k]) CUDA_CHECK(cudaEventCreate(&tl.ev[2 * i + k]));
+    tl.lane[i] = lane, tl.what[i] = what;
+    CUDA_CHECK(cudaEventRecord(tl.ev[2 * i], st));
+    CUDA_CHECK(cudaEventRecord(tl.ev[2 * i + 1], st)); /* a point, unless tl_end moves it */
+    return i;
+}
+
+void tl_end(int i, cudaStream_t st) {
+    if (i >= 0) CUDA_CHECK(cudaEventRecord(tl.ev[2 * i + 1], st));
+}
+
+/* at each step's end (prof_report): after step 1 start recording, after step 2 write and stop */
+static void timeline_step(cudaStream_t st) {
+    if (!tl.armed || !rank_prints()) return;
+    if (!tl.on) { tl.on = 1; return; }
+    CUDA_CHECK(cudaDeviceSynchronize()); /* every stream's events */
+    for (int i = 0; i < tl.n; i++) {
+        float a, b;
+        CUDA_CHECK(cudaEventElapsedTime(&a, tl.ev[0], tl.ev[2 * i]));
+        CUDA_CHECK(cudaEventElapsedTime(&b, tl.ev[0], tl.ev[2 * i + 1]));
+        fprintf(tl.f, "%s\t%s\t%.4f\t%.4f\n", tl.lane[i], tl.what[i], a, b);
+    }
+    fclose(tl.f);
+    printf("  timeline: %d spans of step 2 written (--timeline)\n", tl.n);
+    tl.armed = tl.on = 0;
+    (void)st;
+}
+
 void mark(cudaStream_t st, int cls) {
+    if (tl.on && rank_prints() && !paused) { /* the compute stream's spans, by class */
+        tl_end(tl.compute, st);
+        tl.compute = cls == K_END ? -1 : tl_begin(st, "compute", K_NAMES[cls]);
+    }
     if (!prof.on || prof.n == MAX_MARKS || !rank_prints() || paused) return; /* one rank profiles */
     if (!prof.ev[prof.n]) CUDA_CHECK(cudaEventCreate(&prof.ev[prof.n]));
     CUDA_CHECK(cudaEventRecord(prof.ev[prof.n], st));
@@ -52,6 +105,7 @@ void mark(cudaStream_t st, int cls) {
 }
 
 void prof_report(cudaStream_t st) {
+    timeline_step(st);
     if (!prof.on || !rank_prints()) return;
     CUDA_CHECK(cudaStreamSynchronize(st));
     double total = 0;
@@ -147,6 +201,9 @@ void progress_start(int64_t layers) {
                  (long long)(l < layers ? l + 1 : 2 * layers - l), (long long)layers);
 }
 void progress_at(cudaStream_t st, int backward, int64_t l) {
+    const int m = tl_begin(st, "layer", ""); /* the timeline's marker: where layer l begins */
+    if (m >= 0) snprintf(tl.label[m], sizeof tl.label[m], "%s %lld", backward ? "backward" : "forward", (long long)l),
+                tl.what[m] = tl.label[m];
     if (rank_prints() && progress.line) /* only the printing rank's thread touches it */
         CUDA_CHECK(cudaLaunchHostFunc(st, show_line, progress.line[backward * progress.layers + l]));
 }

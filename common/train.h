@@ -21,6 +21,15 @@ void mark(cudaStream_t st, int cls);
 /* wait for the stream, print the step's time per class, start over */
 void prof_report(cudaStream_t st);
 
+/* --timeline FILE: one step's work on each stream, as spans: the compute stream's kernel classes
+ * (mark()), every collective on the stream it runs on, every host copy (stage 4), and a marker where
+ * each layer's forward and backward begin (progress_at). Step 1 warms up; step 2 is recorded and
+ * written as "lane<TAB>what<TAB>start_ms<TAB>end_ms" lines (bench/plot_timeline.py draws one layer).
+ * Only the printing rank records. */
+void timeline_open(const char *path);
+int tl_begin(cudaStream_t st, const char *lane, const char *what); /* -1 when not recording */
+void tl_end(int span, cudaStream_t st);
+
 /* --trace FILE: one line per GEMM, attention call and collective issued by rank `rank` (its shapes
  * and sizes), so two runs can be compared for doing the same work in the same order. */
 void trace_open(const char *path, int rank);

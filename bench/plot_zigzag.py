@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""The zigzag x ring-step picture for the README's stage 3: the causal attention of one sequence cut
+into 2P chunks, as a grid of (query chunk, K/V chunk) blocks. Each block that is computed is
+coloured by the rank that computes it and labelled with the ring step at which it does; the
+diagonal blocks (half a block under the causal mask) are hatched; the blocks above the diagonal
+are never computed. Read from ./build/zigzag_grid (common/zigzag.c's own schedule); no GPU.
+  python3 bench/plot_zigzag.py [P] [OUT.png]     (default 4, bench/results/zigzag_ring.png)"""
+import subprocess, sys
+
+
+def schedule(P):
+    out = subprocess.run(["./build/zigzag_grid", str(P)], capture_output=True, text=True, check=True).stdout
+    rows = [l.split() for l in out.splitlines() if l and not l.startswith("#")]
+    return [(int(s), int(r), int(q), int(k), kind) for s, r, q, k, kind in rows]
+
+
+def main():
+    P = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    out = sys.argv[2] if len(sys.argv) > 2 else "bench/results/zigzag_ring.png"
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+    cells = [x for x in schedule(P) if x[4] != "skip"]
+    seen = {(q, k) for _, _, q, k, _ in cells}
+    assert len(seen) == len(cells) == 2 * P * (2 * P + 1) // 2, "each causal block exactly once"
+    colors = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(7.2, 6.4))
+    n = 2 * P
+    for s, r, q, k, kind in cells:
+        ax.add_patch(Rectangle((k, n - 1 - q), 1, 1, facecolor=colors(r), alpha=0.55 if kind == "full" else 0.35,
+                               hatch="//" if kind == "diag" else None, edgecolor="k", lw=0.6))
+        ax.text(k + 0.5, n - 0.5 - q, f"step {s}", ha="center", va="center", fontsize=8)
+    for q in range(n):
+        for k in range(q + 1, n):
+            ax.add_patch(Rectangle((k, n - 1 - q), 1, 1, facecolor="0.95", edgecolor="0.8", lw=0.4))
+    ax.set_xlim(0, n), ax.set_ylim(0, n)
+    ax.set_xticks([k + 0.5 for k in range(n)], [f"{k}" for k in range(n)])
+    ax.set_yticks([n - 0.5 - q for q in range(n)], [f"{q} (rank {q if q < P else n - 1 - q})" for q in range(n)])
+    ax.set_xlabel("K/V chunk (sent around the ring)")
+    ax.set_ylabel("query chunk (the rank that holds it)")
+    for r in range(P):
+        ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=colors(r), alpha=0.55, label=f"rank {r}: chunks {r} and {n - 1 - r}"))
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(f"Zigzag over P = {P} ranks: each block once, at the ring step shown\n"
+                 "(hatched: the causal diagonal, half a block; grey: never computed)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    work = {r: sum(0.5 if kind == "diag" else 1 for _, rr, _, _, kind in cells if rr == r) for r in range(P)}
+    print("blocks of work per rank:", work)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
