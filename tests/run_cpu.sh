@@ -24,6 +24,8 @@ echo "== trainer command-line tests (tests/test_cli.sh)"
 bash tests/test_cli.sh | tee "$log/s.txt"; count "$log/s.txt" test_cli
 echo "== the README's exercises that need no GPU (tests/exercises.sh)"
 bash tests/exercises.sh | tee "$log/e.txt"; count "$log/e.txt" exercises
+echo "== every figure the README quotes, from the command beside it (tests/readme_figures.sh)"
+bash tests/readme_figures.sh | tee "$log/m.txt"; count "$log/m.txt" readme_figures
 echo "== bad input refused by name before the GPU, every stage (tests/refusals.sh)"
 bash tests/refusals.sh | tee "$log/f.txt"; count "$log/f.txt" refusals
 rm -rf "$log"
