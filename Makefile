@@ -156,7 +156,7 @@ fuzz: fuzz-build
 	  $(B)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) $(FUZZ_RUN) -print_final_stats=1 \
 	    -artifact_prefix=$(B)/fuzz/crashes/$$n- $$(test -f tests/fuzz/$$n.dict && echo -dict=tests/fuzz/$$n.dict) \
 	    $(B)/fuzz/corpus/$$n tests/fuzz/corpus/$$n > $(B)/fuzz/fuzz-$$n.log 2>&1 || bad="$$bad $$n"; \
-	  grep -vE '^#[0-9]+.*(NEW|REDUCE|pulse) ' $(B)/fuzz/fuzz-$$n.log | tail -25; done; \
+	  grep -vE '^#[0-9]+.*(NEW|REDUCE|pulse) |^"|^######|^INFO' $(B)/fuzz/fuzz-$$n.log | tail -25; done; \
 	if [ -n "$$bad" ]; then echo "fuzz: failed:$$bad (reproducers in $(B)/fuzz/crashes/, logs $(B)/fuzz/fuzz-NAME.log)"; exit 1; fi
 
 fuzz-replay: fuzz-build

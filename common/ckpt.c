@@ -57,13 +57,15 @@ static int ends_with(const char *s, const char *tail) {
     return a >= b && !strcmp(s + a - b, tail);
 }
 
-/* "step-N" -> N; "step-N.partial" -> N with *partial = 1; anything else -> -1 */
+/* "step-N" -> N; "step-N.partial" -> N with *partial = 1; anything else -> -1. N as the writer
+ * writes it: decimal digits, no sign, no space, no leading zero ("step-05" is not step-5's) */
 static int64_t step_of(const char *name, int *partial) {
-    if (strncmp(name, "step-", 5)) return -1;
+    const char *d = name + 5;
+    if (strncmp(name, "step-", 5) || *d < '0' || *d > '9' || (d[0] == '0' && d[1] >= '0' && d[1] <= '9')) return -1;
     char *end;
     errno = 0;
-    const long long v = strtoll(name + 5, &end, 10);
-    if (errno || end == name + 5 || v < 0) return -1;
+    const long long v = strtoll(d, &end, 10);
+    if (errno || end == d || v < 0) return -1;
     *partial = !strcmp(end, CKPT_PARTIAL);
     return *end && !*partial ? -1 : v;
 }
@@ -74,11 +76,13 @@ static int cmp_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* steps of the complete (want_partial 0) or partial (1) step directories, newest first */
+/* steps of the complete (want_partial 0) or partial (1) step directories, the newest `max` of them,
+ * newest first (every entry is read: readdir's order is no order, the first ones are not the newest) */
 static int64_t list(const char *root, int want_partial, int64_t *steps, int64_t max) {
     DIR *d = opendir(root);
     if (!d) return 0;
-    int64_t n = 0;
+    int64_t n = 0, cap = 64;
+    int64_t *all = xmalloc(sizeof *all * (size_t)cap);
     char p[2 * CKPT_PATH];
     for (struct dirent *e; (e = readdir(d));) {
         int partial = 0;
@@ -86,12 +90,20 @@ static int64_t list(const char *root, int want_partial, int64_t *steps, int64_t 
         if (s < 0 || partial != want_partial) continue;
         snprintf(p, sizeof p, "%s/%s", root, e->d_name);
         if (!is_dir(p) || (!partial && !has_state(p))) continue;
-        if (n < max) steps[n] = s;
-        n++;
+        if (n == cap) {
+            cap *= 2;
+            int64_t *more = realloc(all, sizeof *all * (size_t)cap);
+            if (!more) DIE("out of host memory listing %s", root);
+            all = more;
+        }
+        all[n++] = s;
     }
     closedir(d);
-    qsort(steps, (size_t)(n < max ? n : max), sizeof *steps, cmp_desc);
-    return n < max ? n : max;
+    qsort(all, (size_t)n, sizeof *all, cmp_desc);
+    if (n > max) n = max;
+    memcpy(steps, all, sizeof *all * (size_t)n);
+    free(all);
+    return n;
 }
 int64_t ckpt_list(const char *root, int64_t *steps, int64_t max) { return list(root, 0, steps, max); }
 

@@ -383,7 +383,7 @@ static int serve_one(int c, const char *who, const char *run_id, int nnodes, int
     else if ((int)h.nnodes != nnodes || (int)h.gpus != gpus)
         snprintf(why, sizeof why, "node 0 was given --nnodes %d --gpus %d, this node --nnodes %u --gpus %u", nnodes, gpus,
                  h.nnodes, h.gpus);
-    else if (h.node_rank < 1 || (int)h.node_rank >= nnodes)
+    else if (h.node_rank < 1 || h.node_rank >= (uint32_t)nnodes) /* unsigned: 2^31 must not pass as negative */
         snprintf(why, sizeof why, "node rank %u is not in 1..%d", h.node_rank, nnodes - 1);
     else if (served[h.node_rank])
         snprintf(why, sizeof why, "node rank %u has already joined: two nodes were given the same --node-rank (or SLURM_NODEID)",

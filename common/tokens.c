@@ -25,8 +25,9 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
         fclose(f);
         return -1;
     }
-    int64_t count = 0;
-    for (int i = 7; i >= 0; i--) count = (count << 8) | h[16 + i];
+    uint64_t raw_count = 0; /* unsigned: a count with its top bit set must not shift into int64's sign */
+    for (int i = 7; i >= 0; i--) raw_count = (raw_count << 8) | h[16 + i];
+    const int64_t count = raw_count > (uint64_t)INT64_MAX ? -1 : (int64_t)raw_count; /* -1: refused below */
     const uint32_t version = get_u32(h + 8);
     const int weighted = version == TOKENS_VERSION_WEIGHTS;
     const char *why = NULL;
