@@ -467,9 +467,6 @@ static void forward(Model *M) {
 }
 
 /* ============================================================ backward */
-/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
-static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
-
 /* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
  * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
  * scaled by 1 / M->counted and the ranks' gradients add. grads 0: the loss alone (an evaluation). */
@@ -497,6 +494,9 @@ static void loss_and_head_backward(Model *M, int grads) {
     CUDA_CHECK(cudaMemsetAsync(w->dx, 0, (size_t)BF(S * D), st));
     rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
 }
+
+/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
+static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
 
 /* rows [t0, t0+n) of the MLP backward, once mlp_rows_forward has re-run them: w.dx at those rows
  * holds d(loss)/d(x_out); the MLP's part of d(loss)/d(x_mid) joins it in place, and dW adds up */
@@ -539,7 +539,7 @@ static void layer_backward(Model *M, int64_t l) {
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     const bf16_t *x = ckpt(M, l);
     cudaStream_t st = M->gpu.stream;
-    /* recompute this layer's attention forward (unless it was kept), then the MLP backward */
+    /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
     attention_forward(M, l, x, !M->kept);
     mlp_backward(M, l);
 
@@ -698,7 +698,7 @@ static int preempted(Model *M, int64_t step, int64_t start) {
     return 1;
 }
 
-/* one GPU's training run: allocate as planned, initialise, loop */
+/* one rank's training run: allocate as planned, initialise, loop */
 static void train(Model *M, const MemPlan *mp) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
@@ -718,8 +718,8 @@ static void train(Model *M, const MemPlan *mp) {
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
     Data eval;
     if (M->o.eval_data) eval_open(&eval, M);
-    FILE *log = M->o.log ? fopen(M->o.log, "a") : NULL;
-    if (M->o.log && !log) DIE("cannot open --log %s", M->o.log);
+    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* the printing rank logs */
+    if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
     const double flops = config_step_flops(&M->c, M->S);
     cudaEvent_t ev0, ev1;
     CUDA_CHECK(cudaEventCreate(&ev0));
@@ -750,7 +750,7 @@ static void train(Model *M, const MemPlan *mp) {
         CUDA_CHECK(cudaMemsetAsync(M->p.grad, 0, (size_t)F32(M->p.total), st));
         if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
-        if (M->c.experts) /* each rank's router gets its tokens' share; the reduce-scatter adds them */
+        if (M->c.experts) /* each rank's router gets its tokens' share (stage 2 on: the reduce-scatter adds them) */
             M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S), NULL, st);
         loss_and_head_backward(M, 1);
         backward(M);
@@ -802,7 +802,7 @@ int main(int argc, char **argv) {
     M.o = parse_opts(argc, argv);
     plan_machine(M.o.dry_run, NULL, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPU, else the headline's */
     prof_enable(M.o.profile);
-    trace_open(M.o.trace, 0);
+    trace_open(M.o.trace);
     timeline_open(M.o.timeline);
     load_config(&M);
     config_print(&M.c);

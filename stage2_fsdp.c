@@ -18,7 +18,6 @@
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
  *   make stage2 && ./stage2 --gpus 8              # 0.6B on the shipped books, 8 ranks
- *   ./stage2 --model 8B --seq 32768 --gpus 8 --dry-run
  *   ./stage2 --local-ranks 4 --model 0.6B --layers 2 --seq 4096   # 4 ranks on one GPU
  */
 
@@ -582,9 +581,6 @@ static void forward(Model *M) {
 }
 
 /* ============================================================ backward */
-/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
-static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
-
 /* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
  * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
  * scaled by 1 / M->counted and the ranks' gradients add. grads 0: the loss alone (an evaluation). */
@@ -613,6 +609,9 @@ static void loss_and_head_backward(Model *M, int grads) {
     CUDA_CHECK(cudaMemsetAsync(w->dx, 0, (size_t)BF(S * D), st));
     rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
 }
+
+/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
+static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
 
 /* rows [t0, t0+n) of the MLP backward, once mlp_rows_forward has re-run them: w.dx at those rows
  * holds d(loss)/d(x_out); the MLP's part of d(loss)/d(x_mid) joins it in place, and dW adds up */
@@ -655,7 +654,7 @@ static void layer_backward(Model *M, int64_t l) {
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     const bf16_t *x = ckpt(M, l);
     cudaStream_t st = M->gpu.stream;
-    /* recompute this layer's attention forward (unless it was kept), then the MLP backward */
+    /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
     attention_forward(M, l, x, !M->kept);
     mlp_backward(M, l);
 
@@ -776,7 +775,7 @@ static void data_load(Data *d, Model *M, int64_t step) {
  * --eval-windows windows. The training forward and loss run without their backward, in the
  * training's own buffers: no memory beyond the plan, and the gradients and optimizer state are not
  * touched. Divided by the labels of all the windows (every rank's), never by a rank's share. */
-static int64_t eval_passes(const Model *M) { return (M->o.eval_windows + M->P - 1) / M->P; } /* stage 2: P windows a pass */
+static int64_t eval_passes(const Model *M) { return (M->o.eval_windows + M->P - 1) / M->P; } /* stage 2: P windows a pass (--eval-windows rounded up to a multiple of P) */
 
 static void eval_open(Data *ev, Model *M) {
     char err[512];
@@ -845,7 +844,7 @@ static int preempted(Model *M, int64_t step, int64_t start) {
     return 1;
 }
 
-/* one GPU's training run: allocate as planned, initialise, loop */
+/* one rank's training run: allocate as planned, initialise, loop */
 static void train(Model *M, const MemPlan *mp) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
@@ -865,7 +864,7 @@ static void train(Model *M, const MemPlan *mp) {
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
     Data eval;
     if (M->o.eval_data) eval_open(&eval, M);
-    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* stage 2: one rank logs */
+    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* the printing rank logs */
     if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
     const double flops = config_step_flops(&M->c, M->S);
     const int share = M->o.ranks.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
@@ -902,7 +901,7 @@ static void train(Model *M, const MemPlan *mp) {
         zero_grads(M, M->p.shards.nunits - 1);
         if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
-        if (M->c.experts) /* each rank's router gets its tokens' share; the reduce-scatter adds them */
+        if (M->c.experts) /* each rank's router gets its tokens' share (stage 2 on: the reduce-scatter adds them) */
             M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S * M->P), M->comm, st);
         loss_and_head_backward(M, 1);
         backward(M);
@@ -975,7 +974,7 @@ int main(int argc, char **argv) {
     M.o = parse_opts(argc, argv);
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
-    trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
+    trace_open(M.o.trace);
     timeline_open(M.o.timeline);
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);

@@ -18,7 +18,6 @@
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
  *   make stage3 && ./stage3 --gpus 8 --seq 1M     # 0.6B on the books, 1M tokens over 8 GPUs
- *   ./stage3 --model 8B --seq 1M --gpus 8 --keep-attn --dry-run
  *   ./stage3 --local-ranks 4 --model 0.6B --layers 2 --seq 16K    # 4 ranks on one GPU
  */
 
@@ -194,7 +193,7 @@ typedef struct {        /* kept from forward to backward */
 typedef struct {        /* one layer's working set; regions A, B1, B2 and C share memory (see plan) */
     /* persistent through the step */
     bf16_t *dx;         /* [S, D] gradient of the residual stream */
-    uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 */
+    uint32_t *ids;      /* [S+1] tokens (stage 3: [S], this rank's; its labels are w.labels, not ids + 1) */
     int32_t *pos;       /* [S] RoPE positions */
     float *inv_freq;    /* [hd/2] RoPE inverse frequencies (YaRN applied) */
     float *losses;      /* [S] per-token NLL (0 where the label is masked) */
@@ -281,8 +280,8 @@ typedef struct {
     cudaStream_t comm_st;           /* gathers and reduce-scatters run here, beside the compute */
     cudaEvent_t ready[4], freed[4]; /* per gathered buffer: slots 0-1 layers, 2 embedding, 3 tail */
     cudaEvent_t grads_done[4], reduced[4], comm_done;
-    cudaEvent_t ring_ev[4];         /* stage 3: K/V pass (0 sent-from ready, 1 received), dK/dV pass (2, 3) */
     /* ---- end stage 2 ---- */
+    cudaEvent_t ring_ev[4];         /* stage 3: K/V pass (0 sent-from ready, 1 received), dK/dV pass (2, 3) */
     BlockTimer blocks;              /* stage 3: rehearsal: one layer's ring blocks timed */
 } Model;
 
@@ -556,7 +555,7 @@ static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->
 /* this rank's queries (w.q, [S, Hq*hd]) against every rank's K/V (kv: this rank's, [2, S, Hkv*hd], K
  * then V): P cuDNN blocks on the ring schedule (zigzag.h), the next block's K/V arriving while this
  * one computes; results merged by LSE into o [S, Hq*hd] and lse [Hq, S]. The heads are M->attn's;
- * `at` names the call for the rehearsal's block timer (the layer). */
+ * `at` names the call for the rehearsal's block timer (the layer; stage 5 adds group x layers). */
 static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, float *lse) {
     Work *w = &M->w;
     const int64_t n = M->S, H = M->attn.Hq, Hk = M->attn.Hkv, D = M->attn.D, Q = H * D, KV = Hk * D;
@@ -669,9 +668,6 @@ static void forward(Model *M) {
 }
 
 /* ============================================================ backward */
-/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
-static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
-
 /* final norm, then chunked NLL fused with its gradient: d(loss)/d(x_L) lands in w.dx. The loss is
  * the mean over the labels that count in the whole step (every rank's), so each label's gradient is
  * scaled by 1 / M->counted and the ranks' gradients add. grads 0: the loss alone (an evaluation). */
@@ -701,10 +697,13 @@ static void loss_and_head_backward(Model *M, int grads) {
     rmsnorm_bwd(w->dx, G(M, P_FINAL_NORM, 0), w->dhf, xL, w->rstdf, W(M, P_FINAL_NORM, 0), S, D, st);
 }
 
+/* the loss the step reports: transformers adds router_aux_loss_coef x aux when output_router_logits */
+static double aux_term(const Model *M) { return M->c.experts && M->c.aux_loss ? M->c.aux_coef * M->aux : 0; }
+
 /* ---- stage 3: ring attention ---- */
 /* the same blocks backward with the final O and LSE: dQ adds up here; each block's dK/dV joins the
  * running sum that travels with it, and after P passes every rank holds its own K/V's total: dq
- * [S, Hq*hd], dkv [2, S, Hkv*hd] (dK then dV).
+ * [S, Hq*hd], dkv_out [2, S, Hkv*hd] (dK then dV).
  * Why the final O and LSE, not each block's: a row's softmax spans every block, so a block's
  * probabilities are exp(scores - LSE_final) and its dScores = P (dP - rowsum(dO * O_final)). Given
  * the final ones, each block's backward is exactly its slice of the whole attention's backward. */
@@ -797,7 +796,7 @@ static void layer_backward(Model *M, int64_t l) {
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     const bf16_t *x = ckpt(M, l);
     cudaStream_t st = M->gpu.stream;
-    /* recompute this layer's attention forward (unless it was kept), then the MLP backward */
+    /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
     attention_forward(M, l, x, !M->kept);
     mlp_backward(M, l);
 
@@ -871,7 +870,7 @@ static void update(Model *M, int64_t step, double lr) {
 typedef struct {
     const TokenFile *tf; /* the run's (Model.in): one copy for every rank of the process */
     Loader ld;
-    uint32_t *host;     /* [S+1] */
+    uint32_t *host;     /* [seq+1] the window's tokens (then [2, S], this rank's ids and labels) */
     uint8_t *wt;        /* [seq+1] the window's loss weights (then [S], this rank's labels') */
     int64_t epoch;
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
@@ -1001,7 +1000,7 @@ static int preempted(Model *M, int64_t step, int64_t start) {
     return 1;
 }
 
-/* one GPU's training run: allocate as planned, initialise, loop */
+/* one rank's training run: allocate as planned, initialise, loop */
 static void train(Model *M, const MemPlan *mp) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
@@ -1021,7 +1020,7 @@ static void train(Model *M, const MemPlan *mp) {
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
     Data eval;
     if (M->o.eval_data) eval_open(&eval, M);
-    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* stage 2: one rank logs */
+    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* the printing rank logs */
     if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
     const double flops = config_step_flops(&M->c, M->o.seq) / M->P; /* stage 3: one rank's share of the sequence */
     const int share = M->o.ranks.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
@@ -1058,7 +1057,7 @@ static void train(Model *M, const MemPlan *mp) {
         zero_grads(M, M->p.shards.nunits - 1);
         if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
-        if (M->c.experts) /* each rank's router gets its tokens' share; the reduce-scatter adds them */
+        if (M->c.experts) /* each rank's router gets its tokens' share (stage 2 on: the reduce-scatter adds them) */
             M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S * M->P), M->comm, st);
         loss_and_head_backward(M, 1);
         backward(M);
@@ -1138,7 +1137,7 @@ int main(int argc, char **argv) {
     M.o = parse_opts(argc, argv);
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
-    trace_open(M.o.trace, M.o.ranks.rehearse > 0 ? (int)M.o.ranks.rehearse : 0);
+    trace_open(M.o.trace);
     timeline_open(M.o.timeline);
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);

@@ -326,7 +326,8 @@ void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max) {
     if (factor <= 1.0) { c->yarn = 0; return; }
     c->yarn = 1;
     c->yarn_factor = factor;
-    c->yarn_original_max = original_max > 0 ? original_max : c->max_position;
+    /* the original context: given, else the config's own YaRN's (its max_position is already scaled) */
+    c->yarn_original_max = original_max > 0 ? original_max : c->yarn ? c->yarn_original_max : c->max_position;
     /* the positions it reaches: transformers checks factor against max_position_embeddings /
      * original_max_position_embeddings (and warns), so a saved config.json says it both ways */
     c->max_position = (int64_t)ceil(factor * (double)c->yarn_original_max);

@@ -124,18 +124,16 @@ void prof_report(cudaStream_t st) {
 
 /* ---------------------------------------------------------------- trace */
 static FILE *trace_file;
-static int trace_rank;
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void trace_open(const char *path, int rank) {
+void trace_open(const char *path) {
     if (!path) return;
     trace_file = fopen(path, "w");
     if (!trace_file) DIE("cannot write --trace %s: %s", path, strerror(errno));
-    trace_rank = rank;
 }
 
 void trace(const char *fmt, ...) {
-    if (!trace_file || (longctx_rank >= 0 && longctx_rank != trace_rank)) return;
+    if (!trace_file || !rank_prints()) return; /* the printing rank's: rank 0, or the rehearsed one */
     pthread_mutex_lock(&trace_lock);
     va_list ap;
     va_start(ap, fmt);

@@ -30,9 +30,9 @@ void timeline_open(const char *path);
 int tl_begin(cudaStream_t st, const char *lane, const char *what); /* -1 when not recording */
 void tl_end(int span, cudaStream_t st);
 
-/* --trace FILE: one line per GEMM, attention call and collective issued by rank `rank` (its shapes
+/* --trace FILE: one line per GEMM, attention call and collective issued by the printing rank (its shapes
  * and sizes), so two runs can be compared for doing the same work in the same order. */
-void trace_open(const char *path, int rank);
+void trace_open(const char *path);
 void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The rehearsal's ring check: events around each of the P ring blocks of one layer, forward
