@@ -6,7 +6,10 @@ stream's kernels by class). bench/results/timeline.tsv is made on a GPU by
   ./stage5 --model 8B --seq 512K --gpus 8 --rehearse 0 --layers 2 --steps 2 --timeline bench/results/timeline.tsv
 (under a rehearsal the collectives are local copies of the same bytes: the picture shows where they
 sit and what overlaps, not their link time).
-  python3 bench/plot_timeline.py [TIMELINE.tsv] [LAYER] [OUT.png]"""
+  python3 bench/plot_timeline.py [TIMELINE.tsv] [OUT.png]
+It draws a layer whose forward is followed by another layer's (its window holds that layer alone,
+not the loss) and a layer whose backward is followed by another's (not the embedding and the
+optimizer): with two layers, layer 0's forward and layer 1's backward."""
 import sys
 
 
@@ -26,10 +29,15 @@ def window(rows, name):
     return marks[i][0], end
 
 
+def inner_layer(rows, phase):
+    """a layer whose `phase` window ends at the next layer's marker of the same phase"""
+    ls = sorted(int(w.split()[1]) for lane, w, _, _ in rows if lane == "layer" and w.startswith(phase))
+    return ls[0] if phase == "forward" else ls[-1]
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "bench/results/timeline.tsv"
-    layer = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    out = sys.argv[3] if len(sys.argv) > 3 else "bench/results/timeline.png"
+    out = sys.argv[2] if len(sys.argv) > 2 else "bench/results/timeline.png"
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -40,6 +48,7 @@ def main():
     color = {k: cmap(i % 10) for i, k in enumerate(kinds)}
     fig, axes = plt.subplots(2, 1, figsize=(11, 5))
     for ax, phase in zip(axes, ("forward", "backward")):
+        layer = inner_layer(rows, phase)
         t0, t1 = window(rows, f"{phase} {layer}")
         for y, lane in enumerate(lanes):
             for l, w, a, b in rows:
@@ -51,8 +60,8 @@ def main():
         ax.set_title(f"layer {layer}, {phase}: {t1 - t0:.1f} ms", fontsize=10)
     axes[-1].set_xlabel("ms from the layer's start (CUDA events, step 2)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=color[k]) for k in kinds]
-    fig.legend(handles, kinds, loc="upper right", fontsize=7, ncol=2)
-    fig.tight_layout(rect=(0, 0, 0.78, 1))
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    fig.legend(handles, kinds, loc="center right", fontsize=7)
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
 
