@@ -90,7 +90,8 @@ ok("README says so", "Every rank does 8 block-units of work" in readme)
 # GPU figures: named beside where they were measured, and held by RESULTS.md
 for fig, where in [("946.4 s", "The ladder's closing table"), ("73.3 GiB", "The ladder's closing table"),
                    ("1295 s", "The ladder's closing table"), ("1.6% of the step for 15.8 GiB", "Stage 4: offload"),
-                   ("2.6% a layer", "Stage 5: sequence tiling and YaRN")]:
+                   ("2.6% a layer", "Stage 5: sequence tiling and YaRN"),
+                   ("167 s", "Bad input, clusters, and the course re-checked")]:
     ok(f"README quotes the GPU figure {fig!r} and names RESULTS.md's {where!r}", fig in readme and where in readme)
     num = re.match(r"[0-9.]+%?", fig).group(0)
     ok(f"RESULTS.md holds {num} and has the section {where!r}", num in results and where in results)
