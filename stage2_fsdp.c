@@ -102,7 +102,7 @@ static Opts parse_opts(int argc, char **argv) {
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
-        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,4G]"},
+        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
         {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate", "(0,1]"},
         {"--warmup", OPT_INT, &o.warmup, "linear warmup steps", "[0,1G]"},
@@ -122,7 +122,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
         {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
-        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1M]"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1e6]"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
         {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
@@ -131,8 +131,8 @@ static Opts parse_opts(int argc, char **argv) {
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
-        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1M]"},
-        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's)", "[0,4G]"},
+        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1e6]"},
+        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         /* ---- stage 2: FSDP ---- */
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
@@ -144,8 +144,9 @@ static Opts parse_opts(int argc, char **argv) {
     if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
     if (rc) STOP("%s", err);
     if (o.steps == 0 && !o.save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
+    const char *asked = o.resume;
     if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
-    if (o.resume && !cli_given(argc, argv, "--model")) o.model = o.resume; /* the save's own model */
+    if (o.resume && (!cli_given(argc, argv, "--model") || !strcmp(o.model, asked))) o.model = o.resume; /* its own model */
     if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
     if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped");
@@ -388,7 +389,7 @@ static void load_config(Model *M) {
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
     M->S = M->o.seq;
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
-    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
+    if (!sdpa_shape_ok(&M->attn, err, sizeof err) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
         if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }

@@ -118,7 +118,7 @@ static Opts parse_opts(int argc, char **argv) {
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
-        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,4G]"},
+        {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
         {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate", "(0,1]"},
         {"--warmup", OPT_INT, &o.warmup, "linear warmup steps", "[0,1G]"},
@@ -138,7 +138,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
         {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
-        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1M]"},
+        {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1e6]"},
         {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
         {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
         {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
@@ -147,7 +147,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
-        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: the config's, else seq / original context when longer; 1: off)", "[0,1M]"}, /* stage 5 */
+        {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: the config's, else seq / original context when longer; 1: off)", "[0,1e6]"}, /* stage 5 */
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         /* ---- stage 2: FSDP ---- */
@@ -156,7 +156,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16"}, /* stage 3 */
         /* ---- stage 4: offload ---- */
         {"--offload", OPT_STRING, &o.offload, "what lives in pinned host memory: all | none | ckpt,attn,states (any of them)"},
-        {"--host-gib", OPT_DOUBLE, &o.host_gib, "host memory per node to plan for (0: this machine's available; --dry-run without a GPU: 2048, a 2 TiB node)", "[0,1G]"},
+        {"--host-gib", OPT_DOUBLE, &o.host_gib, "host memory per node to plan for (0: this machine's available; --dry-run without a GPU: 2048, a 2 TiB node)", "[0,1e9]"},
         /* ---- end stage 4 ---- */
         /* ---- stage 5: tiling ---- */
         {"--mlp-tile", OPT_INT, &o.mlp_tile, "MLP rows at a time (0: as many as the attention backward's memory holds, at least 4096)", "[0,4G]"},
@@ -169,8 +169,9 @@ static Opts parse_opts(int argc, char **argv) {
     if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
     if (rc) STOP("%s", err);
     if (o.steps == 0 && !o.save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
+    const char *asked = o.resume;
     if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
-    if (o.resume && !cli_given(argc, argv, "--model")) o.model = o.resume; /* the save's own model */
+    if (o.resume && (!cli_given(argc, argv, "--model") || !strcmp(o.model, asked))) o.model = o.resume; /* its own model */
     if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
     if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
     if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped");
@@ -511,6 +512,7 @@ static void load_config(Model *M) {
     /* stage 5: YaRN past the original context, from the sequence */
     if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, err, sizeof err)) STOP("%s", err);
     config_yarn_for_seq(&M->c, o->seq, o->yarn_factor, o->yarn_original); /* stage 5 (common/config.c) */
+    if (config_check_yarn(&M->c, err, sizeof err)) STOP("%s", err);         /* stage 5 */
     if (zigzag_check(M->o.seq, M->P, err, sizeof err)) STOP("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
     /* ---- stage 5: head groups ---- */
@@ -557,15 +559,17 @@ static int64_t init_weights(Model *M) {
  * to the peak, but at least 4096 -- an MoE tile at least 2048 rows per expert on average (E/k x 2048
  * tokens): its experts' GEMMs are that small and slow down below it (30B-A3B, 4 layers at 32K: 146 ms
  * of GEMMs per step in tiles of 8960 rows, 112 ms in one of 32768); never [tile, I] above 2^31
- * elements (the kernels' int32 risk) */
+ * elements (the kernels' int32 risk), nor 2^24 MoE pairs (moe.h) */
 static void choose_tile(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, E = c->experts, k = c->top_k,
-                  I = E ? k * c->moe_intermediate : c->intermediate, most = ((1ll << 31) - 1) / (E ? k * D : I),
+                  I = E ? k * c->moe_intermediate : c->intermediate, elems = ((1ll << 31) - 1) / (E ? k * D : I),
+                  most = elems < moe_most_rows(c) ? elems : moe_most_rows(c), /* and < 2^24 MoE pairs */
                   row = E ? moe_tile_row_bytes(c) : BF(3 * I); /* bytes per row */
     if (M->o.mlp_tile) {
-        if (M->o.mlp_tile > most) STOP("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements (at most %lld rows)",
-                                      (long long)M->o.mlp_tile, (long long)I, (long long)most);
+        if (M->o.mlp_tile > most)
+            STOP("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements or 2^24 MoE pairs (at most %lld rows)",
+                 (long long)M->o.mlp_tile, (long long)I, (long long)most);
         M->tile = M->o.mlp_tile < S ? M->o.mlp_tile : S;
         return;
     }
@@ -1499,7 +1503,8 @@ int main(int argc, char **argv) {
              (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.kept_gpu, (long long)M.groups, (long long)M.tile,
              M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
     memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
-    memplan_host_report(&mp, ranks_here(&M.o.ranks), host_budget(&M), M.o.host_gib > 0); /* stage 4: this node's ranks (a rehearsal: its one) */
+    memplan_host_report(&mp, ranks_here(&M.o.ranks), host_budget(&M),
+                        host_budget_whence(argc, argv, M.o.dry_run)); /* stage 4: this node's ranks (a rehearsal: its one) */
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */

@@ -24,6 +24,21 @@ static int gpus_visible(void) {
     return n;
 }
 
+/* The least free memory of GPUs 0..n-1. Asking creates a context on each; a GPU that refuses one
+ * (busy, exclusive mode) is judged by its total memory instead: a plan is no reason to die. */
+static double least_free_bytes(int n) {
+    double least = INFINITY;
+    for (int d = 0; d < n; d++) {
+        size_t free_b = 0, total_b = 0;
+        struct cudaDeviceProp p;
+        if (cudaSetDevice(d) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) least = fmin(least, (double)free_b);
+        else if (cudaGetDeviceProperties(&p, d) == cudaSuccess) least = fmin(least, (double)p.totalGlobalMem);
+        (void)cudaGetLastError(); /* neither failure is sticky: clear it */
+    }
+    (void)cudaSetDevice(0);
+    return isfinite(least) ? least : 0;
+}
+
 void plan_machine(int dry_run, RankOpts *r, double *gpu_gib, double *host_gib) {
     if (!dry_run) return;
     const int local = r && r->local_ranks > 0, here = gpus_visible();
@@ -34,15 +49,9 @@ void plan_machine(int dry_run, RankOpts *r, double *gpu_gib, double *host_gib) {
         whose = "this machine";
         if (r && !local && r->gpus <= 0) r->gpus = here;
         if (*gpu_gib <= 0) {
-            int64_t least = INT64_MAX;
-            for (int d = 0; d < (r && !local ? (int)(r->gpus < here ? r->gpus : here) : 1); d++) {
-                size_t free_b = 0, total_b = 0;
-                CUDA_CHECK(cudaSetDevice(d));
-                CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-                if ((int64_t)free_b < least) least = (int64_t)free_b;
-            }
-            CUDA_CHECK(cudaSetDevice(0));
-            *gpu_gib = floor(10 * ((double)least - G) / G) / 10; /* a GiB less: free memory moves */
+            const double least = least_free_bytes(r && !local ? (int)(r->gpus < here ? r->gpus : here) : 1);
+            /* a GiB less: free memory moves; at least 0.1, so a busy GPU plans "does not fit" */
+            *gpu_gib = fmax(0.1, floor(10 * (least - G) / G) / 10);
         }
         if (host_gib && *host_gib <= 0) *host_gib = floor(host_available_bytes() / G);
     } else { /* no GPU here: the headline's machine */

@@ -9,6 +9,7 @@
 #include "check.h"
 
 int cli_parse_int(const char *s, int64_t *out) {
+    if (!(*s == '-' || (*s >= '0' && *s <= '9'))) return -1; /* strtoll would take " 5" and "+5" */
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -35,21 +36,25 @@ int cli_given(int argc, char **argv, const char *name) {
 typedef struct {
     double lo, hi;      /* the bounds (+-inf: none) */
     int lo_in, hi_in;   /* the bound itself is allowed */
+    int64_t ilo, ihi;   /* an integer option's finite bounds, exactly (a double rounds 2^53 + 1) */
 } Range;
 
-/* one end of a range: a number (K/M/G suffixes for integers) or [-]inf */
-static int range_end(const char *s, size_t len, int is_int, double *out) {
+/* one end of a range: an integer (K/M/G suffixes) for an integer option, a plain number for a
+ * double one (the value parser takes no suffixes there, so the help must not show one), or [-]inf */
+static int range_end(const char *s, size_t len, int is_int, double *out, int64_t *iout) {
     char w[32];
     if (len == 0 || len >= sizeof w) return -1;
     memcpy(w, s, len);
     w[len] = 0;
     if (!strcmp(w, "inf") || !strcmp(w, "-inf")) { *out = w[0] == '-' ? -INFINITY : INFINITY; return 0; }
-    int64_t v;
-    if (!cli_parse_int(w, &v)) { *out = (double)v; return 0; }
-    if (is_int) return -1;
+    if (is_int) {
+        if (cli_parse_int(w, iout)) return -1;
+        *out = (double)*iout;
+        return 0;
+    }
     char *end;
     *out = strtod(w, &end);
-    return *end ? -1 : 0;
+    return *end || !isfinite(*out) ? -1 : 0;
 }
 
 /* "[2,4G]" -> Range; a malformed range is the table's mistake, not the user's */
@@ -57,11 +62,11 @@ static Range parse_range(const Opt *o) {
     const char *r = o->range;
     const size_t len = r ? strlen(r) : 0;
     const char *comma = r ? strchr(r, ',') : NULL;
-    Range g = {0, 0, r && r[0] == '[', len && r[len - 1] == ']'};
+    Range g = {0, 0, r && r[0] == '[', len && r[len - 1] == ']', INT64_MIN, INT64_MAX};
     const int is_int = o->type == OPT_INT;
     if (!r || len < 5 || !comma || (r[0] != '[' && r[0] != '(') || (r[len - 1] != ']' && r[len - 1] != ')') ||
-        range_end(r + 1, (size_t)(comma - r - 1), is_int, &g.lo) ||
-        range_end(comma + 1, (size_t)(r + len - 1 - comma - 1), is_int, &g.hi) || !(g.lo <= g.hi))
+        range_end(r + 1, (size_t)(comma - r - 1), is_int, &g.lo, &g.ilo) ||
+        range_end(comma + 1, (size_t)(r + len - 1 - comma - 1), is_int, &g.hi, &g.ihi) || !(g.lo <= g.hi))
         DIE("option %s: range \"%s\" is not of the form [lo,hi] or (lo,hi)", o->name, r ? r : "(none)");
     return g;
 }
@@ -72,9 +77,8 @@ static int in_range(double x, Range g) {
 
 /* an integer compared exactly: 2^53 + 1 must not pass a bound of 2^53 by rounding */
 static int int_in_range(int64_t x, Range g) {
-    if (!in_range((double)x, g)) return 0;
-    if (isfinite(g.hi) && g.hi < 0x1p63 && (g.hi_in ? x > (int64_t)g.hi : x >= (int64_t)g.hi)) return 0;
-    if (isfinite(g.lo) && g.lo >= -0x1p63 && (g.lo_in ? x < (int64_t)g.lo : x <= (int64_t)g.lo)) return 0;
+    if (isfinite(g.hi) && (g.hi_in ? x > g.ihi : x >= g.ihi)) return 0;
+    if (isfinite(g.lo) && (g.lo_in ? x < g.ilo : x <= g.ilo)) return 0;
     return 1;
 }
 

@@ -69,6 +69,8 @@ struct Comm {
     Pending pend[PENDING];
     int64_t head, tail;    /* pend[head % PENDING] is the oldest unfinished one */
     CommStats stats;
+    double *mins, *mins_h;  /* [size] comm_min_i64's slots on the device and the host: taken once, as it
+                             * runs every step under --save (cudaFree would synchronize the device) */
 };
 
 /* ---------------------------------------------------------------- accounting */
@@ -468,6 +470,8 @@ void comm_rank_free(Comm *c) {
         nccl_leave(c);
         for (int i = 0; i < PENDING; i++) { cudaEventDestroy(c->pend[i].start); cudaEventDestroy(c->pend[i].end); }
     }
+    if (c->mins) cudaFree(c->mins);
+    free(c->mins_h);
     free(c);
 }
 
@@ -684,15 +688,15 @@ int64_t comm_warm_up(Comm *c, cudaStream_t st) {
 int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st) {
     if (c->size < 2) return v;
     const int64_t P = c->size;
-    double *h = xcalloc((size_t)P, sizeof(double)), *d = gpu_malloc(8 * P, "comm_min_i64");
+    if (!c->mins) c->mins = gpu_malloc(8 * P, "comm_min_i64"), c->mins_h = xcalloc((size_t)P, sizeof(double));
+    double *h = c->mins_h, *d = c->mins;
+    memset(h, 0, (size_t)(8 * P));
     h[c->rank] = (double)v;
     gpu_upload(d, h, 8 * P, st);
     comm_all_reduce_f64(c, d, P, st);
     gpu_download(h, d, 8 * P, st);
     int64_t m = v; /* the rehearsal issues the all-reduce (the job's rank does) but is every rank: v */
     for (int64_t q = 0; q < P && c->w->kind != COMM_REHEARSE; q++) m = (int64_t)h[q] < m ? (int64_t)h[q] : m;
-    CUDA_CHECK(cudaFree(d));
-    free(h);
     return m;
 }
 

@@ -84,6 +84,7 @@ int config_from_name(const char *name, Qwen3Config *c) {
 #define MAX_LAYERS 1024
 #define MAX_HEADS 1024
 #define MAX_POSITIONS (1ll << 40)
+#define MAX_YARN_FACTOR 1e6
 
 static int get_int(const JsonValue *o, const char *k, int64_t *out, int required, int64_t hi, char *err, size_t errlen) {
     const JsonValue *v = json_get(o, k);
@@ -142,7 +143,7 @@ static int parse_rope(const JsonValue *root, Qwen3Config *c, char *err, size_t e
     }
     c->yarn = 1;
     c->yarn_factor = 0;
-    if (get_num(rp, "factor", &c->yarn_factor, 1, 1e6, err, errlen)) return -1;
+    if (get_num(rp, "factor", &c->yarn_factor, 1, MAX_YARN_FACTOR, err, errlen)) return -1;
     if (!(c->yarn_factor >= 1.0)) {
         snprintf(err, errlen, "config.json: %s.factor must be a number in [1, 1e6] for yarn", where);
         return -1;
@@ -311,6 +312,13 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
         c->layers = layers;
     }
     if (yarn_factor > 0) config_set_yarn(c, yarn_factor, yarn_original);
+    else if (yarn_original > 0 && c->yarn) config_set_yarn(c, c->yarn_factor, yarn_original);
+    else if (yarn_original > 0) {
+        snprintf(err, errlen, "--yarn-original %lld: the model has no YaRN; give --yarn-factor too",
+                 (long long)yarn_original);
+        return -1;
+    }
+    if (config_check_yarn(c, err, errlen)) return -1;
     if (c->head_dim % 64) {
         snprintf(err, errlen, "head_dim %lld: the RoPE kernel needs a multiple of 64", (long long)c->head_dim);
         return -1;
@@ -322,12 +330,37 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
     return 0;
 }
 
+/* The context a model was trained on, which YaRN stretches: the config's own YaRN's (its
+ * max_position is already scaled); else, for Qwen3's 40960 positions, the 32768 Qwen trained on
+ * and names as YaRN's original_max_position_embeddings (the 8192 left are for generation);
+ * else max_position itself. Every stage takes the same default, so a --yarn-factor means one RoPE. */
+int64_t config_yarn_original(const Qwen3Config *c) {
+    const int64_t mp = c->max_position;
+    if (c->yarn) return c->yarn_original_max;
+    if (mp <= QWEN3_CONTEXT) return mp < QWEN3_ORIGINAL_CONTEXT ? mp : QWEN3_ORIGINAL_CONTEXT;
+    return mp;
+}
+
+int config_check_yarn(const Qwen3Config *c, char *err, size_t errlen) {
+    if (!c->yarn) return 0;
+    if (c->yarn_factor > MAX_YARN_FACTOR) {
+        snprintf(err, errlen, "YaRN factor %g (from %lld positions): at most %g, as config.json allows", c->yarn_factor,
+                 (long long)c->yarn_original_max, MAX_YARN_FACTOR);
+        return -1;
+    }
+    if (c->yarn_factor * (double)c->yarn_original_max > (double)MAX_POSITIONS) {
+        snprintf(err, errlen, "YaRN x%g from %lld reaches past %lld positions", c->yarn_factor,
+                 (long long)c->yarn_original_max, (long long)MAX_POSITIONS);
+        return -1;
+    }
+    return 0;
+}
+
 void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max) {
     if (factor <= 1.0) { c->yarn = 0; return; }
+    c->yarn_original_max = original_max > 0 ? original_max : config_yarn_original(c); /* before c->yarn is set */
     c->yarn = 1;
     c->yarn_factor = factor;
-    /* the original context: given, else the config's own YaRN's (its max_position is already scaled) */
-    c->yarn_original_max = original_max > 0 ? original_max : c->yarn ? c->yarn_original_max : c->max_position;
     /* the positions it reaches: transformers checks factor against max_position_embeddings /
      * original_max_position_embeddings (and warns), so a saved config.json says it both ways */
     c->max_position = (int64_t)ceil(factor * (double)c->yarn_original_max);
@@ -460,10 +493,7 @@ void rope_tables(const Qwen3Config *c, const int64_t *pos, int64_t n, float *cos
 }
 
 void config_yarn_for_seq(Qwen3Config *c, int64_t seq, double factor, int64_t original) {
-    const int64_t mp = c->max_position,
-                  orig = original > 0 ? original
-                         : c->yarn ? c->yarn_original_max
-                         : mp <= QWEN3_CONTEXT ? (mp < QWEN3_ORIGINAL_CONTEXT ? mp : QWEN3_ORIGINAL_CONTEXT) : mp;
+    const int64_t orig = original > 0 ? original : config_yarn_original(c);
     if (factor > 0) config_set_yarn(c, factor, orig);
     else if (!c->yarn && seq > orig) config_set_yarn(c, (double)seq / (double)orig, orig);
     else if (c->yarn && original > 0) config_set_yarn(c, c->yarn_factor, orig);

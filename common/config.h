@@ -56,8 +56,14 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
 int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */
 int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype);
-/* Apply YaRN from the command line (factor, original max positions); factor <= 1 disables. */
+/* Apply YaRN from the command line (factor, original max positions: 0 takes
+ * config_yarn_original's); factor <= 1 disables. */
 void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max);
+/* the original context YaRN stretches when none is given (config.c says which) */
+int64_t config_yarn_original(const Qwen3Config *c);
+/* 0, or -1 with err when YaRN's factor or the positions it reaches pass what config.json may say
+ * (a save must load back) */
+int config_check_yarn(const Qwen3Config *c, char *err, size_t errlen);
 /* Qwen3's pretraining context: the model cards extend it with YaRN from 32768 positions
  * (max_position_embeddings says 40960) */
 #define QWEN3_ORIGINAL_CONTEXT 32768

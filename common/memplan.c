@@ -109,11 +109,15 @@ void kept_report(int64_t gpu, int64_t host, int64_t layers, int64_t seq, int64_t
         ATTN_FWD_TFLOPS);
 }
 
-void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, int given) {
+void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, const char *whence) {
     const double node = (double)memplan_host(mp) * ranks_per_node, G = 1 << 30;
     if (node > 0)
-        say("pinned host memory per node (%d rank%s): %.1f GiB of %.1f GiB%s: %s\n", ranks_per_node, ranks_per_node == 1 ? "" : "s", node / G, budget / G,
-            given ? " (--host-gib)" : " available here", node <= budget ? "fits" : "DOES NOT FIT");
+        say("pinned host memory per node (%d rank%s): %.1f GiB of %.1f GiB %s: %s\n", ranks_per_node,
+            ranks_per_node == 1 ? "" : "s", node / G, budget / G, whence, node <= budget ? "fits" : "DOES NOT FIT");
+}
+
+const char *host_budget_whence(int argc, char **argv, int dry_run) {
+    return cli_given(argc, argv, "--host-gib") ? "(--host-gib)" : dry_run ? "(as planned above)" : "available here";
 }
 
 int64_t kept_all_or_none(const char *s, int64_t L, char *err, size_t n) {

@@ -57,6 +57,8 @@ int64_t host_available_bytes(void);
 void kept_report(int64_t gpu, int64_t host, int64_t layers, int64_t seq, int64_t q_width, int P);
 /* The host's plan per node (stage 4 on): the pinned bytes of ranks_per_node ranks against budget
  * (given: --host-gib, else what this machine has available); nothing when none is pinned. */
-void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, int given);
+void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, const char *whence);
+/* where the host budget came from: --host-gib, the dry-run's planned machine (plan_machine), this machine */
+const char *host_budget_whence(int argc, char **argv, int dry_run);
 
 #endif

@@ -41,6 +41,16 @@ int64_t moe_tile_row_bytes(const Qwen3Config *c) {
     return F32(2 * E) + BF(E) + 16 * k + BF(2 * k * c->hidden) + BF(3 * k * c->moe_intermediate);
 }
 
+int64_t moe_most_rows(const Qwen3Config *c) { return c->experts ? (MOE_MAX_PAIRS - 1) / c->top_k : INT64_MAX; }
+
+int moe_rows_ok(const Qwen3Config *c, int64_t T, char *err, size_t errlen) {
+    if (T <= moe_most_rows(c)) return 1;
+    snprintf(err, errlen, "MoE: %lld tokens x top-%lld = %lld (token, expert) pairs, at most 2^24 - 1 in one pass "
+             "(the expert counts are exact below 2^24): at most %lld tokens per GPU here; stage 5 tiles them",
+             (long long)T, (long long)c->top_k, (long long)(T * c->top_k), (long long)moe_most_rows(c));
+    return 0;
+}
+
 void moe_step_begin(MoeTile *m, const Qwen3Config *c, cudaStream_t st) {
     CUDA_CHECK(cudaMemsetAsync(m->choices, 0, (size_t)(8 * c->experts), st));
     CUDA_CHECK(cudaMemsetAsync(m->psum, 0, (size_t)(8 * c->experts), st));
@@ -86,7 +96,7 @@ static void experts_dw(Gemm *gm, const MoeTile *m, float *dW, const bf16_t *dy, 
 void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
                  int stats, cudaStream_t st) {
     const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
-    if (T * k >= (1 << 24)) DIE("MoE tile of %lld pairs: the expert counts are exact below 2^24", (long long)(T * k));
+    if (T * k >= MOE_MAX_PAIRS) DIE("MoE tile of %lld pairs: the plan should have refused it", (long long)(T * k));
     mark(st, K_GEMM);
     linear_fwd(gm, m->logits, 1, xn, W->router, T, D, E, 0.f, st);
     mark(st, K_ELEM);

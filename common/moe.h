@@ -48,6 +48,11 @@ void moe_carve_tile(MoeTile *m, Arena *a, const Qwen3Config *c, int64_t T);
 void moe_carve_step(MoeTile *m, Arena *a, const Qwen3Config *c);
 /* bytes a tile needs per row */
 int64_t moe_tile_row_bytes(const Qwen3Config *c);
+/* The (token, expert) pairs of a tile are counted in float-exact sums, so fewer than 2^24: the most
+ * rows a tile may have (INT64_MAX for a dense model), and 1, or 0 with err, for T rows */
+#define MOE_MAX_PAIRS (1ll << 24)
+int64_t moe_most_rows(const Qwen3Config *c);
+int moe_rows_ok(const Qwen3Config *c, int64_t T, char *err, size_t errlen);
 
 /* the step's statistics start at zero */
 void moe_step_begin(MoeTile *m, const Qwen3Config *c, cudaStream_t st);

@@ -24,7 +24,27 @@ void longctx_on_fatal(void (*fn)(void)) {
 
 int longctx_dying(void) { return __atomic_load_n(&dying, __ATOMIC_ACQUIRE); }
 
+/* the first thread to call takes the process down; a later one (another rank failing on the
+ * communicators the first one aborted) must not print: its message would be a consequence, and
+ * would land below the reason, where the reader looks first */
+static void claim_or_wait(void) {
+    if (__atomic_exchange_n(&dying, 1, __ATOMIC_ACQ_REL))
+        for (;;) pause();
+}
+
+static _Noreturn void run_hooks_and_exit(int code) {
+    alarm(60); /* a hook that blocks (an abort waiting on a dead network) must not keep the process */
+    const int n = __atomic_load_n(&fatal_nhooks, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n && i < MAX_FATAL_HOOKS; i++) {
+        void (*fn)(void) = __atomic_load_n(&fatal_hooks[i], __ATOMIC_ACQUIRE);
+        if (fn) fn();
+    }
+    fflush(NULL);
+    _exit(code);
+}
+
 _Noreturn void longctx_fail(int code, const char *file, int line, const char *fmt, ...) {
+    claim_or_wait();
     char msg[2048];
     int n = 0;
     if (longctx_rank >= 0 && file) n = snprintf(msg, sizeof msg, "rank %d: ", longctx_rank);
@@ -36,20 +56,12 @@ _Noreturn void longctx_fail(int code, const char *file, int line, const char *fm
     va_end(ap);
     fflush(stdout); /* what the run printed first, then the reason it stops */
     fprintf(stderr, "%s%s\n", __atomic_load_n(&longctx_midline, __ATOMIC_ACQUIRE) ? "\n" : "", msg);
-    longctx_die(code);
+    run_hooks_and_exit(code);
 }
 
 _Noreturn void longctx_die(int code) {
-    if (__atomic_exchange_n(&dying, 1, __ATOMIC_ACQ_REL)) /* another thread is taking the process down */
-        for (;;) pause();
-    alarm(60); /* a hook that blocks (an abort waiting on a dead network) must not keep the process */
-    const int n = __atomic_load_n(&fatal_nhooks, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < n && i < MAX_FATAL_HOOKS; i++) {
-        void (*fn)(void) = __atomic_load_n(&fatal_hooks[i], __ATOMIC_ACQUIRE);
-        if (fn) fn();
-    }
-    fflush(NULL);
-    _exit(code);
+    claim_or_wait();
+    run_hooks_and_exit(code);
 }
 
 void arenas_plan(Arena *a, const ArenaSpec *spec, int n) {

@@ -93,7 +93,8 @@ void progress_at(cudaStream_t st, int backward, int64_t l);
  * step in flight, saves it and exits 0. Several ranks agree on the step with a collective. */
 void preempt_arm(void);
 int preempt_pending(void); /* the signal's number, or 0 */
-/* the closing line: which signal, after which step, where the save is and how to go on */
+/* the line that says why the run stops early (its "done: X s" follows): which signal, after which
+ * step, where the save is and how to go on */
 void preempt_report(int sig, int64_t step, int64_t start, const char *save);
 
 #endif

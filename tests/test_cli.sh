@@ -83,6 +83,21 @@ for s in stage[1-5]_*.c; do
         got=$(grep -c 'kept O\|kept attention (O, LSE)' <<< "$out")
         ok "$bin --keep-attn ${w:-(alone)} keeps $want layers" "[ $rc -eq 0 ] && [ $(( want > 0 )) -eq $(( got > 0 )) ]"
     done
+    # --yarn-factor alone: every stage stretches Qwen3 from the 32768 positions it trained on (once
+    # stages 1-4 took 0, no interpolation at all, and wrote a config.json that would not load back)
+    out=$($bin --model 0.6B --seq 4096 $gpus --yarn-factor 4 --dry-run 2>&1); rc=$?
+    ok "$bin --yarn-factor 4 is YaRN x4 from 32768, as in every stage" "[ $rc -eq 0 ] && grep -q 'YaRN x4 from 32768' <<< \"\$out\""
+    [ "$n" -le 4 ] && # (stage 5 takes it as where its YaRN from the sequence starts)
+        check_refusal "--yarn-original for a model without YaRN, alone" "give --yarn-factor too" --yarn-original 4096 --dry-run
+    check_refusal "YaRN past the positions config.json may hold" "reaches past" --model tests/golden/yarn4_orig32 \
+        --yarn-factor 1e6 --yarn-original 4G --dry-run
+    check_refusal "--seq 2G (RoPE positions are int32)" "outside \[2,2G)" --seq 2G --dry-run
+    # an MoE pass of 512K tokens x top-32 = 2^24 pairs: stages 1-4 in one pass, stage 5 in a tile that big
+    tile=; [ "$n" -eq 5 ] && tile="--mlp-tile 512K"
+    check_refusal "an MoE pass of 2^24 (token, expert) pairs, before the GPU" "2^24" --model tests/bad_configs/moe_topk32 \
+        --seq 512K $gpus $tile
+    out=$($bin --model tests/bad_configs/moe_topk32 --seq 512K $gpus $tile --dry-run 2>&1)
+    ok "$bin --dry-run of 2^24 MoE pairs says the run would stop" "grep -q '2^24' <<< \"\$out\""
     if [ "$n" -le 3 ]; then
         check_refusal "--keep-attn 2 with the stage that adds it" "come in stage 4" --keep-attn 2 --dry-run
         check_refusal "--keep-attn auto with the stage that adds it" "come in stage 4" --keep-attn auto --dry-run

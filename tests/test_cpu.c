@@ -610,6 +610,16 @@ static void test_bounds(void) {
         char *a[] = {"p", "--d", (char *)bad_d[i]};
         EXPECT(cli_parse(3, a, o, 2, err, sizeof err) == -1, "--d %s is refused (finite, in (0,1))", bad_d[i]);
     }
+    /* a bound a double cannot hold, itself: 2^53 + 1 is in [0, 2^53 + 1] and 2^53 + 2 is not */
+    Opt odd[] = {{"--x", OPT_INT, &x, "x", "[0,9007199254740993]"}};
+    char *a4[] = {"p", "--x", "9007199254740993"}, *a5[] = {"p", "--x", "9007199254740994"};
+    EXPECT(!cli_parse(3, a4, odd, 1, err, sizeof err) && x == 9007199254740993ll &&
+               cli_parse(3, a5, odd, 1, err, sizeof err) == -1,
+           "an integer bound of 2^53+1 is exact at both sides: %s", err);
+    EXPECT(cli_parse_int(" 5", &n) && cli_parse_int("+5", &n) && !cli_parse_int("-5", &n) && n == -5,
+           "integers: no leading space or +; a minus sign is read");
+    char *a6[] = {"p", "--d", "0.5K"};
+    EXPECT(cli_parse(3, a6, o, 2, err, sizeof err) == -1, "a double takes no K/M/G suffix: %s", err);
     char *a3[] = {"p", "--d=0.5", "--x", "7"};
     EXPECT(!cli_parse(4, a3, o, 2, err, sizeof err) && d == 0.5 && x == 7 && cli_given(4, a3, "--d") &&
                cli_given(4, a3, "--x") && !cli_given(4, a3, "--dd"),
@@ -1017,6 +1027,18 @@ static void *spin(void *arg) {
     for (;;) pause();
     return NULL;
 }
+/* a rank whose communicator the hook aborts: it fails too, as a consequence of the first */
+static volatile int fatal_aborted;
+static void abort_hook(void) {
+    fatal_aborted = 1;
+    usleep(300000);
+}
+static void *dies_after_abort(void *arg) {
+    (void)arg;
+    while (!fatal_aborted) usleep(1000);
+    DIE("a consequence (test)");
+    return NULL;
+}
 
 /* DIE from one thread while others run (or DIE too): the hooks run once, the process exits 1 at once */
 static void test_fatal(void) {
@@ -1046,6 +1068,30 @@ static void test_fatal(void) {
                both ? "two ranks DIE at once" : "one rank DIEs", status);
         EXPECT(lines == 1, "%s: the fatal hooks ran once (%d)", both ? "two ranks DIE at once" : "one rank DIEs", lines);
     }
+    /* the reason is the last line: a rank failing because the hook aborted its communicator says nothing */
+    char errfile[1200];
+    snprintf(errfile, sizeof errfile, "%s/fatal.err", tmpdir);
+    fflush(NULL);
+    const pid_t child = fork();
+    if (child == 0) {
+        if (!freopen(errfile, "w", stderr)) _exit(5);
+        longctx_on_fatal(abort_hook);
+        pthread_t t[2];
+        pthread_create(&t[1], NULL, dies_after_abort, NULL);
+        pthread_create(&t[0], NULL, die_now, NULL);
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        _exit(6);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    int lines = 0, reason = 0;
+    char line[512];
+    FILE *f = fopen(errfile, "r");
+    while (f && fgets(line, sizeof line, f)) lines++, reason += strstr(line, "a rank fails") != NULL;
+    if (f) fclose(f);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1 && lines == 1 && reason == 1,
+           "a rank failing as a consequence prints nothing: stderr holds the one reason (%d lines, status %d)", lines,
+           status);
 }
 
 
