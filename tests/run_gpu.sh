@@ -231,6 +231,8 @@ if [ -z "${SKIP_MOE:-}" ]; then
     echo "== MoE in every stage: the MoE golden config in stages 1-4 against the reference and stage 5 (tests/moe_stages_gpu.sh)"
     bash tests/moe_stages_gpu.sh 2>&1 | tee "$tmp/moe.txt"; count "$tmp/moe.txt" "MoE in stages 1-4"
 fi
+echo "== --yarn-factor alone in every stage: the model whose config.json says YaRN (tests/yarn_gpu.sh)"
+bash tests/yarn_gpu.sh 2>&1 | tee "$tmp/yarn.txt"; count "$tmp/yarn.txt" "YaRN from the command line"
 if [ -z "${SKIP_PREEMPT:-}" ]; then
     echo "== SIGTERM / SIGUSR1 with --save: the step in flight finishes, is saved, exit 0 (tests/preempt_gpu.sh)"
     PREEMPT_TMP="$tmp/preempt" bash tests/preempt_gpu.sh 2>&1 | tee "$tmp/preempt.txt"; count "$tmp/preempt.txt" "preemption"
