@@ -38,6 +38,8 @@ for n in 1 2 3 4 5; do
     ok "$bin plans the good tiny model (exit $rc)" "[ $rc -eq 0 ] && grep -q 'total (peak)' <<< \"\$out\""
     out=$("$BIN/$bin" $good $R --resume "$T/r_good" --dry-run 2>&1); rc=$?
     ok "$bin plans a resume of a good save (exit $rc)" "[ $rc -eq 0 ]"
+    out=$("$BIN/$bin" $good $R --resume "$T/r_good" --model "$T/r_good" --dry-run 2>&1); rc=$?
+    ok "$bin plans --resume R --model R, R a save's root (exit $rc)" "[ $rc -eq 0 ]"
     # windows: a step reads seq + 1 tokens (every data-parallel rank its own, in stage 2)
     refuse $bin "a window longer than its token file" "holds 100 tokens" $good $R --data "$T/short.tok" --seq 128
     refuse $bin "an evaluation longer than its eval file" "--eval-data $T/short.tok holds 1 windows" $good $R --eval-data "$T/short.tok"
@@ -84,7 +86,7 @@ for n in 1 2 3 4 5; do
     refuse $bin "--log under a missing directory" "does not exist" $good $R --log "$T/none/log.jsonl"
     # numbers
     refuse $bin "--seq 17179869185G (a suffix past int64)" "is not an integer" $good $R --seq 17179869185G
-    refuse $bin "--seq 2^63-1" "is outside [2,4G]" $good $R --seq 9223372036854775807
+    refuse $bin "--seq 2^63-1" "is outside [2,2G)" $good $R --seq 9223372036854775807
     refuse $bin "--lr -1" "is outside (0,1]" $good $R --lr -1
     refuse $bin "--lr nan" "is not a finite number" $good $R --lr nan
     refuse $bin "--layers -3" "is outside [0,1K]" $good $R --layers -3
