@@ -825,7 +825,8 @@ static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
 static void open_inputs(Model *M) {
     const Opts *o = &M->o;
     inputs_open(&M->in, &(InputsAsk){.data = o->data, .eval_data = o->eval_data, .model = o->model, .resume = o->resume,
-                                     .save = o->save, .log = o->log, .window = M->S,
+                                     .save = o->save, .log = o->log, .trace = o->trace, .timeline = o->timeline,
+                                     .dump_grads = o->dump_grads, .window = M->S,
                                      .world = M->P /* stage 2: disjoint windows */, .eval_steps = eval_passes(M), .steps = o->steps},
                 &M->c, &M->p.table);
 }
@@ -975,8 +976,6 @@ int main(int argc, char **argv) {
     M.o = parse_opts(argc, argv);
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
-    trace_open(M.o.trace);
-    timeline_open(M.o.timeline);
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
     config_print(&M.c);
@@ -988,6 +987,8 @@ int main(int argc, char **argv) {
     memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     if (M.o.dry_run) return 0;
+    trace_open(M.o.trace); /* after the dry-run: it writes nothing */
+    timeline_open(M.o.timeline);
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
     ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);

@@ -1303,7 +1303,8 @@ static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
 static void open_inputs(Model *M) {
     const Opts *o = &M->o;
     inputs_open(&M->in, &(InputsAsk){.data = o->data, .eval_data = o->eval_data, .model = o->model, .resume = o->resume,
-                                     .save = o->save, .log = o->log, .window = M->o.seq /* stage 3: one sequence */,
+                                     .save = o->save, .log = o->log, .trace = o->trace, .timeline = o->timeline,
+                                     .dump_grads = o->dump_grads, .window = M->o.seq /* stage 3: one sequence */,
                                      .world = 1, .eval_steps = eval_passes(M), .steps = o->steps},
                 &M->c, &M->p.table);
 }
@@ -1487,8 +1488,6 @@ int main(int argc, char **argv) {
     M.o = parse_opts(argc, argv);
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, &M.o.host_gib); /* --dry-run: this machine's GPUs, else the headline's */
     prof_enable(M.o.profile);
-    trace_open(M.o.trace);
-    timeline_open(M.o.timeline);
     const int visible = advice_gpus(&M.o.ranks, M.o.dry_run); /* stage 5: none here: plan the headline's 8 */
     M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
     load_config(&M);
@@ -1512,6 +1511,8 @@ int main(int argc, char **argv) {
                                  .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M),
                                  .dry_run = M.o.dry_run}, &mp, visible); /* a dry-run prints what the run would */
     if (M.o.dry_run) return 0;
+    trace_open(M.o.trace); /* after the dry-run: it writes nothing */
+    timeline_open(M.o.timeline);
     /* ---- stage 2: FSDP ---- */
     RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
     ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);

@@ -44,7 +44,12 @@ char *file_read_all(const char *path, const char *what, size_t max, size_t *len,
     FILE *f = file_open_regular(path, what, err, errlen);
     if (!f) return NULL;
     struct stat sb;
-    if (fstat(fileno(f), &sb) || sb.st_size < 0 || (uint64_t)sb.st_size > max) {
+    if (fstat(fileno(f), &sb)) {
+        snprintf(err, errlen, "%s: cannot read the %s's size: %s", path, what, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > max) {
         snprintf(err, errlen, "%s: %lld bytes, more than a %s can be (%zu)", path, (long long)sb.st_size, what, max);
         fclose(f);
         return NULL;

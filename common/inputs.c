@@ -2,6 +2,7 @@
 #include "inputs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,30 +94,63 @@ static void check_resume(Inputs *in, const char *dir, const ParamTable *t, int64
 }
 
 /* ---------------------------------------------------------------- outputs */
-/* the directory a path will be created in: it must exist and take new files */
-static void check_writable(const char *flag, const char *path, int is_dir) {
-    struct stat sb;
-    if (!stat(path, &sb)) {
-        if (is_dir && !S_ISDIR(sb.st_mode)) STOP("%s %s exists and is not a directory", flag, path);
-        if (!is_dir && !S_ISREG(sb.st_mode)) STOP("%s %s exists and is not a regular file", flag, path);
-        if (access(path, W_OK)) STOP("%s %s: not writable (%s)", flag, path, strerror(errno));
-        return;
-    }
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", path);
-    for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--) parent[n - 1] = 0;
+/* Can a new file be made in dir? Asked by making one (O_EXCL, a name of this process) and removing
+ * it: access(W_OK) says yes to root on /proc and on a read-only export, where the save would fail
+ * after the training it was to keep. */
+static int probe_dir(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.longctx-probe-%ld", dir, (long)getpid());
+    const int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return -1;
+    close(fd);
+    unlink(p);
+    return 0;
+}
+
+/* path's directory: "a/b" -> "a", "b" -> ".", "/b" -> "/" (trailing slashes dropped first) */
+static void parent_of(const char *path, char *parent, size_t n) {
+    snprintf(parent, n, "%s", path);
+    for (size_t k = strlen(parent); k > 1 && parent[k - 1] == '/'; k--) parent[k - 1] = 0;
     char *slash = strrchr(parent, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
+    if (!slash) snprintf(parent, n, ".");
     else if (slash == parent) parent[1] = 0;
     else *slash = 0;
-    if (stat(parent, &sb) || !S_ISDIR(sb.st_mode))
-        STOP("%s %s: its directory %s does not exist (create it first)", flag, path, parent);
-    if (access(parent, W_OK)) STOP("%s %s: cannot create it in %s (%s)", flag, path, parent, strerror(errno));
+}
+
+/* Where the run will write: a directory (--save) or a file (--log, --trace, --timeline,
+ * --dump-grads), existing or to be made in an existing directory; checked by trying, and
+ * leaving nothing behind. */
+static void check_writable(const char *flag, const char *path, int is_dir) {
+    struct stat sb;
+    const size_t len = strlen(path);
+    if (!is_dir && len && path[len - 1] == '/') STOP("%s %s: ends in '/': give a file name", flag, path);
+    if (!stat(path, &sb)) {
+        if (is_dir && !S_ISDIR(sb.st_mode)) STOP("%s %s exists and is not a directory", flag, path);
+        if (!is_dir && !S_ISREG(sb.st_mode) && !S_ISCHR(sb.st_mode)) /* /dev/null is fine */
+            STOP("%s %s exists and is not a regular file", flag, path);
+        if (is_dir ? probe_dir(path) : access(path, W_OK))
+            STOP("%s %s: cannot write %s (%s)", flag, path, is_dir ? "in it" : "it", strerror(errno));
+        if (!is_dir && S_ISREG(sb.st_mode)) { /* open it as the run will, changing nothing */
+            const int fd = open(path, O_WRONLY | O_APPEND);
+            if (fd < 0) STOP("%s %s: cannot write it (%s)", flag, path, strerror(errno));
+            close(fd);
+        }
+        return;
+    }
+    if (errno != ENOENT) STOP("%s %s: %s", flag, path, strerror(errno)); /* "a/file/x": not a directory */
+    char parent[4096];
+    parent_of(path, parent, sizeof parent);
+    if (stat(parent, &sb)) STOP("%s %s: its directory %s does not exist (create it first)", flag, path, parent);
+    if (!S_ISDIR(sb.st_mode)) STOP("%s %s: %s is not a directory", flag, path, parent);
+    if (probe_dir(parent)) STOP("%s %s: cannot create it in %s (%s)", flag, path, parent, strerror(errno));
 }
 
 /* ---------------------------------------------------------------- all of them */
 void inputs_open(Inputs *in, const InputsAsk *a, const Qwen3Config *c, const ParamTable *t) {
     memset(in, 0, sizeof *in);
+    /* a plan the advice asked for (advice.c: fits): the run that asked checked these files, and a
+     * 40 GB token file read again by each of ten plans would cost minutes */
+    if (getenv("LONGCTX_ADVISING")) return;
     open_tokens(&in->data, a->data, "--data", c->vocab);
     check_windows(&in->data, "--data", a, 0);
     if (a->eval_data) {
@@ -126,5 +160,8 @@ void inputs_open(Inputs *in, const InputsAsk *a, const Qwen3Config *c, const Par
     if (a->resume) check_resume(in, a->resume, t, a->steps);
     else check_model(a->model, t);
     if (a->save) check_writable("--save", a->save, 1);
-    if (a->log) check_writable("--log", a->log, 0);
+    const char *flag[4] = {"--log", "--trace", "--timeline", "--dump-grads"},
+               *file[4] = {a->log, a->trace, a->timeline, a->dump_grads};
+    for (int k = 0; k < 4; k++)
+        if (file[k]) check_writable(flag[k], file[k], 0);
 }

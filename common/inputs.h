@@ -3,8 +3,8 @@
  * (their header, every id, and that they hold the windows this job reads), the model directory
  * (config.json was read by the config; here every weight's header: each tensor present once, with
  * its shape and a float type), the --resume save (its step, every master/m/v tensor), and where
- * --save and --log will write. A problem stops the run (STOP: "stage1: what is wrong and what to
- * do"); nothing later finds it after minutes of GPU setup. */
+ * --save, --log, --trace, --timeline and --dump-grads will write. A problem stops the run (STOP:
+ * "stage1: what is wrong and what to do"); nothing later finds it after minutes of GPU setup. */
 #ifndef LONGCTX_INPUTS_H
 #define LONGCTX_INPUTS_H
 
@@ -25,6 +25,7 @@ typedef struct {
     const char *model;              /* a size name or an HF directory */
     const char *resume;             /* a resolved save directory (ckpt_resume_dir), or NULL */
     const char *save, *log;         /* where the run will write, or NULL */
+    const char *trace, *timeline, *dump_grads; /* the same, for the tests' and the profiler's files */
     int64_t window;                 /* tokens of one window (the whole sequence under context parallelism) */
     int world;                      /* ranks reading disjoint windows (stage 2's data parallelism), else 1 */
     int64_t eval_steps;             /* loader steps one evaluation reads */

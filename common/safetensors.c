@@ -2,6 +2,7 @@
 #define _FILE_OFFSET_BITS 64
 #include "safetensors.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,8 +227,9 @@ int st_open(const char *path, SafeTensors *st, char *err, size_t errlen) {
     if (is_dir(path)) {
         char p[4096];
         snprintf(p, sizeof p, "%s/model.safetensors.index.json", path);
-        FILE *f = fopen(p, "rb");
-        if (f) { fclose(f); rc = open_index(st, path, p, err, errlen); }
+        struct stat sb; /* lstat, not fopen: opening a FIFO would wait for a writer; open_index's read
+                         * refuses anything but a regular file, naming the index */
+        if (!lstat(p, &sb) || errno != ENOENT) rc = open_index(st, path, p, err, errlen);
         else {
             snprintf(p, sizeof p, "%s/model.safetensors", path);
             rc = open_file(st, p, err, errlen);

@@ -122,8 +122,8 @@ int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int ran
     ld->rank = rank;
     ld->windows = (tf->count - 1) / seq;
     if (ld->windows < world) {
-        snprintf(err, errlen, "%s holds %lld windows of %lld+1 tokens; %d data-parallel ranks need at least %d disjoint ones",
-                 tf->path, (long long)ld->windows, (long long)seq, world, world);
+        snprintf(err, errlen, "%s holds %lld window%s of %lld+1 tokens; %d data-parallel ranks need at least %d disjoint ones",
+                 tf->path, (long long)ld->windows, ld->windows == 1 ? "" : "s", (long long)seq, world, world);
         return -1;
     }
     return 0;
@@ -167,9 +167,10 @@ int64_t loader_counted_job(const Loader *ld, int64_t step) {
 
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen) {
     if (steps > ld->windows / ld->world) {
-        snprintf(err, errlen, "%s holds %lld windows of %lld+1 tokens; an evaluation reads %lld, each once (--eval-windows, "
-                 "%d ranks a window each): lower --eval-windows or --seq, or use a longer file", ld->tf->path,
-                 (long long)ld->windows, (long long)ld->seq, (long long)steps * ld->world, ld->world);
+        snprintf(err, errlen, "%s holds %lld window%s of %lld+1 tokens; an evaluation reads %lld, each once (--eval-windows, "
+                 "%d rank%s a window each): lower --eval-windows or --seq, or use a longer file", ld->tf->path,
+                 (long long)ld->windows, ld->windows == 1 ? "" : "s", (long long)ld->seq, (long long)steps * ld->world,
+                 ld->world, ld->world == 1 ? "" : "s");
         return -1;
     }
     int64_t n = 0;

@@ -129,7 +129,7 @@ static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 void trace_open(const char *path) {
     if (!path) return;
     trace_file = fopen(path, "w");
-    if (!trace_file) DIE("cannot write --trace %s: %s", path, strerror(errno));
+    if (!trace_file) STOP("cannot write --trace %s: %s", path, strerror(errno));
 }
 
 void trace(const char *fmt, ...) {

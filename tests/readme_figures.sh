@@ -66,7 +66,7 @@ for fig, cmd, pat in FIGURES:
 
 # lines the README shows as the program prints them
 for line, cmd in [("attention kept: 18 layers on the GPU, 40 on the host, 6 recompute", S5),
-                  ("holds 1 windows of 1048576+1 tokens; 8 data-parallel ranks need",
+                  ("holds 1 window of 1048576+1 tokens; 8 data-parallel ranks need",
                    "NCCL_NVLS_ENABLE=0 ./stage2 --model 32B --seq 1M --dry-run")]:
     ok(f"`{cmd}` prints {line!r}", line in run(cmd))
 

@@ -15,6 +15,7 @@ BIN=${BIN:-.}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 python3 tests/make_bad_inputs.py "$T" || { echo "0 passed, 1 failed"; exit 1; }
 mkfifo "$T/fifo.tok"
+mkdir "$T/m_fifo_index"; cp "$T/m_good/config.json" "$T/m_fifo_index/"; mkfifo "$T/m_fifo_index/model.safetensors.index.json"
 pass=0; fail=0
 ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
 
@@ -42,7 +43,7 @@ for n in 1 2 3 4 5; do
     ok "$bin plans --resume R --model R, R a save's root (exit $rc)" "[ $rc -eq 0 ]"
     # windows: a step reads seq + 1 tokens (every data-parallel rank its own, in stage 2)
     refuse $bin "a window longer than its token file" "holds 100 tokens" $good $R --data "$T/short.tok" --seq 128
-    refuse $bin "an evaluation longer than its eval file" "--eval-data $T/short.tok holds 1 windows" $good $R --eval-data "$T/short.tok"
+    refuse $bin "an evaluation longer than its eval file" "--eval-data $T/short.tok holds 1 window of" $good $R --eval-data "$T/short.tok"
     [ $n -ge 3 ] && refuse $bin "--seq 2M on the shipped books (1.27M tokens)" "holds 1270101 tokens" \
         --model 0.6B --layers 1 --seq 2097152 --steps 1 $R
     # files that are not token files
@@ -84,6 +85,17 @@ for n in 1 2 3 4 5; do
     refuse $bin "--save onto a file" "exists and is not a directory" $good $R --save "$T/save_is_file"
     refuse $bin "--save under a missing directory" "does not exist" $good $R --save "$T/none/ck"
     refuse $bin "--log under a missing directory" "does not exist" $good $R --log "$T/none/log.jsonl"
+    refuse $bin "--save FILE/ (a file named as a directory)" "Not a directory" $good $R --save "$T/save_is_file/"
+    refuse $bin "--log DIR/ (no file name)" "ends in '/'" $good $R --log "$T/none/"
+    refuse $bin "--log under a file" "Not a directory" $good $R --log "$T/save_is_file/log.jsonl"
+    refuse $bin "--save where nothing can be created (/proc)" "cannot create it in /proc" $good $R --save /proc/ck
+    refuse $bin "--trace under a missing directory" "--trace $T/none/t.txt: its directory" $good $R --trace "$T/none/t.txt"
+    refuse $bin "--timeline under a missing directory" "--timeline $T/none/t.tsv: its directory" $good $R --timeline "$T/none/t.tsv"
+    refuse $bin "--dump-grads under a missing directory" "--dump-grads $T/none/g: its directory" $good $R --dump-grads "$T/none/g"
+    refuse $bin "a FIFO as the safetensors index" "model.safetensors.index.json: a FIFO" $good $R --model "$T/m_fifo_index"
+    out=$("$BIN/$bin" $good $R --log /dev/null --trace "$T/tr_$n.txt" --timeline "$T/tl_$n.tsv" --dry-run 2>&1); rc=$?
+    ok "$bin plans with --log /dev/null, and its dry-run creates no --trace or --timeline file (exit $rc)" \
+        "[ $rc -eq 0 ] && [ ! -e '$T/tr_$n.txt' ] && [ ! -e '$T/tl_$n.tsv' ]"
     # numbers
     refuse $bin "--seq 17179869185G (a suffix past int64)" "is not an integer" $good $R --seq 17179869185G
     refuse $bin "--seq 2^63-1" "is outside [2,2G)" $good $R --seq 9223372036854775807
