@@ -15,7 +15,7 @@ typedef cudnnBackendDescriptor_t Desc;
 typedef enum { G_FWD, G_BWD } GraphKind;
 
 /* tensor uids of the variant pack */
-enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_SKV, U_SQ, U_ONE,
+enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_SKV, U_SQ, U_ONE, U_SEQ_Q, U_SEQ_KV,
        U_DO = 101, U_DQ, U_DK, U_DV, U_SOFTMAX_SUM = 201, U_DQ_ACCUM };
 
 struct SdpaPlan {
@@ -26,6 +26,7 @@ struct SdpaPlan {
     int64_t next_vuid; /* virtual tensor uids */
     Desc plan;
     int64_t ws;
+    Desc ninf;         /* the -inf scalar, one tensor however many masks use it */
 };
 
 /* ---------------------------------------------------------------- descriptor helpers */
@@ -63,6 +64,11 @@ static cudnnStatus_t scalar(SdpaPlan *pl, Desc *out, int64_t uid, cudnnDataType_
     static const int64_t one[4] = {1, 1, 1, 1};
     return tensor(pl, out, uid, dt, one, one, false, true);
 }
+static cudnnStatus_t neg_inf(SdpaPlan *pl, Desc *out) {
+    if (!pl->ninf) TRY(scalar(pl, &pl->ninf, U_NEGINF, CUDNN_DATA_FLOAT));
+    *out = pl->ninf;
+    return CUDNN_STATUS_SUCCESS;
+}
 static cudnnStatus_t virt(SdpaPlan *pl, Desc *out, cudnnDataType_t dt, const int64_t dims[4], const int64_t str[4]) {
     return tensor(pl, out, pl->next_vuid++, dt, dims, str, true, false);
 }
@@ -97,17 +103,26 @@ static cudnnStatus_t reduction(SdpaPlan *pl, Desc *op, cudnnReduceTensorOp_t mod
     TRY(set_desc(*op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, r));
     return cudnnBackendFinalize(*op);
 }
-static cudnnStatus_t matmul(SdpaPlan *pl, Desc *op, Desc A, Desc B, Desc C) {
+/* C = A B. A padded graph's matmuls take their row/column/inner extents from the run-time
+ * lengths (the M, N, K overrides; NULL: the dimensions), so work past the lengths is skipped. */
+static cudnnStatus_t matmul_ov(SdpaPlan *pl, Desc *op, Desc A, Desc B, Desc C, Desc Mo, Desc No, Desc Ko, int pad) {
     Desc m;
     const cudnnDataType_t f = CUDNN_DATA_FLOAT;
     TRY(mk(pl, CUDNN_BACKEND_MATMUL_DESCRIPTOR, &m));
     TRY(cudnnBackendSetAttribute(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f));
+    if (pad) { /* the forward's scores past the lengths read as 0 before the mask */
+        const double zero = 0;
+        TRY(cudnnBackendSetAttribute(m, CUDNN_ATTR_MATMUL_PADDING_VALUE, CUDNN_TYPE_DOUBLE, 1, &zero));
+    }
     TRY(cudnnBackendFinalize(m));
     TRY(mk(pl, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, op));
     TRY(set_desc(*op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, A));
     TRY(set_desc(*op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, B));
     TRY(set_desc(*op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, C));
     TRY(set_desc(*op, CUDNN_ATTR_OPERATION_MATMUL_DESC, m));
+    if (Mo) TRY(set_desc(*op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, Mo));
+    if (No) TRY(set_desc(*op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, No));
+    if (Ko) TRY(set_desc(*op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, Ko));
     return cudnnBackendFinalize(*op);
 }
 static cudnnStatus_t reshape(SdpaPlan *pl, Desc *op, Desc x, Desc y) {
@@ -134,7 +149,7 @@ static cudnnStatus_t mask(SdpaPlan *pl, Desc x, Desc *ops, int *n, Desc *out) {
     const SdpaShape *p = &pl->shape;
     const int64_t sd[4] = {1, p->Hq, p->Sq, p->Skv}, ss[4] = {p->Hq * p->Sq * p->Skv, p->Sq * p->Skv, p->Skv, 1};
     Desc row, col, m, y, ninf;
-    TRY(scalar(pl, &ninf, U_NEGINF, CUDNN_DATA_FLOAT));
+    TRY(neg_inf(pl, &ninf));
     TRY(virt(pl, &row, CUDNN_DATA_INT32, sd, ss));
     TRY(virt(pl, &col, CUDNN_DATA_INT32, sd, ss));
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 2, x, NULL, NULL, row));
@@ -157,6 +172,36 @@ static cudnnStatus_t mask(SdpaPlan *pl, Desc x, Desc *ops, int *n, Desc *out) {
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* padded graph: the run-time lengths, device int32 [1,1,1,1] each (sdpa.h: SdpaShape.padded) */
+static cudnnStatus_t seq_lens(SdpaPlan *pl, Desc *sq, Desc *skv) {
+    static const int64_t one[4] = {1, 1, 1, 1};
+    if (!pl->shape.padded) { *sq = *skv = NULL; return CUDNN_STATUS_SUCCESS; }
+    TRY(tensor(pl, sq, U_SEQ_Q, CUDNN_DATA_INT32, one, one, false, false));
+    return tensor(pl, skv, U_SEQ_KV, CUDNN_DATA_INT32, one, one, false, false);
+}
+/* padding mask on fp32 scores x [1,Hq,Sq,Skv]: keep (i, j) iff i < seq_q and j < seq_kv, else -inf
+ * (the pattern cuDNN's frontend emits, which its flash engines recognise in both directions) */
+static cudnnStatus_t pad_mask(SdpaPlan *pl, Desc x, Desc sq, Desc skv, Desc *ops, int *n, Desc *out) {
+    const SdpaShape *p = &pl->shape;
+    const int64_t sd[4] = {1, p->Hq, p->Sq, p->Skv}, ss[4] = {p->Hq * p->Sq * p->Skv, p->Sq * p->Skv, p->Skv, 1};
+    Desc row, col, rm, cm, m, y, ninf;
+    TRY(neg_inf(pl, &ninf));
+    TRY(virt(pl, &row, CUDNN_DATA_INT32, sd, ss));
+    TRY(virt(pl, &col, CUDNN_DATA_INT32, sd, ss));
+    TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 2, x, NULL, NULL, row));
+    TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 3, x, NULL, NULL, col));
+    TRY(virt(pl, &rm, CUDNN_DATA_BOOLEAN, sd, ss));
+    TRY(virt(pl, &cm, CUDNN_DATA_BOOLEAN, sd, ss));
+    TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, -1, row, sq, NULL, rm));
+    TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, -1, col, skv, NULL, cm));
+    TRY(virt(pl, &m, CUDNN_DATA_BOOLEAN, sd, ss));
+    TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, -1, rm, cm, NULL, m));
+    TRY(virt(pl, &y, CUDNN_DATA_FLOAT, sd, ss));
+    TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, -1, x, ninf, m, y));
+    *out = y;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- forward graph */
 /* S = scale Q K^T (masked); stats = max + log sum exp; O = softmax(S) V */
 static cudnnStatus_t fwd_ops(SdpaPlan *pl, Desc *ops, int *n) {
@@ -171,11 +216,13 @@ static cudnnStatus_t fwd_ops(SdpaPlan *pl, Desc *ops, int *n) {
     TRY(tensor(pl, &ST, U_STATS, CUDNN_DATA_FLOAT, rd, rs, false, false));
     TRY(scalar(pl, &SC, U_SCALE, CUDNN_DATA_FLOAT));
     const int64_t sd[4] = {1, p->Hq, p->Sq, p->Skv}, ss[4] = {p->Hq * p->Sq * p->Skv, p->Sq * p->Skv, p->Skv, 1};
-    Desc S0, S1, S2, MX, SUB, EX, SUM, LG, P;
+    Desc S0, S1, S2, MX, SUB, EX, SUM, LG, P, SQ, SKV;
+    TRY(seq_lens(pl, &SQ, &SKV));
     TRY(virt(pl, &S0, CUDNN_DATA_FLOAT, sd, ss));
-    TRY(matmul(pl, &ops[(*n)++], Q, KT, S0));
+    TRY(matmul_ov(pl, &ops[(*n)++], Q, KT, S0, SQ, SKV, NULL, p->padded));
     TRY(virt(pl, &S1, CUDNN_DATA_FLOAT, sd, ss));
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, -1, S0, SC, NULL, S1));
+    if (p->padded) TRY(pad_mask(pl, S1, SQ, SKV, ops, n, &S1));
     S2 = S1;
     if (p->causal) TRY(mask(pl, S1, ops, n, &S2));
     TRY(virt(pl, &MX, CUDNN_DATA_FLOAT, rd, rs));
@@ -191,19 +238,19 @@ static cudnnStatus_t fwd_ops(SdpaPlan *pl, Desc *ops, int *n) {
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, -1, MX, LG, NULL, ST));
     TRY(virt(pl, &P, CUDNN_DATA_BFLOAT16, sd, ss)); /* the second matmul's A operand carries the I/O type */
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, -1, EX, SUM, NULL, P));
-    TRY(matmul(pl, &ops[(*n)++], P, V, O)); /* must be the last op */
+    TRY(matmul_ov(pl, &ops[(*n)++], P, V, O, SQ, NULL, SKV, 0)); /* must be the last op */
     return CUDNN_STATUS_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- backward graph */
 /* GQA results (dK, dV) come out as full-head virtual tensors reduced over each kv head's q heads */
-static cudnnStatus_t gqa_matmul(SdpaPlan *pl, Desc *ops, int *n, Desc A, Desc B, Desc out) {
+static cudnnStatus_t gqa_matmul(SdpaPlan *pl, Desc *ops, int *n, Desc A, Desc B, Desc out, Desc Mo, Desc Ko) {
     const SdpaShape *p = &pl->shape;
-    if (p->Hq == p->Hkv) return matmul(pl, &ops[(*n)++], A, B, out);
+    if (p->Hq == p->Hkv) return matmul_ov(pl, &ops[(*n)++], A, B, out, Mo, NULL, Ko, 0);
     Desc full;
     const int64_t fd[4] = {1, p->Hq, p->Skv, p->D}, fs[4] = {p->Hq * p->Skv * p->D, p->Skv * p->D, p->D, 1};
     TRY(virt(pl, &full, CUDNN_DATA_BFLOAT16, fd, fs));
-    TRY(matmul(pl, &ops[(*n)++], A, B, full));
+    TRY(matmul_ov(pl, &ops[(*n)++], A, B, full, Mo, NULL, Ko, 0));
     return reduction(pl, &ops[(*n)++], CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
@@ -238,11 +285,13 @@ static cudnnStatus_t bwd_ops(SdpaPlan *pl, Desc *ops, int *n, cudnnDataType_t kv
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, -1, t1, ONE, NULL, SSUM));
 
     /* P = exp(mask(scale Q K^T - stats)) */
-    Desc S0, S1, S2, S3, P;
+    Desc S0, S1, S2, S3, P, SQ, SKV;
+    TRY(seq_lens(pl, &SQ, &SKV));
     TRY(virt(pl, &S0, CUDNN_DATA_FLOAT, sd, ss));
-    TRY(matmul(pl, &ops[(*n)++], Q, KT, S0));
+    TRY(matmul_ov(pl, &ops[(*n)++], Q, KT, S0, SQ, SKV, NULL, 0));
     TRY(virt(pl, &S1, CUDNN_DATA_FLOAT, sd, ss));
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, -1, S0, SC, NULL, S1));
+    if (p->padded) TRY(pad_mask(pl, S1, SQ, SKV, ops, n, &S1));
     TRY(virt(pl, &S2, CUDNN_DATA_FLOAT, sd, ss));
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, -1, S1, ST, NULL, S2));
     S3 = S2;
@@ -254,12 +303,12 @@ static cudnnStatus_t bwd_ops(SdpaPlan *pl, Desc *ops, int *n, cudnnDataType_t kv
     Desc PT;
     TRY(virt(pl, &PT, CUDNN_DATA_BFLOAT16, td, ts));
     TRY(reshape(pl, &ops[(*n)++], P, PT));
-    TRY(gqa_matmul(pl, ops, n, PT, dO, dV));
+    TRY(gqa_matmul(pl, ops, n, PT, dO, dV, SKV, SQ));
 
     /* dS = scale * P * (dO V^T - softmax_sum) */
     Desc dP, u1, u2, dS;
     TRY(virt(pl, &dP, CUDNN_DATA_FLOAT, sd, ss));
-    TRY(matmul(pl, &ops[(*n)++], dO, VT, dP));
+    TRY(matmul_ov(pl, &ops[(*n)++], dO, VT, dP, SQ, SKV, NULL, 0));
     TRY(virt(pl, &u1, CUDNN_DATA_FLOAT, sd, ss));
     TRY(pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, -1, dP, SSUM, NULL, u1));
     TRY(virt(pl, &u2, CUDNN_DATA_FLOAT, sd, ss));
@@ -271,7 +320,7 @@ static cudnnStatus_t bwd_ops(SdpaPlan *pl, Desc *ops, int *n, cudnnDataType_t kv
     Desc dST;
     TRY(virt(pl, &dST, CUDNN_DATA_BFLOAT16, td, ts));
     TRY(reshape(pl, &ops[(*n)++], dS, dST));
-    TRY(gqa_matmul(pl, ops, n, dST, Q, dK));
+    TRY(gqa_matmul(pl, ops, n, dST, Q, dK, SKV, SQ));
 
     /* dQ = dS K through the fp32 accumulator, then to bf16 */
     Desc K, ACC;
@@ -280,7 +329,7 @@ static cudnnStatus_t bwd_ops(SdpaPlan *pl, Desc *ops, int *n, cudnnDataType_t kv
     TRY(reshape(pl, &ops[(*n)++], KT, K));
     const int64_t ad[4] = {1, Hq, Sq, D}, as[4] = {Hq * Sq * D, Sq * D, D, 1};
     TRY(tensor(pl, &ACC, U_DQ_ACCUM, CUDNN_DATA_FLOAT, ad, as, false, false));
-    TRY(matmul(pl, &ops[(*n)++], dS, K, ACC));
+    TRY(matmul_ov(pl, &ops[(*n)++], dS, K, ACC, SQ, NULL, SKV, 0));
     return pointwise(pl, &ops[(*n)++], CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, -1, ACC, NULL, NULL, dQ);
 }
 
@@ -357,9 +406,9 @@ static SdpaPlan *get_plan(Sdpa *s, GraphKind kind, const SdpaShape *p) {
     if (!pl) {
         char m[1024] = {0};
         cudnnGetLastErrorString(m, sizeof m);
-        DIE("cuDNN has no plan for SDPA %s Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d: %s | %s -- hint: "
-            "CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr", kind == G_FWD ? "fwd" : "bwd", (long long)p->Hq,
-            (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, cudnnGetErrorString(st), m);
+        DIE("cuDNN has no plan for SDPA %s Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d padded=%d: %s | %s -- "
+            "hint: CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr", kind == G_FWD ? "fwd" : "bwd", (long long)p->Hq,
+            (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->padded, cudnnGetErrorString(st), m);
     }
     if (s->verbose)
         printf("cuDNN SDPA %s plan Sq=%lld Skv=%lld Hq=%lld/%lld built in %.2f s, workspace %.1f MiB\n",
@@ -430,29 +479,47 @@ static Scalars scalars(const SdpaShape *p) {
     return c;
 }
 
-void sdpa_fwd(Sdpa *s, const SdpaShape *p, bf16_t *o, float *lse, const bf16_t *q, const bf16_t *k, const bf16_t *v,
-              void *ws, int64_t ws_bytes) {
-    trace("sdpa fwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d", (long long)p->Hq,
-          (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right);
-    SdpaPlan *pl = get_plan(s, G_FWD, p);
-    Scalars c = scalars(p);
-    int64_t uids[9] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_SKV, U_SQ};
-    void *ptrs[9] = {(void *)q, (void *)k, (void *)v, o, lse, &c.scale, &c.neginf, &c.skv, &c.sq};
-    const int n = p->causal ? (p->bottom_right ? 9 : 7) : 6;
-    execute(s, pl, n, uids, ptrs, ws, ws_bytes);
+/* the variant pack's common part, then a padded call's two lengths (device, 16-byte aligned) */
+static int pack(const SdpaShape *p, const int32_t *lens, int n, int64_t *uids, void **ptrs) {
+    if (!p->padded) return n;
+    if (!lens) DIE("a padded SDPA plan needs its lengths");
+    uids[n] = U_SEQ_Q;  ptrs[n++] = (void *)lens;
+    uids[n] = U_SEQ_KV; ptrs[n++] = (void *)(lens + 4);
+    return n;
 }
 
+void sdpa_fwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *o, float *lse, const bf16_t *q,
+                     const bf16_t *k, const bf16_t *v, void *ws, int64_t ws_bytes) {
+    trace("sdpa fwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d padded=%d", (long long)p->Hq,
+          (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right, p->padded);
+    SdpaPlan *pl = get_plan(s, G_FWD, p);
+    Scalars c = scalars(p);
+    int64_t uids[11] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_SKV, U_SQ};
+    void *ptrs[11] = {(void *)q, (void *)k, (void *)v, o, lse, &c.scale, &c.neginf, &c.skv, &c.sq};
+    const int n = p->causal ? (p->bottom_right ? 9 : 7) : p->padded ? 7 : 6;
+    execute(s, pl, pack(p, lens, n, uids, ptrs), uids, ptrs, ws, ws_bytes);
+}
+void sdpa_fwd(Sdpa *s, const SdpaShape *p, bf16_t *o, float *lse, const bf16_t *q, const bf16_t *k, const bf16_t *v,
+              void *ws, int64_t ws_bytes) {
+    sdpa_fwd_padded(s, p, NULL, o, lse, q, k, v, ws, ws_bytes);
+}
+
+void sdpa_bwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *dq, bf16_t *dk, bf16_t *dv,
+                     const bf16_t *q, const bf16_t *k, const bf16_t *v, const bf16_t *o, const bf16_t *dout,
+                     const float *lse, float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes) {
+    trace("sdpa bwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d padded=%d", (long long)p->Hq,
+          (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right, p->padded);
+    SdpaPlan *pl = get_plan(s, G_BWD, p);
+    Scalars c = scalars(p);
+    int64_t uids[18] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SOFTMAX_SUM,
+                        U_DQ_ACCUM, U_NEGINF, U_SKV, U_SQ};
+    void *ptrs[18] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)lse, &c.scale, (void *)dout, dq, dk, dv,
+                      &c.one, softmax_sum, dq_accum, &c.neginf, &c.skv, &c.sq};
+    const int n = p->causal ? (p->bottom_right ? 16 : 14) : p->padded ? 14 : 13;
+    execute(s, pl, pack(p, lens, n, uids, ptrs), uids, ptrs, ws, ws_bytes);
+}
 void sdpa_bwd(Sdpa *s, const SdpaShape *p, bf16_t *dq, bf16_t *dk, bf16_t *dv, const bf16_t *q, const bf16_t *k,
               const bf16_t *v, const bf16_t *o, const bf16_t *dout, const float *lse, float *softmax_sum,
               float *dq_accum, void *ws, int64_t ws_bytes) {
-    trace("sdpa bwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d", (long long)p->Hq,
-          (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right);
-    SdpaPlan *pl = get_plan(s, G_BWD, p);
-    Scalars c = scalars(p);
-    int64_t uids[16] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SOFTMAX_SUM,
-                        U_DQ_ACCUM, U_NEGINF, U_SKV, U_SQ};
-    void *ptrs[16] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)lse, &c.scale, (void *)dout, dq, dk, dv,
-                      &c.one, softmax_sum, dq_accum, &c.neginf, &c.skv, &c.sq};
-    const int n = p->causal ? (p->bottom_right ? 16 : 14) : 13;
-    execute(s, pl, n, uids, ptrs, ws, ws_bytes);
+    sdpa_bwd_padded(s, p, NULL, dq, dk, dv, q, k, v, o, dout, lse, softmax_sum, dq_accum, ws, ws_bytes);
 }

@@ -18,6 +18,9 @@ typedef struct {
     int64_t Hq, Hkv, Sq, Skv, D;
     int causal;        /* mask keys after the query */
     int bottom_right;  /* causal diagonal aligned to the last key (query i sees keys <= i + Skv - Sq) */
+    int padded;        /* Sq, Skv are maxima: the *_padded calls give the real lengths at run time, and
+                          rows and keys past them are masked out (packed documents: one plan serves
+                          every document's block; work past the lengths is skipped) */
 } SdpaShape;
 
 typedef struct SdpaPlan SdpaPlan;
@@ -49,5 +52,14 @@ void sdpa_fwd(Sdpa *s, const SdpaShape *p, bf16_t *o, float *lse, const bf16_t *
 void sdpa_bwd(Sdpa *s, const SdpaShape *p, bf16_t *dq, bf16_t *dk, bf16_t *dv, const bf16_t *q, const bf16_t *k,
               const bf16_t *v, const bf16_t *o, const bf16_t *dout, const float *lse, float *softmax_sum,
               float *dq_accum, void *ws, int64_t ws_bytes);
+
+/* A padded plan's call. lens: device int32, lens[0] the query rows, lens[4] the keys (each 16-byte
+ * aligned), each >= 1 and <= the shape's Sq, Skv. Rows of o, lse, dq and keys of dk, dv past the
+ * lengths are left undefined: they are scratch, and the caller reads only the real ones. */
+void sdpa_fwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *o, float *lse, const bf16_t *q,
+                     const bf16_t *k, const bf16_t *v, void *ws, int64_t ws_bytes);
+void sdpa_bwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *dq, bf16_t *dk, bf16_t *dv,
+                     const bf16_t *q, const bf16_t *k, const bf16_t *v, const bf16_t *o, const bf16_t *dout,
+                     const float *lse, float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes);
 
 #endif

@@ -90,6 +90,9 @@ void scale_f64(double *x, int64_t n, double scale, cudaStream_t st);
  * lse_b [H, nq] fp32 (a cuDNN block's output). D a multiple of 4, buffers 16-byte aligned. */
 void lse_merge(void *o, int o_f32, float *lse, const bf16_t *o_b, const float *lse_b, int64_t n, int64_t q0,
                int64_t nq, int64_t H, int64_t D, cudaStream_t st);
+/* The same with lse_b's rows ldb apart ([H, ldb]: a padded cuDNN call's, docs.h) */
+void lse_merge_ld(void *o, int o_f32, float *lse, const bf16_t *o_b, const float *lse_b, int64_t ldb, int64_t n,
+                  int64_t q0, int64_t nq, int64_t H, int64_t D, cudaStream_t st);
 /* acc[i] += x[i] over n elements (a multiple of 4, 16-byte aligned); acc fp32 (acc_f32) or bf16 */
 void add_bf16_into(void *acc, int acc_f32, const bf16_t *x, int64_t n, cudaStream_t st);
 void fill_f32(float *p, float v, int64_t n, cudaStream_t st);

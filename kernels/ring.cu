@@ -53,12 +53,12 @@ __device__ __forceinline__ void st4(bf16_t *p, int64_t i, F4 x) {
 /* one warp per (row, head); each lane four consecutive elements of the head (D % 4 == 0) */
 template <typename T>
 __global__ void lse_merge_kernel(T *o, float *lse, const bf16_t *ob, const float *lseb, int64_t n, int64_t q0,
-                                 int64_t nq, int64_t H, int64_t D) {
+                                 int64_t nq, int64_t H, int64_t D, int64_t ldb) {
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (w >= nq * H) return;
     const int64_t t = w / H, h = w % H, row = q0 + t;
-    const float l = lse[h * n + row], lb = lseb[h * nq + t];
+    const float l = lse[h * n + row], lb = lseb[h * ldb + t];
     if (lb == -INFINITY) return; /* the block saw no key for this row */
     const float m = fmaxf(l, lb), a = l == -INFINITY ? 0.f : __expf(l - m), b = __expf(lb - m), rz = 1.f / (a + b);
     for (int64_t d = 4 * lane; d < D; d += 128) {
@@ -78,14 +78,18 @@ static void need_aligned(const void *p, int64_t n, const char *what) {
     }
 }
 
-extern "C" void lse_merge(void *o, int o_f32, float *lse, const bf16_t *o_b, const float *lse_b, int64_t n, int64_t q0,
-                          int64_t nq, int64_t H, int64_t D, cudaStream_t st) {
+extern "C" void lse_merge_ld(void *o, int o_f32, float *lse, const bf16_t *o_b, const float *lse_b, int64_t ldb,
+                             int64_t n, int64_t q0, int64_t nq, int64_t H, int64_t D, cudaStream_t st) {
     need_aligned(o, D, "lse_merge");
     need_aligned(o_b, D, "lse_merge");
     const unsigned grid = grid_for(nq * H, 8, 1LL << 31);
-    if (o_f32) lse_merge_kernel<float><<<grid, 256, 0, st>>>((float *)o, lse, o_b, lse_b, n, q0, nq, H, D);
-    else lse_merge_kernel<bf16_t><<<grid, 256, 0, st>>>((bf16_t *)o, lse, o_b, lse_b, n, q0, nq, H, D);
+    if (o_f32) lse_merge_kernel<float><<<grid, 256, 0, st>>>((float *)o, lse, o_b, lse_b, n, q0, nq, H, D, ldb);
+    else lse_merge_kernel<bf16_t><<<grid, 256, 0, st>>>((bf16_t *)o, lse, o_b, lse_b, n, q0, nq, H, D, ldb);
     KCHECK();
+}
+extern "C" void lse_merge(void *o, int o_f32, float *lse, const bf16_t *o_b, const float *lse_b, int64_t n, int64_t q0,
+                          int64_t nq, int64_t H, int64_t D, cudaStream_t st) {
+    lse_merge_ld(o, o_f32, lse, o_b, lse_b, nq, n, q0, nq, H, D, st);
 }
 
 template <typename T>

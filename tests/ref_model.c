@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../common/check.h"
+#include "../common/docs.h"
 
 /* ------------------------------------------------------------------ building blocks */
 
@@ -75,27 +76,29 @@ static void rope(float *x, const float *cos_t, const float *sin_t, int64_t S, in
         }
 }
 
-/* causal GQA attention. q [S,Hq,hd], k/v [S,Hkv,hd] -> o [S,Hq,hd]; P [Hq,S,S] probabilities kept */
-static void attention(float *o, float *P, const float *q, const float *k, const float *v, int64_t S, int64_t Hq,
-                      int64_t Hkv, int64_t hd) {
+/* causal GQA attention. q [S,Hq,hd], k/v [S,Hkv,hd] -> o [S,Hq,hd]; P [Hq,S,S] probabilities kept.
+ * first [S]: the first key each query may see (packed documents: its document's start); NULL: 0 */
+static void attention(float *o, float *P, const float *q, const float *k, const float *v, const int64_t *first,
+                      int64_t S, int64_t Hq, int64_t Hkv, int64_t hd) {
     const double scale = 1.0 / sqrt((double)hd);
     const int64_t g = Hq / Hkv;
     for (int64_t h = 0; h < Hq; h++) {
         const int64_t kh = h / g;
         for (int64_t i = 0; i < S; i++) {
             float *p = P + (h * S + i) * S;
+            const int64_t j0 = first ? first[i] : 0;
             double m = -INFINITY, z = 0;
-            for (int64_t j = 0; j <= i; j++) {
+            for (int64_t j = j0; j <= i; j++) {
                 double s = 0;
                 for (int64_t d = 0; d < hd; d++) s += (double)q[(i * Hq + h) * hd + d] * k[(j * Hkv + kh) * hd + d];
                 p[j] = (float)(s * scale);
                 if (p[j] > m) m = p[j];
             }
-            for (int64_t j = 0; j <= i; j++) z += exp(p[j] - m);
-            for (int64_t j = 0; j < S; j++) p[j] = j <= i ? (float)(exp(p[j] - m) / z) : 0.0f;
+            for (int64_t j = j0; j <= i; j++) z += exp(p[j] - m);
+            for (int64_t j = 0; j < S; j++) p[j] = j >= j0 && j <= i ? (float)(exp(p[j] - m) / z) : 0.0f;
             for (int64_t d = 0; d < hd; d++) {
                 double acc = 0;
-                for (int64_t j = 0; j <= i; j++) acc += (double)p[j] * v[(j * Hkv + kh) * hd + d];
+                for (int64_t j = j0; j <= i; j++) acc += (double)p[j] * v[(j * Hkv + kh) * hd + d];
                 o[(i * Hq + h) * hd + d] = (float)acc;
             }
         }
@@ -276,9 +279,40 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
     return ref_forward_backward_masked(c, pt, params, tokens, NULL, pos, S, loss_chunk, logits, grads);
 }
 
+static RefResult forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                  const uint32_t *tokens, const uint8_t *weights, const int64_t *pos,
+                                  const int64_t *first, int64_t S, int64_t loss_chunk, float *logits, float *grads);
+
 RefResult ref_forward_backward_masked(const Qwen3Config *c, const ParamTable *pt, const float *params,
                                       const uint32_t *tokens, const uint8_t *weights, const int64_t *pos, int64_t S,
                                       int64_t loss_chunk, float *logits, float *grads) {
+    return forward_backward(c, pt, params, tokens, weights, pos, NULL, S, loss_chunk, logits, grads);
+}
+
+/* Packed documents, as DESIGN.md section 9 defines them: documents end at eot (docs_split); each
+ * token's position is its offset in its document, each query sees its own document's keys only,
+ * and a label predicting the next document's first token (the one after an eot) counts no loss. */
+RefResult ref_forward_backward_packed(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                      const uint32_t *tokens, const uint8_t *weights, uint32_t eot, int64_t S,
+                                      int64_t loss_chunk, float *logits, float *grads) {
+    int64_t *start = xmalloc((size_t)(S + 1) * 8), *pos = xmalloc((size_t)S * 8), *first = xmalloc((size_t)S * 8);
+    int32_t *p32 = xmalloc((size_t)S * 4);
+    uint8_t *w = xmalloc((size_t)(S + 1));
+    const int64_t n = docs_split(tokens, S, eot, start);
+    docs_positions(start, n, p32);
+    for (int64_t d = 0; d < n; d++)
+        for (int64_t t = start[d]; t < start[d + 1]; t++) first[t] = start[d], pos[t] = p32[t];
+    for (int64_t t = 0; t <= S; t++) w[t] = weights ? weights[t] : 1;
+    for (int64_t t = 0; t < S; t++)
+        if (tokens[t] == eot) w[t + 1] = 0;
+    const RefResult r = forward_backward(c, pt, params, tokens, w, pos, first, S, loss_chunk, logits, grads);
+    free(start); free(pos); free(first); free(p32); free(w);
+    return r;
+}
+
+static RefResult forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                  const uint32_t *tokens, const uint8_t *weights, const int64_t *pos,
+                                  const int64_t *first, int64_t S, int64_t loss_chunk, float *logits, float *grads) {
     const int64_t D = c->hidden, Hq = c->heads, Hkv = c->kv_heads, hd = c->head_dim, I = c->intermediate,
                   V = c->vocab, L = c->layers, Q = Hq * hd, KV = Hkv * hd;
 #define W(kind, l) (params + params_get(pt, kind, l)->offset)
@@ -306,7 +340,7 @@ RefResult ref_forward_backward_masked(const Qwen3Config *c, const ParamTable *pt
         rope(s->qr, cos_t, sin_t, S, Hq, hd, +1);
         rope(s->kr, cos_t, sin_t, S, Hkv, hd, +1);
         s->P = zalloc(Hq * S * S); s->att = zalloc(S * Q);
-        attention(s->att, s->P, s->qr, s->kr, s->v, S, Hq, Hkv, hd);
+        attention(s->att, s->P, s->qr, s->kr, s->v, first, S, Hq, Hkv, hd);
         s->x_mid = zalloc(S * D);
         linear(s->x_mid, s->att, W(P_O, l), S, Q, D);
         for (int64_t i = 0; i < S * D; i++) s->x_mid[i] += s->x[i];

@@ -33,6 +33,14 @@ RefResult ref_forward_backward_masked(const Qwen3Config *c, const ParamTable *pt
                                       const uint32_t *tokens, const uint8_t *weights, const int64_t *pos, int64_t S,
                                       int64_t loss_chunk, float *logits, float *grads);
 
+/* Packed documents (--packing): documents end at the token eot; positions restart at 0 in each,
+ * each attends only to itself, and the label after an eot (the next document's first token) counts
+ * no loss, on top of weights (NULL: all 1). Equals each document run alone, losses summed over the
+ * labels that count and divided by their number. */
+RefResult ref_forward_backward_packed(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                      const uint32_t *tokens, const uint8_t *weights, uint32_t eot, int64_t S,
+                                      int64_t loss_chunk, float *logits, float *grads);
+
 /* AdamW on flat fp32 buffers, as the trainers do it (bias-corrected, decoupled weight decay on
  * matrices only, global-norm clipping when clip > 0). step is 1-based. Returns the grad norm. */
 double ref_adamw(const ParamTable *pt, float *params, const float *grads, float *m, float *v, int64_t step,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../common/check.h"
+#include "../common/docs.h"
 #include "../common/zigzag.h"
 
 /* ------------------------------------------------------------------ one row of attention */
@@ -164,10 +165,31 @@ static void ring_pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt,
  * o = (e^lse o + e^lse_b o_b) / (e^lse + e^lse_b), lse = log(e^lse + e^lse_b)); lse starts at
  * -inf, "no key yet", so the first block is copied. After P steps every row has seen each of its
  * keys exactly once, and o, lse are the softmax over all of them. */
+/* The blocks of rank r's call at a ring step: the step's one block unpacked; with documents, the
+ * blocks docs_blocks cuts it into (rank r's positions for the queries, src's for the keys). count:
+ * add their pairs to R->pairs (the forward's; the backward repeats the same blocks). */
+static int64_t step_blocks(RefRing *R, int r, const RingBlock *b, DocBlock **out, int64_t *cap, int count) {
+    if (!R->doc_start) {
+        (*out)[0] = (DocBlock){b->q0, b->nq, b->k0, b->nk, b->causal};
+        if (count) R->pairs += b->causal ? b->nq * (b->nq + 1) / 2 : b->nq * b->nk;
+        return 1;
+    }
+    const int64_t *qpos = R->pos + r * R->n, *kpos = R->pos + b->src * R->n;
+    int64_t nb;
+    while ((nb = docs_blocks(R->doc_start, R->ndocs, qpos, b->q0, b->nq, kpos, b->k0, b->nk, *out, *cap)) > *cap) {
+        *cap = nb;
+        *out = realloc(*out, (size_t)nb * sizeof **out);
+    }
+    if (count) R->pairs += docs_pairs(*out, nb);
+    return nb;
+}
+
 void ref_ring_forward(RefRing *R) {
     const int P = R->P;
     const int64_t n = R->n, D = R->a.D, H = R->a.Hq, QW = H * D, KW = R->a.Hkv * D, KVB = 2 * n * KW;
     double *ob = xmalloc((size_t)D * 8), lb;
+    int64_t cap = 16;
+    DocBlock *blk = xmalloc((size_t)cap * sizeof *blk);
     for (int r = 0; r < P; r++) {
         memcpy(R->kv_cur[r], R->own[r], (size_t)KVB * 8);
         R->kv_tag[r] = r;
@@ -178,17 +200,23 @@ void ref_ring_forward(RefRing *R) {
             const RingBlock b = ring_block(R->S, P, r, step);
             R->bad_src += R->kv_tag[r] != b.src;
             const double *kk = R->kv_cur[r], *vv = R->kv_cur[r] + n * KW;
-            for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
-                for (int h = 0; h < H; h++) {
-                    ref_attn_row(&R->a, R->q[r] + t * QW, kk, vv, b.k0, b.nk, h, b.causal, t, ob, &lb);
-                    lse_merge_row(R->o[r] + t * QW + h * D, R->lse[r] + t * H + h, ob, lb, D);
-                }
+            const int64_t nb = step_blocks(R, r, &b, &blk, &cap, 1);
+            for (int64_t i = 0; i < nb; i++) {
+                const DocBlock *d = &blk[i];
+                for (int64_t t = d->q0; t < d->q0 + d->nq; t++)
+                    for (int h = 0; h < H; h++) { /* a square's query t is key t - q0 + k0's row */
+                        ref_attn_row(&R->a, R->q[r] + t * QW, kk, vv, d->k0, d->nk, h, d->causal, t - d->q0 + d->k0,
+                                     ob, &lb);
+                        lse_merge_row(R->o[r] + t * QW + h * D, R->lse[r] + t * H + h, ob, lb, D);
+                    }
+            }
         }
         /* the K/V go on to the next rank (stage 3 sends them while the block computes); after the
          * last step nobody needs them */
         if (step + 1 < P) ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
     }
     free(ob);
+    free(blk);
 }
 
 /* The same blocks, in the same order, backward, each with the row's FINAL o and lse (see
@@ -198,6 +226,8 @@ void ref_ring_forward(RefRing *R) {
 void ref_ring_backward(RefRing *R) {
     const int P = R->P;
     const int64_t n = R->n, D = R->a.D, H = R->a.Hq, QW = H * D, KW = R->a.Hkv * D, KVB = 2 * n * KW;
+    int64_t cap = 16;
+    DocBlock *blk = xmalloc((size_t)cap * sizeof *blk);
     for (int r = 0; r < P; r++) {
         memcpy(R->kv_cur[r], R->own[r], (size_t)KVB * 8);
         R->kv_tag[r] = r;
@@ -210,12 +240,16 @@ void ref_ring_backward(RefRing *R) {
             R->bad_src += R->kv_tag[r] != b.src || R->dkv_tag[r] != b.src;
             const double *kk = R->kv_cur[r], *vv = R->kv_cur[r] + n * KW;
             double *dk = R->dkv_cur[r], *dv = R->dkv_cur[r] + n * KW;
-            for (int64_t t = b.q0; t < b.q0 + b.nq; t++)
-                for (int h = 0; h < H; h++) {
-                    const double Dr = dot(R->dout[r] + t * QW + h * D, R->o[r] + t * QW + h * D, D);
-                    ref_attn_row_bwd(&R->a, R->q[r] + t * QW, kk, vv, R->dout[r] + t * QW, R->lse[r][t * H + h], Dr,
-                                     b.k0, b.nk, h, b.causal, t, R->dq[r] + t * QW, dk, dv);
-                }
+            const int64_t nb = step_blocks(R, r, &b, &blk, &cap, 0);
+            for (int64_t i = 0; i < nb; i++) {
+                const DocBlock *d = &blk[i];
+                for (int64_t t = d->q0; t < d->q0 + d->nq; t++)
+                    for (int h = 0; h < H; h++) {
+                        const double Dr = dot(R->dout[r] + t * QW + h * D, R->o[r] + t * QW + h * D, D);
+                        ref_attn_row_bwd(&R->a, R->q[r] + t * QW, kk, vv, R->dout[r] + t * QW, R->lse[r][t * H + h],
+                                         Dr, d->k0, d->nk, h, d->causal, t - d->q0 + d->k0, R->dq[r] + t * QW, dk, dv);
+                    }
+            }
         }
         if (P > 1) ring_pass(P, R->dkv_cur, R->dkv_tag, R->dkv_nxt, R->dkv_tag_nxt, KVB);
         if (step + 1 < P) ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
@@ -224,6 +258,7 @@ void ref_ring_backward(RefRing *R) {
         R->bad_src += R->dkv_tag[r] != r; /* after P passes: each rank's own total */
         R->dkv[r] = R->dkv_cur[r];
     }
+    free(blk);
 }
 
 void ref_ring_free(RefRing *R) {

@@ -25,7 +25,8 @@ void ref_attn_row_bwd(const RefHeads *a, const double *q, const double *k, const
                       double lse, double Dr, int64_t k0, int64_t nk, int h, int causal, int64_t qi, double *dq,
                       double *dk, double *dv);
 
-/* Plain causal attention over S rows, the truth: O, L written; dQ, dK, dV written from dO. */
+/* Plain causal attention over S rows, the truth: O, L written; dQ, dK, dV written from dO. Packed
+ * documents' truth is this once per document, on its rows alone. */
 void ref_attention(const RefHeads *a, int64_t S, const double *q, const double *k, const double *v, const double *dO,
                    double *O, double *L, double *dQ, double *dK, double *dV);
 
@@ -40,6 +41,9 @@ typedef struct {
     double **o, **lse;  /* after ref_ring_forward: the merged output [n, Hq, D] and LSE [n, Hq] */
     double **dq;        /* after ref_ring_backward: dQ [n, Hq, D] */
     double **dkv;       /* after ref_ring_backward: dK then dV of rank r's own K/V, [2, n, Hkv, D] */
+    const int64_t *doc_start; /* packed documents (common/docs.h): start[0..ndocs], global; NULL: one */
+    int64_t ndocs;
+    int64_t pairs;      /* (query, key) pairs the blocks computed, over all ranks and steps */
     int64_t bad_src;    /* blocks computed with a K/V or dK/dV buffer that was not the schedule's src's,
                          * and dK/dV totals not back home after the backward: 0 when the ring is right */
     /* the travelling buffers, double-buffered as stage 3's kv_ring and dkv_ring: cur is what a rank
@@ -51,7 +55,8 @@ typedef struct {
 /* Split q, k, v, dO [S, ...] over P ranks by the zigzag (S % 2P == 0). */
 void ref_ring_init(RefRing *R, int P, int64_t S, RefHeads a, const double *q, const double *k, const double *v,
                    const double *dO);
-/* P ring steps: each rank's blocks against the K/V it holds, merged by LSE into o, lse. */
+/* P ring steps: each rank's blocks against the K/V it holds, merged by LSE into o, lse. With
+ * documents (doc_start set after init), each ring step's call is cut into docs_blocks' blocks. */
 void ref_ring_forward(RefRing *R);
 /* The same blocks backward with the final O and LSE: dq at home, dK/dV travelling with their K/V. */
 void ref_ring_backward(RefRing *R);

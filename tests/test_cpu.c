@@ -31,6 +31,7 @@
 #include "golden.h"
 #include "ref_model.h"
 #include "ref_ring.h"
+#include "../common/docs.h"
 #include "test.h"
 
 static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128"};
@@ -831,6 +832,93 @@ static void test_ring(void) {
     free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
 }
 
+/* ------------------------------------------------------------------ packed documents */
+/* Packed documents on the ring must equal each document run alone (plain causal attention on its
+ * own rows, positions from 0), for P = 1, 2, 4, 8, with boundaries on and off chunk edges and
+ * documents of one token: ref_ring cuts each step's call into common/docs.c's blocks. The work
+ * done must be the documents' sum(len (len + 1) / 2) pairs, and a boundary moved by one in the
+ * blocks (planted) must fail. */
+static double ring_docs_err(const int64_t *start, int64_t nd, int P, int64_t S, const double *q, const double *k,
+                            const double *v, const double *dO, const double *O, const double *L, const double *dQ,
+                            const double *dK, const double *dV, int64_t *pairs) {
+    const RefHeads hd = {RH, RKV, RD};
+    const int64_t QW = RH * RD, KW = RKV * RD;
+    RefRing R;
+    ref_ring_init(&R, P, S, hd, q, k, v, dO);
+    R.doc_start = start, R.ndocs = nd;
+    ref_ring_forward(&R);
+    ref_ring_backward(&R);
+    const int64_t n = R.n;
+    double worst = R.bad_src ? INFINITY : 0;
+    for (int r = 0; r < P; r++)
+        for (int64_t t = 0; t < n; t++) {
+            const int64_t g = R.pos[r * n + t];
+            for (int64_t e = 0; e < QW; e++)
+                worst = fmax(worst, fmax(fabs(R.o[r][t * QW + e] - O[g * QW + e]), fabs(R.dq[r][t * QW + e] - dQ[g * QW + e])));
+            for (int64_t e = 0; e < KW; e++)
+                worst = fmax(worst, fmax(fabs(R.dkv[r][t * KW + e] - dK[g * KW + e]),
+                                         fabs(R.dkv[r][(n + t) * KW + e] - dV[g * KW + e])));
+            for (int h = 0; h < RH; h++) worst = fmax(worst, fabs(R.lse[r][t * RH + h] - L[g * RH + h]));
+        }
+    *pairs = R.pairs;
+    ref_ring_free(&R);
+    return isnan(worst) ? INFINITY : worst;
+}
+
+static void test_ring_docs(void) {
+    /* docs_split / docs_positions: documents end at the end-of-text token (here 7) */
+    const uint32_t tok[10] = {1, 2, 7, 3, 7, 7, 4, 5, 6, 7};
+    int64_t st[11];
+    int32_t pos[10];
+    const int64_t nd0 = docs_split(tok, 10, 7, st);
+    docs_positions(st, nd0, pos);
+    EXPECT(nd0 == 4 && st[1] == 3 && st[2] == 5 && st[3] == 6 && st[4] == 10 && pos[2] == 2 && pos[3] == 0 &&
+           pos[5] == 0 && pos[6] == 0 && pos[9] == 3, "documents of 1 2 <eot> | 3 <eot> | <eot> | 4 5 6 <eot>: "
+           "%lld starts (3, 5, 6), positions restart", (long long)nd0);
+    const int64_t S = 64;
+    const int64_t QW = RH * RD, KW = RKV * RD;
+    uint64_t seed = 7;
+    double *q = xmalloc((size_t)(S * QW) * 8), *k = xmalloc((size_t)(S * KW) * 8), *v = xmalloc((size_t)(S * KW) * 8),
+           *dO = xmalloc((size_t)(S * QW) * 8);
+    for (int64_t i = 0; i < S * QW; i++) { q[i] = 2 * rnd(&seed); dO[i] = rnd(&seed); }
+    for (int64_t i = 0; i < S * KW; i++) { k[i] = 2 * rnd(&seed); v[i] = rnd(&seed); }
+    /* boundaries: 1-token documents (5, 6), one on a chunk edge at every P (16, 32), a long one
+     * across several chunks (33..63) */
+    const int64_t start[] = {0, 5, 6, 7, 16, 20, 21, 32, 33, S};
+    const int64_t nd = sizeof start / sizeof start[0] - 1;
+    const RefHeads hd = {RH, RKV, RD};
+    double *O = xmalloc((size_t)(S * QW) * 8), *L = xmalloc((size_t)(S * RH) * 8), *dQ = xmalloc((size_t)(S * QW) * 8),
+           *dK = xmalloc((size_t)(S * KW) * 8), *dV = xmalloc((size_t)(S * KW) * 8);
+    int64_t want = 0;
+    for (int64_t d = 0; d < nd; d++) { /* the truth: each document alone */
+        const int64_t a = start[d], len = start[d + 1] - a;
+        ref_attention(&hd, len, q + a * QW, k + a * KW, v + a * KW, dO + a * QW, O + a * QW, L + a * RH, dQ + a * QW,
+                      dK + a * KW, dV + a * KW);
+        want += len * (len + 1) / 2;
+    }
+    for (int P = 1; P <= 8; P *= 2) {
+        int64_t pairs;
+        const double e = ring_docs_err(start, nd, P, S, q, k, v, dO, O, L, dQ, dK, dV, &pairs);
+        EXPECT_LE(e, 1e-12, "packed documents on %d zigzag ranks: O, LSE, dQ, dK, dV against each document alone, "
+                  "worst abs err %.2e", P, e);
+        EXPECT(pairs == want, "packed documents on %d ranks compute %lld (query, key) pairs, the documents' sum(len "
+               "(len+1)/2) = %lld (S (S+1)/2 = %lld unpacked)", P, (long long)pairs, (long long)want,
+               (long long)(S * (S + 1) / 2));
+        printf("  packed documents, %d ranks, S %lld, %lld documents: ring vs each alone, worst %.1e; %lld of %lld pairs\n",
+               P, (long long)S, (long long)nd, e, (long long)pairs, (long long)(S * (S + 1) / 2));
+    }
+    /* planted: the blocks told a boundary one token late (20 -> 21) must not match the truth */
+    int64_t off[sizeof start / sizeof start[0]];
+    memcpy(off, start, sizeof start);
+    off[5] = 21;
+    for (int P = 1; P <= 8; P *= 2) {
+        int64_t pairs;
+        const double e = ring_docs_err(off, nd, P, S, q, k, v, dO, O, L, dQ, dK, dV, &pairs);
+        EXPECT(e > 1e-3, "planted: a document boundary off by one on %d ranks is caught (worst err %.2e)", P, e);
+    }
+    free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
+}
+
 /* ------------------------------------------------------------------ host AdamW (stage 4) */
 /* The host optimizer: bit-identical for any thread count, equal to the GPU kernel's fp32 expression
  * evaluated one element at a time, the norm in fp64 (test_gpu compares it with the kernel itself). */
@@ -1254,6 +1342,7 @@ int main(int argc, char **argv) {
     test_shards(golden);
     printf("[ring]\n");
     test_ring();
+    test_ring_docs();
     printf("[host AdamW]\n");
     test_cpu_adam();
     printf("[rendezvous]\n");

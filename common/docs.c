@@ -1,0 +1,86 @@
+/* docs.c -- packed documents: their starts, positions and attention blocks (docs.h). */
+#include "docs.h"
+
+int64_t docs_split(const uint32_t *tok, int64_t S, uint32_t eot, int64_t *start) {
+    int64_t n = 0;
+    start[n++] = 0;
+    for (int64_t t = 0; t + 1 < S; t++)
+        if (tok[t] == eot) start[n++] = t + 1;
+    start[n] = S;
+    return n;
+}
+
+void docs_positions(const int64_t *start, int64_t n, int32_t *pos) {
+    for (int64_t d = 0; d < n; d++)
+        for (int64_t t = start[d]; t < start[d + 1]; t++) pos[t] = (int32_t)(t - start[d]);
+}
+
+/* the first document that ends after global position g (binary search: start[] is increasing) */
+static int64_t doc_of(const int64_t *start, int64_t n, int64_t g) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (start[mid] <= g) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* the length of the run of consecutive global positions starting at local row t (< end) */
+static int64_t run(const int64_t *pos, int64_t t, int64_t end) {
+    int64_t e = t + 1;
+    while (e < end && pos[e] == pos[e - 1] + 1) e++;
+    return e - t;
+}
+
+typedef struct { DocBlock *out; int64_t cap, n; } Sink;
+static void put(Sink *s, int64_t q0, int64_t nq, int64_t k0, int64_t nk, int causal) {
+    if (nq <= 0 || nk <= 0) return;
+    if (s->n < s->cap) s->out[s->n] = (DocBlock){q0, nq, k0, nk, causal};
+    s->n++;
+}
+
+/* One query piece (local row lq, global [gq, gq+lq_n)) against one key piece (local lk, global
+ * [gk, gk+lk_n)), document by document. In document d, with q = [qs, qe) and k = [ks, ke) its
+ * parts of the two pieces, a pair (i, j) counts iff j <= i. Either j < qs: then j <= i for every
+ * query, and the pair is in rectangle 1 (q x [ks, min(ke, qs))). Or j >= qs: then j <= i < qe, so
+ * j is in [a, b) = [max(ks, qs), min(ke, qe)); if i < b both are in [a, b) (the causal square),
+ * else i >= b > j (rectangle 2: [b, qe) x [a, b)). Queries in [qs, a) see no key j >= qs, since
+ * those are >= a > i. So blocks 1, the square and 2 hold every counted pair once, and nothing else. */
+static void piece_blocks(const int64_t *start, int64_t n, int64_t lq, int64_t gq, int64_t nq, int64_t lk, int64_t gk,
+                         int64_t nk, Sink *s) {
+    if (gk > gq + nq - 1) return; /* every key after every query */
+    for (int64_t d = doc_of(start, n, gk); d < n && start[d] < gk + nk; d++) {
+        const int64_t qs = start[d] > gq ? start[d] : gq, qe = start[d + 1] < gq + nq ? start[d + 1] : gq + nq;
+        const int64_t ks = start[d] > gk ? start[d] : gk, ke = start[d + 1] < gk + nk ? start[d + 1] : gk + nk;
+        if (qs >= qe || ks >= ke) continue;
+        const int64_t k1 = ke < qs ? ke : qs; /* rectangle 1: keys [ks, k1) */
+        put(s, lq + (qs - gq), qe - qs, lk + (ks - gk), k1 - ks, 0);
+        const int64_t a = ks > qs ? ks : qs, b = ke < qe ? ke : qe;
+        if (a < b) {
+            put(s, lq + (a - gq), b - a, lk + (a - gk), b - a, 1);
+            put(s, lq + (b - gq), qe - b, lk + (a - gk), b - a, 0);
+        }
+    }
+}
+
+int64_t docs_blocks(const int64_t *start, int64_t n, const int64_t *qpos, int64_t q0, int64_t nq, const int64_t *kpos,
+                    int64_t k0, int64_t nk, DocBlock *out, int64_t cap) {
+    Sink s = {out, cap, 0};
+    for (int64_t i = q0; i < q0 + nq;) {
+        const int64_t li = run(qpos, i, q0 + nq);
+        for (int64_t j = k0; j < k0 + nk;) {
+            const int64_t lj = run(kpos, j, k0 + nk);
+            piece_blocks(start, n, i, qpos[i], li, j, kpos[j], lj, &s);
+            j += lj;
+        }
+        i += li;
+    }
+    return s.n;
+}
+
+int64_t docs_pairs(const DocBlock *b, int64_t nb) {
+    int64_t p = 0;
+    for (int64_t i = 0; i < nb; i++) p += b[i].causal ? b[i].nq * (b[i].nq + 1) / 2 : b[i].nq * b[i].nk;
+    return p;
+}

@@ -1,0 +1,50 @@
+/* docs.h -- packed documents (--packing; ../shared/DESIGN.md section 9). A window of the token file
+ * holds several documents, each ended by <|endoftext|>. Packed, each attends only to itself,
+ * causally, and its RoPE positions restart at 0, so a document computes exactly as it would alone.
+ *
+ * Attention then is a union of blocks. Take any attention call whose query rows and keys each come
+ * as runs of consecutive global positions ("pieces": stage 1's whole sequence is one; a zigzag rank
+ * holds two, and so does the K/V a ring step brings). For one query piece Q, one key piece K and
+ * one document d, let q = Q n d and k = K n d (each an interval: documents are contiguous). The
+ * pairs (query i, key j) that count are those with j <= i in q x k:
+ *   - keys before every query (k ends at or before q starts): a full rectangle, no mask;
+ *   - keys in the queries' own range ([a, b) = k n q): a causal square on [a, b), plus the queries
+ *     after b against [a, b) as a rectangle;
+ *   - keys after every query: nothing.
+ * Every counted pair falls in exactly one block (docs.c says why), so the attention of the call is
+ * the LSE merge of its blocks' results; a row no block reaches has LSE -inf and merges as nothing.
+ * Documents that share nothing with a piece make no block at all: no kernel. */
+#ifndef LONGCTX_DOCS_H
+#define LONGCTX_DOCS_H
+
+#include <stdint.h>
+
+/* A padded cuDNN call (sdpa.h) reads its inputs in place, at the block's offset, and its flash
+ * kernels load whole tiles: past a block's last row they read up to a tile's rows more, masked
+ * out but multiplied (0 x NaN is NaN). So every buffer a block is read from is followed by this
+ * many rows of finite values (zeros). Measured on the H200 (tests/test_gpu.c, packed documents):
+ * 64 rows are too few at head dim 64, 128 suffice; twice that for margin. */
+#define DOCS_SLACK_ROWS 256
+
+/* Where a window's documents start: 0, and after every end-of-text token but the last token.
+ * start must hold S + 1 entries; start[n] = S. Returns n, the number of documents (>= 1). */
+int64_t docs_split(const uint32_t *tok, int64_t S, uint32_t eot, int64_t *start);
+/* Each token's RoPE position: its offset in its document. pos [S] */
+void docs_positions(const int64_t *start, int64_t n, int32_t *pos);
+
+typedef struct {
+    int64_t q0, nq;   /* query rows [q0, q0+nq) of the call (local rows) */
+    int64_t k0, nk;   /* keys [k0, k0+nk) of the call (local rows) */
+    int causal;       /* a square on one range (nq == nk): key j <= query i; else every pair */
+} DocBlock;
+
+/* The blocks of one attention call: query rows [q0, q0+nq) whose global positions are qpos[q0..],
+ * keys [k0, k0+nk) at kpos[k0..]; documents start[0..n]. Writes at most cap blocks to out and
+ * returns how many there are (more than cap: call again with room). */
+int64_t docs_blocks(const int64_t *start, int64_t n, const int64_t *qpos, int64_t q0, int64_t nq, const int64_t *kpos,
+                    int64_t k0, int64_t nk, DocBlock *out, int64_t cap);
+/* The (query, key) pairs the blocks compute: the attention work actually done (FLOPs: 4 x pairs x
+ * heads x head_dim forward). */
+int64_t docs_pairs(const DocBlock *b, int64_t nb);
+
+#endif
