@@ -12,6 +12,8 @@
  *   - AdamW on fp32 master weights, with fp32 gradients and moments;
  *   - dense and MoE models: a router over experts, each token's top-k, the load-balancing
  *     loss (common/moe.c);
+ *   - packed documents (--packing): each document of a window attends only to itself, from
+ *     position 0, its attention cut into blocks (common/docs.h) that skip what it does not see;
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
  *   make stage1 && ./stage1                       # 0.6B on the shipped books
@@ -84,6 +86,7 @@ typedef struct {
     const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
     const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
+    const char *packing;     /* packed documents: NULL/none off; "" <|endoftext|> ends one; or that token id */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
@@ -125,6 +128,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1e6]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
+        {"--packing", OPT_OPTSTR, &o.packing, "packed documents: each document (ended by <|endoftext|>, or by token ID: --packing ID) attends only to itself from position 0, and the label across a boundary counts no loss; none: off"},
     };
     const int n = (int)(sizeof table / sizeof table[0]);
     char err[256];
@@ -183,6 +187,8 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *o;          /* [S, Hq*hd] attention output (or Saved.o + l) */
     float *lse;         /* [Hq, S] (or Saved.lse + l) */
     bf16_t *x_mid;      /* [S, D] x + o_proj(o) */
+    bf16_t *blk;        /* [S, Hq*hd] --packing: a block's O, then its dQ (scratch) */
+    float *lse_blk;     /* [Hq, S] --packing: a block's LSE (scratch) */
     /* B1: MLP half (forward, recompute and its backward) */
     bf16_t *xn2;        /* [S, D] post_attention_layernorm(x_mid) */
     float *rstd2;       /* [S] */
@@ -195,6 +201,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *dxn;        /* [S, D] */
     float *softmax_sum; /* [Hq, S] cuDNN scratch */
     float *dq_accum;    /* [Hq, S, hd] cuDNN scratch */
+    bf16_t *dkv_blk;    /* [2, S, Hkv*hd] --packing: a block's dK, dV (scratch) */
     /* C: the loss (overlays A and B) */
     bf16_t *hf;         /* [S, D] final norm output */
     float *rstdf;       /* [S] */
@@ -230,6 +237,9 @@ typedef struct {
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
     int64_t kept;       /* layers [0, kept) keep their attention O and LSE: all of them or none (--keep-attn) */
     double aux;         /* MoE: the step's load-balancing loss */
+    int64_t eot;        /* --packing: the token that ends a document; -1: not packed */
+    int64_t slack;      /* --packing: DOCS_SLACK_ROWS rows of zeros after each buffer blocks read; else 0 */
+    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h) */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
 } Model;
@@ -253,9 +263,10 @@ static void carve(Model *M) {
     p->master = arena_take(&A[A_OPTIM], F32(NP), "master");
     p->m = arena_take(&A[A_OPTIM], F32(NP), "adam m");
     p->v = arena_take(&A[A_OPTIM], F32(NP), "adam v");
+    const int64_t R = M->slack; /* --packing: rows of zeros after each buffer blocks read */
     M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
     if (M->kept) {
-        M->sv.o = arena_take(&A[A_KEPT], BF(L * S * Q), "kept O");
+        M->sv.o = arena_take(&A[A_KEPT], BF(L * (S + R) * Q), "kept O");
         M->sv.lse = arena_take(&A[A_KEPT], F32(L * c->heads * S), "kept LSE");
     }
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
@@ -283,16 +294,20 @@ static void carve(Model *M) {
     w->rstd1 = arena_take(W, F32(S), "rstd1");
     w->q_raw = arena_take(W, BF(S * Q), "q_raw");
     w->k_raw = arena_take(W, BF(S * KV), "k_raw");
-    w->v = arena_take(W, BF(S * KV), "v");
-    w->q = arena_take(W, BF(S * Q), "q");
-    w->k = arena_take(W, BF(S * KV), "k");
+    w->v = arena_take(W, BF((S + R) * KV), "v");
+    w->q = arena_take(W, BF((S + R) * Q), "q");
+    w->k = arena_take(W, BF((S + R) * KV), "k");
     w->rstd_q = arena_take(W, F32(S * c->heads), "rstd_q");
     w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
     if (!M->kept) {
-        w->o = arena_take(W, BF(S * Q), "o");
+        w->o = arena_take(W, BF((S + R) * Q), "o");
         w->lse = arena_take(W, F32(c->heads * S), "lse");
     }
     w->x_mid = arena_take(W, BF(S * D), "x_mid");
+    if (M->eot >= 0) {
+        w->blk = arena_take(W, BF(S * Q), "packed: block O/dQ");
+        w->lse_blk = arena_take(W, F32(c->heads * S), "packed: block LSE");
+    }
     const int64_t region_b = arena_mark(W);
     /* B1 */
     w->xn2 = arena_take(W, BF(S * D), "xn2");
@@ -306,13 +321,14 @@ static void carve(Model *M) {
     w->dxn2 = arena_take(W, BF(S * D), "dxn2");
     arena_release(W, region_b);
     /* B2 */
-    w->d_o = arena_take(W, BF(S * Q), "d_o");
+    w->d_o = arena_take(W, BF((S + R) * Q), "d_o");
     w->dq = arena_take(W, BF(S * Q), "dq");
     w->dk = arena_take(W, BF(2 * S * KV), "dk, dv");
     w->dv = w->dk ? w->dk + S * KV : NULL;
     w->dxn = arena_take(W, BF(S * D), "dxn");
     w->softmax_sum = arena_take(W, F32(c->heads * S), "softmax_sum");
     w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
+    if (M->eot >= 0) w->dkv_blk = arena_take(W, BF(2 * S * KV), "packed: block dK, dV");
     arena_release(W, persistent);
     /* C */
     w->hf = arena_take(W, BF(S * D), "hf");
@@ -340,6 +356,8 @@ static void load_config(Model *M) {
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
+    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, err, sizeof err)) == -2) STOP("%s", err);
+    M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     M->S = M->o.seq;
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
@@ -400,7 +418,7 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     cudaStream_t st = M->gpu.stream;
     if (M->kept) {
-        w->o = M->sv.o + l * S * Q;
+        w->o = M->sv.o + l * (S + M->slack) * Q;
         w->lse = M->sv.lse + l * c->heads * S;
     }
     mark(st, K_ELEM);
@@ -415,7 +433,10 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     qk_norm_rope_fwd(w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S,
                      c->kv_heads, c->head_dim, (float)c->eps, st);
     mark(st, K_ATTN);
-    if (run_attn) sdpa_fwd(&M->sdpa, &M->attn, w->o, w->lse, w->q, w->k, w->v, w->sdpa_ws, w->sdpa_ws_bytes);
+    if (run_attn && M->eot >= 0) /* --packing: the window's documents' blocks (common/sdpa.h) */
+        sdpa_packed_fwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->q, w->k, w->v, w->blk,
+                        w->lse_blk, w->o, w->lse, w->sdpa_ws, w->sdpa_ws_bytes, st);
+    else if (run_attn) sdpa_fwd(&M->sdpa, &M->attn, w->o, w->lse, w->q, w->k, w->v, w->sdpa_ws, w->sdpa_ws_bytes);
     mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
 }
@@ -549,8 +570,12 @@ static void layer_backward(Model *M, int64_t l) {
     linear_dw(gm, G(M, P_O, l), w->dx, w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
     mark(st, K_ATTN);
-    sdpa_bwd(&M->sdpa, &M->attn, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse, w->softmax_sum,
-             w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
+    if (M->eot >= 0)
+        sdpa_packed_bwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->dq, w->dk, w->dv, w->q, w->k,
+                        w->v, w->o, w->d_o, w->lse, w->blk, w->dkv_blk, w->lse_blk, w->softmax_sum, w->dq_accum,
+                        w->sdpa_ws, w->sdpa_ws_bytes, st);
+    else sdpa_bwd(&M->sdpa, &M->attn, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse, w->softmax_sum,
+                  w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
     mark(st, K_ELEM);
     qk_norm_rope_bwd(w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), w->pos, w->inv_freq,
                      M->attn_factor, S, c->heads, c->head_dim, st);
@@ -599,6 +624,9 @@ typedef struct {
     Loader ld;
     uint32_t *host;     /* [S+1] */
     uint8_t *wt;        /* [seq+1] the window's loss weights */
+    int64_t *start;     /* [S+1] --packing: where the window's documents start */
+    int64_t *gpos;      /* [S] --packing: each row's position in the window (here 0..S-1) */
+    int32_t *pos;       /* [S] --packing: its RoPE position, from its document's start */
     int64_t epoch;
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
@@ -610,10 +638,34 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     d->host = xmalloc((size_t)(4 * (M->S + 1)));
     d->wt = xmalloc((size_t)(M->S + 1));
     d->epoch = -1;
+    if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
+        loader_pack(&d->ld, (uint32_t)M->eot);
+        d->start = xmalloc((size_t)(8 * (M->S + 1)));
+        d->gpos = xmalloc((size_t)(8 * M->S));
+        d->pos = xmalloc((size_t)(4 * M->S));
+        for (int64_t t = 0; t < M->S; t++) d->gpos[t] = t;
+    }
     say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->S);
     if (d->tf->weights)
         say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
+}
+
+/* --packing: the window's documents, their RoPE positions and attention blocks (one call: the
+ * whole window against itself) */
+static void pack_window(Data *d, Model *M) {
+    const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
+    docs_positions(d->start, n, d->pos);
+    int32_t *pos = d->pos; /* stage 3 on: this rank's rows' */
+    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
+    docplan_reset(&M->docs);
+    docplan_add(&M->docs, d->start, n, d->gpos, 0, S, d->gpos, 0, S);
+    docplan_upload(&M->docs, M->gpu.stream);
+    int64_t sum = 0, mine_sum = 0; /* tests/packing_gpu.sh checks the positions against the token file */
+    for (int64_t t = 0; t < M->o.seq; t++) sum += d->pos[t];
+    for (int64_t t = 0; t < S; t++) mine_sum += pos[t];
+    trace("packed window: %lld documents, %lld blocks, positions sum %lld, this rank's %lld", (long long)n,
+          (long long)M->docs.n, (long long)sum, (long long)mine_sum);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
@@ -628,6 +680,7 @@ static void data_load(Data *d, Model *M, int64_t step) {
     CUDA_CHECK(cudaMemcpyAsync(M->w.ids, d->host, (size_t)(4 * (M->S + 1)), cudaMemcpyHostToDevice, M->gpu.stream));
     /* label t is token t+1: its weight is the window's t+1 */
     CUDA_CHECK(cudaMemcpyAsync(M->w.label_w, d->wt + 1, (size_t)M->S, cudaMemcpyHostToDevice, M->gpu.stream));
+    if (M->eot >= 0) pack_window(d, M);
 }
 
 /* ============================================================ evaluation */
@@ -772,11 +825,15 @@ static void train(Model *M, const MemPlan *mp) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
         const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
+        const double pairs = (double)M->docs.pairs; /* --packing: this window's attention work */
+        const double fl = M->eot >= 0 ? config_step_flops_pairs(&M->c, M->S, pairs) : flops;
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
         step_report(&(StepLog){.stage = STAGE, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
-                               .sec = sec, .tokens = (double)M->S, .tflops = flops / sec / 1e12,
+                               .sec = sec, .tokens = (double)M->S, .tflops = fl / sec / 1e12,
+                               .attn_tflop = M->eot >= 0 ? config_attn_flops(&M->c, pairs) / 1e12 : 0,
+                               .attn_tflop_full = config_attn_flops(&M->c, (double)M->S * M->S / 2) / 1e12,
                                .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
                                .mem_plan_gib = (double)memplan_peak(mp) / (1 << 30)},
                     log);
@@ -808,9 +865,11 @@ int main(int argc, char **argv) {
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage %d, %s, seq %lld%s%s%s", STAGE, M.c.name, (long long)M.S,
-             M.kept ? ", --keep-attn" : "", M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "");
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld%s%s%s%s", STAGE, M.c.name, (long long)M.S,
+             M.kept ? ", --keep-attn" : "", M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "",
+             M.eot >= 0 ? ", --packing" : "");
     memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    if (M.eot >= 0) docs_plan_note(stdout, M.eot);
     open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     if (M.o.dry_run) return 0;
     trace_open(M.o.trace); /* after the dry-run: it writes nothing */

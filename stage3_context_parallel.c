@@ -15,6 +15,8 @@
  *   - AdamW on fp32 master weights, with fp32 gradients and moments;
  *   - dense and MoE models: a router over experts, each token's top-k, the load-balancing
  *     loss (common/moe.c);
+ *   - packed documents (--packing): each document of a window attends only to itself, from
+ *     position 0, its attention cut into blocks (common/docs.h) that skip what it does not see;
  *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
  *
  *   make stage3 && ./stage3 --gpus 8 --seq 1M     # 0.6B on the books, 1M tokens over 8 GPUs
@@ -93,6 +95,7 @@ typedef struct {
     const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
     const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
+    const char *packing;     /* packed documents: NULL/none off; "" <|endoftext|> ends one; or that token id */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
     const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
 } Opts;
@@ -138,6 +141,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1e6]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
+        {"--packing", OPT_OPTSTR, &o.packing, "packed documents: each document (ended by <|endoftext|>, or by token ID: --packing ID) attends only to itself from position 0, and the label across a boundary counts no loss; none: off"},
         /* ---- stage 2: FSDP ---- */
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
@@ -273,6 +277,9 @@ typedef struct {
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
     int64_t kept;       /* layers [0, kept) keep their attention O and LSE: all of them or none (--keep-attn) */
     double aux;         /* MoE: the step's load-balancing loss */
+    int64_t eot;        /* --packing: the token that ends a document; -1: not packed */
+    int64_t slack;      /* --packing: DOCS_SLACK_ROWS rows of zeros after each buffer blocks read; else 0 */
+    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h) */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
     /* ---- stage 2: FSDP ---- */
@@ -316,9 +323,10 @@ static void carve(Model *M) {
     p->embed_g = arena_take(&A[A_GRADS], F32(E0), "embedding grads");
     p->tail_g = arena_take(&A[A_GRADS], F32(ET), "tail grads");
     /* ---- end stage 2 ---- */
+    const int64_t R = M->slack; /* --packing: rows of zeros after each buffer blocks read */
     M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
     if (M->kept) {
-        M->sv.o = arena_take(&A[A_KEPT], BF(L * S * Q), "kept O");
+        M->sv.o = arena_take(&A[A_KEPT], BF(L * (S + R) * Q), "kept O");
         M->sv.lse = arena_take(&A[A_KEPT], F32(L * c->heads * S), "kept LSE");
     }
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
@@ -350,13 +358,13 @@ static void carve(Model *M) {
     w->rstd1 = arena_take(W, F32(S), "rstd1");
     w->q_raw = arena_take(W, BF(S * Q), "q_raw");
     w->k_raw = arena_take(W, BF(S * KV), "k_raw");
-    w->q = arena_take(W, BF(S * Q), "q");
+    w->q = arena_take(W, BF((S + R) * Q), "q");
     /* ---- stage 3: ring attention ---- */
     const int64_t acc = !strcmp(M->o.merge, "fp32") ? 4 : 2; /* bytes per accumulator element */
-    w->kv = arena_take(W, BF(2 * S * KV), "k and v");
+    w->kv = arena_take(W, BF((2 * S + R) * KV), "k and v");
     w->k = w->kv;
     w->v = w->kv ? w->kv + S * KV : NULL;
-    for (int i = 0; i < 2; i++) w->kv_ring[i] = arena_take(W, BF(2 * S * KV), "ring K/V");
+    for (int i = 0; i < 2; i++) w->kv_ring[i] = arena_take(W, BF((2 * S + R) * KV), "ring K/V");
     w->blk = arena_take(W, BF(S * Q), "block O / dQ");
     w->lse_blk = arena_take(W, F32(c->heads * S), "block LSE");
     w->dkv_blk = arena_take(W, BF(2 * S * KV), "block dK, dV");
@@ -364,7 +372,7 @@ static void carve(Model *M) {
     w->rstd_q = arena_take(W, F32(S * c->heads), "rstd_q");
     w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
     if (!M->kept) {
-        w->o = arena_take(W, BF(S * Q), "o");
+        w->o = arena_take(W, BF((S + R) * Q), "o");
         w->lse = arena_take(W, F32(c->heads * S), "lse");
     }
     w->x_mid = arena_take(W, BF(S * D), "x_mid");
@@ -381,7 +389,7 @@ static void carve(Model *M) {
     w->dxn2 = arena_take(W, BF(S * D), "dxn2");
     arena_release(W, region_b);
     /* B2 */
-    w->d_o = arena_take(W, BF(S * Q), "d_o");
+    w->d_o = arena_take(W, BF((S + R) * Q), "d_o");
     w->dq = arena_take(W, BF(S * Q), "dq");
     w->dk = arena_take(W, BF(2 * S * KV), "dk, dv");
     w->dv = w->dk ? w->dk + S * KV : NULL;
@@ -425,6 +433,8 @@ static void load_config(Model *M) {
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
+    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, err, sizeof err)) == -2) STOP("%s", err);
+    M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     if (zigzag_check(M->o.seq, M->P, err, sizeof err)) STOP("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
@@ -553,6 +563,26 @@ static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->
 
 /* ============================================================ forward */
 /* ---- stage 3: ring attention ---- */
+/* --packing: a document block reads its inputs in place and a tile past its last row (docs.h): the
+ * rows after this rank's queries, after each K/V buffer (own and both ring buffers: K's are followed
+ * by V's) and, for the backward, after O and dO are zeros. Nothing sends into those rows. */
+static void ring_zero_slack(Model *M, const bf16_t *kv) {
+    const int64_t n = M->S, Q = M->attn.Hq * M->attn.D, KV = M->attn.Hkv * M->attn.D;
+    cudaStream_t st = M->gpu.stream;
+    sdpa_zero_slack(M->w.q, n, Q, st);
+    sdpa_zero_slack((bf16_t *)kv, 2 * n, KV, st);
+    for (int i = 0; i < 2; i++) sdpa_zero_slack(M->w.kv_ring[i], 2 * n, KV, st);
+}
+
+/* a ring step's blocks: --packing's for step i (data_load cut them), else the step's one block whole */
+static const SdpaBlocks *step_blocks(const Model *M, int i, const RingBlock *b, SdpaBlocks *one, DocBlock *whole) {
+    if (M->eot >= 0) return docplan_call(&M->docs, i);
+    *whole = (DocBlock){b->q0, b->nq, b->k0, b->nk, b->causal};
+    *one = (SdpaBlocks){whole, 1, NULL};
+    return one;
+}
+static void dkv_arrived(void *M) { ring_wait((Model *)M, 2); } /* the running dK/dV of this step's K/V */
+
 /* this rank's queries (w.q, [S, Hq*hd]) against every rank's K/V (kv: this rank's, [2, S, Hkv*hd], K
  * then V): P cuDNN blocks on the ring schedule (zigzag.h), the next block's K/V arriving while this
  * one computes; results merged by LSE into o [S, Hq*hd] and lse [Hq, S]. The heads are M->attn's;
@@ -564,15 +594,17 @@ static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, floa
     void *acc = f32 ? w->o_acc : (void *)o;
     cudaStream_t st = M->gpu.stream;
     fill_f32(lse, -INFINITY, H * n, st);
+    if (M->eot >= 0) ring_zero_slack(M, kv);
     const bf16_t *cur = kv;
     for (int i = 0; i < M->P; i++) {
         if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
         const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
+        SdpaBlocks one;
+        DocBlock whole;
         blocks_mark(&M->blocks, st, at, 0, i, 0);
-        sdpa_fwd(&M->sdpa, &sh, w->blk, w->lse_blk, w->q + b.q0 * Q, cur + b.k0 * KV, cur + (n + b.k0) * KV,
-                 w->sdpa_ws, w->sdpa_ws_bytes);
-        lse_merge(acc, f32, lse, w->blk, w->lse_blk, n, b.q0, b.nq, H, D, st);
+        sdpa_blocks_fwd(&M->sdpa, &sh, step_blocks(M, i, &b, &one, &whole), w->q, cur, cur + n * KV, w->blk,
+                        w->lse_blk, acc, f32, lse, n, w->sdpa_ws, w->sdpa_ws_bytes, st);
         blocks_mark(&M->blocks, st, at, 0, i, 1);
         if (i + 1 < M->P) {
             ring_wait(M, 0);
@@ -590,7 +622,7 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     cudaStream_t st = M->gpu.stream;
     if (M->kept) {
-        w->o = M->sv.o + l * S * Q;
+        w->o = M->sv.o + l * (S + M->slack) * Q;
         w->lse = M->sv.lse + l * c->heads * S;
     }
     mark(st, K_ELEM);
@@ -717,23 +749,24 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
     cudaStream_t st = M->gpu.stream;
     CUDA_CHECK(cudaMemsetAsync(w->dq_acc, 0, (size_t)(acc * n * Q), st));
     CUDA_CHECK(cudaMemsetAsync(w->dkv_ring[0], 0, (size_t)(acc * 2 * n * KV), st));
+    if (M->eot >= 0) {
+        ring_zero_slack(M, kv);
+        sdpa_zero_slack((bf16_t *)o, n, Q, st); /* kept O too: each layer's has its own rows of slack */
+        sdpa_zero_slack((bf16_t *)d_o, n, Q, st);
+    }
     char *dkv = w->dkv_ring[0];
     const bf16_t *cur = kv;
     for (int i = 0; i < M->P; i++) {
         if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
         const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
+        SdpaBlocks one;
+        DocBlock whole;
         blocks_mark(&M->blocks, st, at, 1, i, 0);
-        /* the final LSE of the block's rows, [H, nq] contiguous as cuDNN reads it */
-        CUDA_CHECK(cudaMemcpy2DAsync(w->lse_blk, (size_t)b.nq * 4, lse + b.q0, (size_t)n * 4, (size_t)b.nq * 4,
-                                     (size_t)H, cudaMemcpyDeviceToDevice, st));
-        sdpa_bwd(&M->sdpa, &sh, w->blk, w->dkv_blk, w->dkv_blk + b.nk * KV, w->q + b.q0 * Q, cur + b.k0 * KV,
-                 cur + (n + b.k0) * KV, o + b.q0 * Q, d_o + b.q0 * Q, w->lse_blk, w->softmax_sum, w->dq_accum,
-                 w->sdpa_ws, w->sdpa_ws_bytes);
-        add_bf16_into((char *)w->dq_acc + acc * b.q0 * Q, f32, w->blk, b.nq * Q, st);
-        if (i > 0) ring_wait(M, 2); /* the running dK/dV of this block has arrived */
-        add_bf16_into(dkv + acc * b.k0 * KV, f32, w->dkv_blk, b.nk * KV, st);
-        add_bf16_into(dkv + acc * (n + b.k0) * KV, f32, w->dkv_blk + b.nk * KV, b.nk * KV, st);
+        /* each block's dQ adds up here; its dK/dV join the running sum once it has arrived */
+        sdpa_blocks_bwd(&M->sdpa, &sh, step_blocks(M, i, &b, &one, &whole), w->q, cur, cur + n * KV, o, d_o, lse, n,
+                        w->dq_acc, dkv, dkv + acc * n * KV, f32, w->blk, w->dkv_blk, w->lse_blk, w->softmax_sum,
+                        w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes, i > 0 ? dkv_arrived : NULL, M, st);
         blocks_mark(&M->blocks, st, at, 1, i, 1);
         if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
             char *next = w->dkv_ring[(i + 1) % 2];
@@ -874,6 +907,10 @@ typedef struct {
     uint32_t *host;     /* [seq+1] the window's tokens (then [2, S], this rank's ids and labels) */
     uint8_t *wt;        /* [seq+1] the window's loss weights (then [S], this rank's labels') */
     int64_t epoch;
+    int64_t *start;     /* [seq+1] --packing: where the window's documents start */
+    int64_t *gpos;      /* [P, S] --packing: each rank's rows' positions in the window (stage 3: zigzag) */
+    int32_t *pos;       /* [seq + S] --packing: each window position's RoPE position, from its document's
+                         * start; then this rank's rows' */
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
 
@@ -892,10 +929,39 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
         STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
             (long long)d->tf->count, (long long)d->tf->counted);
     /* ---- end stage 2 ---- */
+    if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
+        loader_pack(&d->ld, (uint32_t)M->eot);
+        d->start = xmalloc((size_t)(8 * (M->o.seq + 1)));
+        d->gpos = xmalloc((size_t)(8 * M->S * M->P));
+        d->pos = xmalloc((size_t)(4 * (M->o.seq + M->S)));
+        for (int r = 0; r < M->P; r++) zigzag_positions(M->o.seq, M->P, r, d->gpos + r * M->S); /* stage 3 */
+    }
     say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->o.seq);
     if (d->tf->weights)
         say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
+}
+
+/* --packing: the window's documents, their RoPE positions and attention blocks (stage 3: this
+ * rank's rows, and one call per ring step: its queries against the K/V that step brings) */
+static void pack_window(Data *d, Model *M) {
+    const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
+    docs_positions(d->start, n, d->pos);
+    const int64_t *mine = d->gpos + M->rank * S;
+    int32_t *pos = d->pos + M->o.seq;
+    for (int64_t t = 0; t < S; t++) pos[t] = d->pos[mine[t]];
+    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
+    docplan_reset(&M->docs);
+    for (int i = 0; i < M->P; i++) {
+        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+        docplan_add(&M->docs, d->start, n, mine, b.q0, b.nq, d->gpos + b.src * S, b.k0, b.nk);
+    }
+    docplan_upload(&M->docs, M->gpu.stream);
+    int64_t sum = 0, mine_sum = 0; /* tests/packing_gpu.sh checks the positions against the token file */
+    for (int64_t t = 0; t < M->o.seq; t++) sum += d->pos[t];
+    for (int64_t t = 0; t < S; t++) mine_sum += pos[t];
+    trace("packed window: %lld documents, %lld blocks, positions sum %lld, this rank's %lld", (long long)n,
+          (long long)M->docs.n, (long long)sum, (long long)mine_sum);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
@@ -923,6 +989,7 @@ static void data_load(Data *d, Model *M, int64_t step) {
     CUDA_CHECK(cudaMemcpyAsync(M->w.ids, ids, (size_t)(4 * M->S), cudaMemcpyHostToDevice, M->gpu.stream));
     CUDA_CHECK(cudaMemcpyAsync(M->w.labels, labels, (size_t)(4 * M->S), cudaMemcpyHostToDevice, M->gpu.stream));
     CUDA_CHECK(cudaMemcpyAsync(M->w.label_w, lw, (size_t)M->S, cudaMemcpyHostToDevice, M->gpu.stream));
+    if (M->eot >= 0) pack_window(d, M);
     CUDA_CHECK(cudaStreamSynchronize(M->gpu.stream)); /* the host staging buffer is reused next step */
     /* ---- end stage 3 ---- */
 }
@@ -1081,11 +1148,15 @@ static void train(Model *M, const MemPlan *mp) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
         const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
+        const double pairs = (double)M->docs.pairs; /* --packing: this window's attention work */
+        const double fl = M->eot >= 0 ? config_step_flops_pairs(&M->c, M->S, pairs) : flops;
         const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
         step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
                                .labels = M->counted, .eval = ev,
                                .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
-                               .sec = sec, .tokens = (double)tokens, .tflops = flops * share / sec / 1e12,
+                               .sec = sec, .tokens = (double)tokens, .tflops = fl * share / sec / 1e12,
+                               .attn_tflop = M->eot >= 0 ? config_attn_flops(&M->c, pairs) / 1e12 : 0,
+                               .attn_tflop_full = config_attn_flops(&M->c, (double)M->o.seq * M->o.seq / 2) / M->P / 1e12,
                                .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
                                .mem_plan_gib = (double)memplan_peak(mp) * share / (1 << 30)},
                     log);
@@ -1144,10 +1215,12 @@ int main(int argc, char **argv) {
     config_print(&M.c);
     MemPlan mp = plan_memory(&M);
     char title[256];
-    snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s%s%s%s%s", STAGE, M.c.name,
+    snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s%s%s%s%s%s", STAGE, M.c.name,
              (long long)M.o.seq, M.P, (long long)M.S, M.o.merge, M.kept ? ", --keep-attn" : "",
-             M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "");
+             M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "",
+             M.eot >= 0 ? ", --packing" : "");
     memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    if (M.eot >= 0) docs_plan_note(stdout, M.eot);
     open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     if (M.o.dry_run) return 0;
     trace_open(M.o.trace); /* after the dry-run: it writes nothing */

@@ -419,11 +419,13 @@ int64_t config_total_params(const Qwen3Config *c) {
     return config_matmul_params(c) - c->hidden * c->vocab + c->vocab * c->hidden * (c->tied ? 1 : 2) + norms +
            c->layers * (mlp_params(c, c->experts) - mlp_params(c, c->top_k));
 }
-double config_step_flops(const Qwen3Config *c, int64_t T) {
-    double linear = 2.0 * (double)T * (double)config_matmul_params(c);
-    double attn = (double)c->layers * 2.0 * (double)T * (double)T * (double)(c->heads * c->head_dim);
-    return 3.0 * (linear + attn);
+double config_attn_flops(const Qwen3Config *c, double pairs) {
+    return 3.0 * (double)c->layers * 4.0 * pairs * (double)(c->heads * c->head_dim);
 }
+double config_step_flops_pairs(const Qwen3Config *c, int64_t T, double pairs) {
+    return 3.0 * 2.0 * (double)T * (double)config_matmul_params(c) + config_attn_flops(c, pairs);
+}
+double config_step_flops(const Qwen3Config *c, int64_t T) { return config_step_flops_pairs(c, T, (double)T * (double)T / 2); }
 
 void config_print(const Qwen3Config *c) {
     printf("model %s: %lld layers, hidden %lld, intermediate %lld, heads %lld/%lld x %lld, vocab %lld, %s, "

@@ -79,6 +79,11 @@ int64_t config_matmul_params(const Qwen3Config *c);
 int64_t config_total_params(const Qwen3Config *c);
 /* Model FLOPs of one training step of T tokens (3 x forward; causal attention at half of full). */
 double config_step_flops(const Qwen3Config *c, int64_t T);
+/* the same with the attention's (query, key) pairs given (packed documents: docs_pairs; causal
+ * over T tokens: T^2/2): 3 x (2 T params + 4 pairs heads head_dim per layer) */
+double config_step_flops_pairs(const Qwen3Config *c, int64_t T, double pairs);
+/* the attention part alone: 3 x 4 pairs heads head_dim per layer */
+double config_attn_flops(const Qwen3Config *c, double pairs);
 void config_print(const Qwen3Config *c);
 
 /* RoPE: inv_freq[head_dim/2] and the factor cos/sin are multiplied by (1 without YaRN),

@@ -1,6 +1,37 @@
 /* docs.c -- packed documents: their starts, positions and attention blocks (docs.h). */
 #include "docs.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokens.h"
+
+int64_t docs_eot_option(const char *v, int64_t vocab, char *err, size_t errlen) {
+    if (!v || !strcmp(v, "none")) return -1;
+    if (!v[0]) {
+        if (TOKEN_ENDOFTEXT < vocab) return TOKEN_ENDOFTEXT;
+        snprintf(err, errlen, "--packing: <|endoftext|> (%d) is past this model's vocabulary of %lld: name its "
+                 "end-of-text id (--packing ID)", TOKEN_ENDOFTEXT, (long long)vocab);
+        return -2;
+    }
+    char *end;
+    const long long id = strtoll(v, &end, 10);
+    if (*end || end == v || v[0] == '-' || v[0] == '+' || v[0] == ' ' || id >= vocab) {
+        snprintf(err, errlen, "--packing %s: the end-of-text token id, in [0, %lld) (alone: <|endoftext|>, %d; none: "
+                 "not packed)", v, (long long)vocab, TOKEN_ENDOFTEXT);
+        return -2;
+    }
+    return id;
+}
+
+void docs_plan_note(FILE *f, int64_t eot) {
+    fprintf(f, "packed documents (--packing): a document ends at token %lld and attends only to itself, from position 0; "
+            "attention runs in its blocks, a window's work sum len (len + 1) / 2 pairs, not seq^2 / 2 (each step line "
+            "says how much); the plan above holds %d rows of zeros after each attention input\n", (long long)eot,
+            DOCS_SLACK_ROWS);
+}
+
 int64_t docs_split(const uint32_t *tok, int64_t S, uint32_t eot, int64_t *start) {
     int64_t n = 0;
     start[n++] = 0;

@@ -17,14 +17,28 @@
 #ifndef LONGCTX_DOCS_H
 #define LONGCTX_DOCS_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A padded cuDNN call (sdpa.h) reads its inputs in place, at the block's offset, and its flash
  * kernels load whole tiles: past a block's last row they read up to a tile's rows more, masked
  * out but multiplied (0 x NaN is NaN). So every buffer a block is read from is followed by this
  * many rows of finite values (zeros). Measured on the H200 (tests/test_gpu.c, packed documents):
- * 64 rows are too few at head dim 64, 128 suffice; twice that for margin. */
+ * 64 rows are too few at head dim 64, 128 suffice; twice that for margin. What that covers: the
+ * reads of a block's own kernels past its last row. A padded plan's extent (sdpa_block_shape) can
+ * reach further past the buffer; every test with blocks ending at a buffer's end gives exact
+ * results, but whether cuDNN reads over the whole extent anywhere (its backward's preprocessing)
+ * has not been measured: a compute-sanitizer run on exactly sized buffers would say. */
 #define DOCS_SLACK_ROWS 256
+
+/* --packing's value: NULL or "none" -> -1 (not packed); "" (the flag alone) -> <|endoftext|>
+ * (TOKEN_ENDOFTEXT, what data/prepare.py writes after every document); a token id < vocab -> that
+ * id (another tokenizer's end of text; the tests' small vocabularies). -2 + message if bad. */
+int64_t docs_eot_option(const char *v, int64_t vocab, char *err, size_t errlen);
+
+/* The line a --packing plan adds (the dry-run's too): what packing changes. */
+void docs_plan_note(FILE *f, int64_t eot);
 
 /* Where a window's documents start: 0, and after every end-of-text token but the last token.
  * start must hold S + 1 entries; start[n] = S. Returns n, the number of documents (>= 1). */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../kernels/kernels.h"
+#include "docs.h"
 
 typedef struct {
     int64_t Hq, Hkv, Sq, Skv, D;
@@ -61,5 +62,70 @@ void sdpa_fwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *o
 void sdpa_bwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *dq, bf16_t *dk, bf16_t *dv,
                      const bf16_t *q, const bf16_t *k, const bf16_t *v, const bf16_t *o, const bf16_t *dout,
                      const float *lse, float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes);
+
+/* ---- packed documents: one attention call cut into blocks (docs.h), a padded call each */
+typedef struct {
+    const DocBlock *b; /* [n] host: the blocks, in the call's local rows */
+    int64_t n;
+    const int32_t *lens; /* device [8n]: block i's nq at 8i, nk at 8i + 4 (sdpa_*_padded's lens);
+                          * NULL: one block, the whole call (unpacked) */
+} SdpaBlocks;
+
+/* A block's plan in a call of shape p: causal as the block is; padded (documents): its rows and keys
+ * rounded up to powers of two from 1024 (at most p's), so a few plans serve every document and
+ * the work a padded call does over its plan's extent stays within 2x of the block's. */
+SdpaShape sdpa_block_shape(const SdpaShape *p, const DocBlock *b, int padded);
+/* The call's shape p (Sq x Skv). Each block is one cuDNN call (a padded plan of that shape when the
+ * blocks have lengths, lens; without, the one block is the whole call, p itself), its O and LSE
+ * (blk [Sq, Hq*D], lse_blk [Hq, Sq] scratch) merged by LSE into o (fp32 or bf16, rows [n]) and lse
+ * [Hq, n], which the caller filled with -inf before the call's first block set. Padded blocks read q
+ * [n rows, ..], k and v [Skv rows, Hkv*D] in place: each needs DOCS_SLACK_ROWS finite rows after
+ * its last (sdpa_zero_slack). */
+void sdpa_blocks_fwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, const bf16_t *q, const bf16_t *k,
+                     const bf16_t *v, bf16_t *blk, float *lse_blk, void *o, int o_f32, float *lse, int64_t n,
+                     void *ws, int64_t ws_bytes, cudaStream_t st);
+/* The blocks backward with the final o (bf16) and lse [Hq, n]: each block's dQ, dK, dV (scratch
+ * blk, dkv_blk [2, Skv, Hkv*D]) added into dq [n, Hq*D], dk and dv [Skv, Hkv*D] (fp32 or bf16
+ * acc_f32). softmax_sum [Hq, Sq], dq_accum [Hq, Sq, D]: cuDNN scratch. kv_ready (NULL: none) runs
+ * once, before the first dK/dV addition, or at the end when there is no block (the ring waits
+ * there for the travelling sum). */
+void sdpa_blocks_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, const bf16_t *q, const bf16_t *k,
+                     const bf16_t *v, const bf16_t *o, const bf16_t *dout, const float *lse, int64_t n, void *dq,
+                     void *dk, void *dv, int acc_f32, bf16_t *blk, bf16_t *dkv_blk, float *lse_blk,
+                     float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes, void (*kv_ready)(void *),
+                     void *ctx, cudaStream_t st);
+/* One GPU's packed attention (stages 1-2): the call p (Sq = Skv rows) cut into its documents'
+ * blocks. Forward: the slack after q, k, v zeroed, o (bf16) and lse [Hq, Sq] made (a row lies in
+ * exactly one block: the bf16 merge copies it). Backward: the slack after q, k, v, o and dout zeroed, dq,
+ * dk, dv zeroed and the blocks' gradients added (one block a row and a key: copies too). */
+void sdpa_packed_fwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, bf16_t *q, bf16_t *k, bf16_t *v, bf16_t *blk,
+                     float *lse_blk, bf16_t *o, float *lse, void *ws, int64_t ws_bytes, cudaStream_t st);
+void sdpa_packed_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, bf16_t *dq, bf16_t *dk, bf16_t *dv,
+                     bf16_t *q, bf16_t *k, bf16_t *v, bf16_t *o, bf16_t *dout, const float *lse, bf16_t *blk,
+                     bf16_t *dkv_blk, float *lse_blk, float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes,
+                     cudaStream_t st);
+
+/* A step's packed-document blocks: one or more attention calls (stage 3: one per ring step), their
+ * blocks in one host table, the lengths on the device. Built again for every window. */
+typedef struct {
+    DocBlock *b;        /* [cap] host */
+    int32_t *lens_h;    /* [8 cap] host staging; lens [8 cap] device (grown as a window needs) */
+    int32_t *lens;
+    int64_t n, cap, dev_cap;
+    int64_t *first;     /* [ncalls+1] call i's blocks are [first[i], first[i+1]) */
+    int ncalls, calls_cap;
+    int64_t pairs;      /* the (query, key) pairs the blocks compute: the attention work done */
+    SdpaBlocks *call;   /* [ncalls] call i's blocks, as sdpa_blocks_* take them (set by docplan_upload) */
+} DocPlan;
+void docplan_reset(DocPlan *dp);
+/* append one call: queries [q0, q0+nq) at global positions qpos[], keys [k0, k0+nk) at kpos[] */
+void docplan_add(DocPlan *dp, const int64_t *start, int64_t ndocs, const int64_t *qpos, int64_t q0, int64_t nq,
+                 const int64_t *kpos, int64_t k0, int64_t nk);
+/* the lengths to the device, on st (synchronous: the staging buffer is reused next window) */
+void docplan_upload(DocPlan *dp, cudaStream_t st);
+const SdpaBlocks *docplan_call(const DocPlan *dp, int i);
+
+/* zero the DOCS_SLACK_ROWS rows after rows [0, rows) of a bf16 [rows, width] buffer */
+void sdpa_zero_slack(bf16_t *x, int64_t rows, int64_t width, cudaStream_t st);
 
 #endif

@@ -121,6 +121,7 @@ int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int ran
     ld->world = world;
     ld->rank = rank;
     ld->windows = (tf->count - 1) / seq;
+    ld->eot = -1;
     if (ld->windows < world) {
         snprintf(err, errlen, "%s holds %lld window%s of %lld+1 tokens; %d data-parallel ranks need at least %d disjoint ones",
                  tf->path, (long long)ld->windows, ld->windows == 1 ? "" : "s", (long long)seq, world, world);
@@ -142,25 +143,30 @@ int64_t loader_window(const Loader *ld, int64_t step, uint32_t *ids) {
     return epoch;
 }
 
+void loader_pack(Loader *ld, uint32_t eot) { ld->eot = eot; }
+
+/* the weight of label t (1..seq) of the window at `at`: the file's, and none after an eot if packed */
+static uint8_t label_weight(const Loader *ld, int64_t at, int64_t t) {
+    if (ld->eot >= 0 && ld->tf->ids[at + t - 1] == (uint32_t)ld->eot) return 0;
+    return ld->tf->weights ? ld->tf->weights[at + t] : 1;
+}
+
 int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w) {
     const int64_t at = window_start(ld, step, NULL);
-    if (!ld->tf->weights) {
-        memset(w, 1, (size_t)(ld->seq + 1));
-        return ld->seq;
-    }
-    memcpy(w, ld->tf->weights + at, (size_t)(ld->seq + 1));
+    w[0] = ld->tf->weights ? ld->tf->weights[at] : 1;
     int64_t n = 0;
-    for (int64_t t = 1; t <= ld->seq; t++) n += w[t];
+    for (int64_t t = 1; t <= ld->seq; t++) n += w[t] = label_weight(ld, at, t);
     return n;
 }
 
 int64_t loader_counted_job(const Loader *ld, int64_t step) {
-    if (!ld->tf->weights) return ld->seq * ld->world;
+    if (!ld->tf->weights && ld->eot < 0) return ld->seq * ld->world;
     int64_t n = 0;
     for (int r = 0; r < ld->world; r++) {
-        const Loader other = {ld->tf, ld->seq, ld->world, r, ld->windows};
-        const uint8_t *w = ld->tf->weights + window_start(&other, step, NULL);
-        for (int64_t t = 1; t <= ld->seq; t++) n += w[t];
+        Loader other = *ld;
+        other.rank = r;
+        const int64_t at = window_start(&other, step, NULL);
+        for (int64_t t = 1; t <= ld->seq; t++) n += label_weight(ld, at, t);
     }
     return n;
 }
@@ -184,7 +190,7 @@ int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen)
 }
 
 int64_t loader_skipped_before(const Loader *ld, int64_t steps) {
-    if (!ld->tf->weights) return 0;
+    if (!ld->tf->weights && ld->eot < 0) return 0;
     int64_t n = 0;
     for (int64_t s = 0; s < steps; s++) n += loader_counted_job(ld, s) == 0;
     return n;

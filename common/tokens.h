@@ -46,9 +46,14 @@ typedef struct {
     int64_t seq;
     int world, rank;
     int64_t windows;   /* windows per epoch */
+    int64_t eot;       /* --packing: the end-of-text id (a label after it, the next document's first
+                        * token, counts no loss: common/docs.h); -1: not packed */
 } Loader;
 
 int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int rank, char *err, size_t errlen);
+/* --packing: a label whose input is eot (the next document's first token) counts no loss, in the
+ * weights and every count below. */
+void loader_pack(Loader *ld, uint32_t eot);
 /* Fill ids[seq+1] for the given step; returns the epoch (0-based) of that window. */
 int64_t loader_window(const Loader *ld, int64_t step, uint32_t *ids);
 /* the same window's loss weights, w[seq+1] aligned with ids (all 1 for a file without weights);

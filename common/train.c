@@ -221,6 +221,7 @@ void step_report(const StepLog *s, FILE *jsonl) {
            (long long)s->step, s->loss, s->lr, s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, 100 * mfu,
            s->mem_used_gib, s->mem_plan_gib);
     if (s->host_gib > 0) printf(" | host %.2f GiB pinned", s->host_gib);
+    if (s->attn_tflop > 0) printf(" | attention %.3g of %.3g TFLOP (packed)", s->attn_tflop, s->attn_tflop_full);
     if (s->eval.labels) printf(" | eval loss %.6f ppl %.3f (%.1f s)", s->eval.loss, exp(s->eval.loss), s->eval.sec);
     printf("\n");
     if (!jsonl) return;
@@ -230,13 +231,16 @@ void step_report(const StepLog *s, FILE *jsonl) {
     if (s->host_gib > 0) snprintf(host, sizeof host, "\"host_pinned_gib\":%.3f,", s->host_gib);
     char eval[160] = "";
     if (s->eval.labels) eval_json(&s->eval, eval, sizeof eval);
+    char attn[96] = "";
+    if (s->attn_tflop > 0)
+        snprintf(attn, sizeof attn, "\"attn_tflop\":%.6g,\"attn_tflop_unpacked\":%.6g,", s->attn_tflop, s->attn_tflop_full);
     fprintf(jsonl,
             "{\"stage\":%d,%s\"model\":\"%s\",\"seq\":%lld,\"keep_attn\":%d,\"step\":%lld,\"loss\":%.9g,"
             "\"loss_hex\":\"%a\",\"labels\":%lld,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_s\":%.6f,\"tokens_per_s\":%.1f,"
-            "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,%s%s\"epoch\":%lld}\n",
+            "\"model_tflops\":%.2f,\"mfu\":%.4f,\"mem_used_gib\":%.3f,\"mem_plan_gib\":%.3f,%s%s%s\"epoch\":%lld}\n",
             s->stage, ranks, s->model, (long long)s->seq, s->keep_attn, (long long)s->step, s->loss, s->loss,
             (long long)s->labels, s->lr, s->grad_norm, s->sec, s->tokens / s->sec, s->tflops, mfu, s->mem_used_gib,
-            s->mem_plan_gib, host, eval, (long long)s->epoch);
+            s->mem_plan_gib, host, attn, eval, (long long)s->epoch);
     fflush(jsonl);
 }
 

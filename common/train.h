@@ -78,6 +78,9 @@ typedef struct {
     int64_t step, epoch;
     double loss, lr, grad_norm, sec, tokens, tflops, mem_used_gib, mem_plan_gib;
     double host_gib;         /* pinned host memory (0: none; not printed) */
+    double attn_tflop;       /* --packing: the attention TFLOP of the step's blocks (forward and
+                                backward, as model FLOPs count them; 0: unpacked, not printed) */
+    double attn_tflop_full;  /* the same window's attention unpacked (causal over every token) */
     int64_t labels;          /* labels that counted (the loss's denominator, all ranks) */
     EvalResult eval;         /* an evaluation after this step (eval.labels 0: none) */
 } StepLog;

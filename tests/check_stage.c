@@ -3,6 +3,8 @@
  *   check_stage tokens GOLDEN_DIR OUT.tok          the golden config's tokens as a token file
  *   check_stage random VOCAB N SEED OUT.tok [masked]   N random tokens below VOCAB (masked: with loss
  *       weights, alternating prompt spans of weight 0 and completion spans of weight 1, 5-40 tokens each)
+ *   check_stage random VOCAB N SEED OUT.tok docs EOT [MEAN]   documents: token EOT ends one every 1 to
+ *       2 MEAN tokens (default 64), and appears nowhere else (--packing EOT)
  *   check_stage mask IN.tok OUT.tok FROM TO         a copy in which tokens [FROM, TO) carry no loss
  *   check_stage slice IN.tok OUT.tok FROM           tokens [FROM, end) of IN (their weights too)
  *   check_stage grads GOLDEN_DIR DUMP [STATE LR WD BETA1 BETA2 EPS CLIP]
@@ -16,7 +18,7 @@
  *       With --tokens FILE --windows P --seq S (after the other arguments) the reference is the mean
  *       over the P windows a P-rank data-parallel step reads (window r = tokens [r*S, r*S+S]): over
  *       every label that counts in them, when FILE has loss weights. A masked golden fixture (its
- *       "weights") is checked with the masked reference.
+ *       "weights") is checked with the masked reference, a packed one ("eot") with the packed one.
  *   check_stage same DUMP_A DUMP_B MIN_COSINE [LOSS_TOL [MAX_NORM_RATIO_DEV]]   two dumps agree: the
  *       same tensors, each gradient finite, zero only where the other is, cosine >= MIN_COSINE and
  *       |A|/|B| within MAX_NORM_RATIO_DEV of 1 (default NORM_RATIO_TOL), the loss within LOSS_TOL
@@ -182,8 +184,11 @@ static int cmd_grads(int argc, char **argv) {
     argc = positional;
     RefResult r = {0};
     if (!tokfile) {
-        r = ref_forward_backward_masked(&c, &pt, params, gd.tokens, gd.weights, NULL, S, 0, NULL, ref_g);
-        if (gd.weights) printf("  reference: masked, %lld of %lld labels count\n", (long long)r.tokens, (long long)S);
+        r = gd.eot >= 0 ? ref_forward_backward_packed(&c, &pt, params, gd.tokens, gd.weights, (uint32_t)gd.eot, S, 0,
+                                                      NULL, ref_g)
+                        : ref_forward_backward_masked(&c, &pt, params, gd.tokens, gd.weights, NULL, S, 0, NULL, ref_g);
+        if (gd.weights) printf("  reference: %s, %lld of %lld labels count\n", gd.eot >= 0 ? "packed and masked" : "masked",
+                               (long long)r.tokens, (long long)S);
     } else { /* the mean over every label that counts in the P windows of P data-parallel ranks */
         TokenFile tf;
         if (tokens_open_file(tokfile, c.vocab, 1, &tf, err, sizeof err)) DIE("%s", err);
@@ -193,7 +198,9 @@ static int cmd_grads(int argc, char **argv) {
         int64_t n = 0;
         for (int64_t w = 0; w < windows; w++) { /* window w's mean, weighted by its labels */
             const uint8_t *wt = tf.weights ? tf.weights + w * S : NULL;
-            RefResult rw = ref_forward_backward_masked(&c, &pt, params, tf.ids + w * S, wt, NULL, S, 0, NULL, gw);
+            RefResult rw = gd.eot >= 0 ? ref_forward_backward_packed(&c, &pt, params, tf.ids + w * S, wt, (uint32_t)gd.eot,
+                                                                     S, 0, NULL, gw)
+                                       : ref_forward_backward_masked(&c, &pt, params, tf.ids + w * S, wt, NULL, S, 0, NULL, gw);
             r.loss += rw.loss * (double)rw.tokens;
             for (int64_t i = 0; i < pt.total; i++) acc[i] += (double)gw[i] * (double)rw.tokens;
             n += rw.tokens;
@@ -326,7 +333,8 @@ static int cmd_refdump(char **argv) {
     char err[512];
     load_golden(argv[2], &gd);
     float *g = xmalloc((size_t)gd.pt.total * 4);
-    const RefResult r = ref_forward_backward_masked(&gd.c, &gd.pt, gd.params, gd.tokens, gd.weights, NULL, gd.S, 0, NULL, g);
+    const RefResult r = gd.eot >= 0 ? ref_forward_backward_packed(&gd.c, &gd.pt, gd.params, gd.tokens, gd.weights, (uint32_t)gd.eot, gd.S, 0, NULL, g)
+                                    : ref_forward_backward_masked(&gd.c, &gd.pt, gd.params, gd.tokens, gd.weights, NULL, gd.S, 0, NULL, g);
     StWrite *sw = xcalloc((size_t)(gd.pt.n + 1), sizeof(StWrite));
     char (*names)[160] = xcalloc((size_t)gd.pt.n, 160);
     const float l = (float)r.loss;
@@ -399,6 +407,17 @@ int main(int argc, char **argv) {
             for (int64_t i = 0, on = 0; i < n; on = !on) {
                 s ^= s << 13; s ^= s >> 7; s ^= s << 17;
                 for (int64_t k = 5 + (int64_t)(s % 36); k > 0 && i < n; k--) wt[i++] = (uint8_t)on;
+            }
+        }
+        if (argc >= 8 && !strcmp(argv[6], "docs")) { /* documents: token E ends one every 1..2M tokens */
+            const int64_t E = atoll(argv[7]) % V, mean = argc >= 9 ? atoll(argv[8]) : 64;
+            for (int64_t i = 0; i < n; i++)
+                if (ids[i] == (uint32_t)E) ids[i] = (uint32_t)((E + 1) % V);
+            for (int64_t i = 0;;) {
+                s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                i += 1 + (int64_t)(s % (uint64_t)(2 * mean));
+                if (i >= n) break;
+                ids[i] = (uint32_t)E;
             }
         }
         if (tokens_write_weighted(argv[5], ids, wt, n, err, sizeof err)) DIE("%s", err);

@@ -44,6 +44,19 @@ int golden_load(const char *dir, Golden *g, char *err, size_t errlen) {
         for (int64_t i = 0; i < wt->numel; i++) g->weights[i] = tok[i] != 0;
     }
     free(tok);
+    g->eot = -1;
+    const StTensor *et = st_find(&g->gold, "eot");
+    int32_t eot;
+    if (et) { /* a packed fixture */
+        const int bad = et->numel != 1 || st_read_i32(&g->gold, "eot", 1, &eot, err, errlen);
+        if (bad || eot < 0 || eot >= g->c.vocab) {
+            if (et->numel != 1 || !bad) snprintf(err, errlen, "%s: \"eot\" must be one token id below the vocabulary", path);
+            golden_free(g);
+            memset(g, 0, sizeof *g);
+            return -1;
+        }
+        g->eot = eot;
+    }
     return 0;
 fail:
     free(g->params);

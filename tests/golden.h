@@ -1,7 +1,7 @@
 /* golden.h -- one golden fixture of tests/golden/<name>/ (made by tests/make_golden.py with
  * transformers): config.json and model.safetensors (the model: config, parameter table, fp32
  * parameters) and golden.safetensors (tokens [S+1] I32, optionally weights [S+1] I32 0/1 (a loss
- * mask), and transformers' loss [1], logits [S, V] and grad.<HF name> fp32 tensors). Used by test_cpu (reference model vs transformers) and
+ * mask) and eot [1] I32 (packed documents), and transformers' loss [1], logits [S, V] and grad.<HF name> fp32 tensors). Used by test_cpu (reference model vs transformers) and
  * check_stage (trainers vs reference model on the same fixture). */
 #ifndef LONGCTX_GOLDEN_H
 #define LONGCTX_GOLDEN_H
@@ -21,6 +21,7 @@ typedef struct {
     uint8_t *weights;   /* [S + 1] loss weights (a masked fixture's "weights" tensor: label t+1 counts
                          * where weights[t+1] is 1; transformers had labels -100 elsewhere), or NULL */
     int64_t S;
+    int64_t eot;        /* a packed fixture's (its "eot" tensor): documents end at this token; -1 */
     SafeTensors gold;   /* golden.safetensors, open until golden_free */
 } Golden;
 

@@ -9,6 +9,10 @@ For each tiny Qwen3 config below, writes tests/golden/<name>/:
 The loss is the mean next-token NLL over S predicted tokens (inputs tokens[:S], labels tokens[1:]),
 computed in fp32 with eager attention. A masked config's labels are -100 where weights[1:] is 0
 (a prompt: completion-only loss), and transformers' own causal-LM loss averages over the rest.
+A packed config (--packing) also holds eot [1] (I32): documents end at that token, and the truth is
+each document run alone through transformers (its positions from 0, its own keys only), the label
+after an eot (the next document's first token) carrying no loss; loss = the documents' summed NLL
+over the labels that count / their number, and the gradients are that loss's.
 
   python3 tests/make_golden.py            # regenerate into tests/golden
   python3 tests/make_golden.py --check    # regenerate into a temp dir and compare with the committed files
@@ -36,6 +40,12 @@ CONFIGS = {
     "masked_gqa4_s128": dict(vocab=320, hidden=96, inter=160, layers=2, heads=8, kv=2, head_dim=64, tied=False,
                              seq=128, rope={"rope_type": "default", "rope_theta": 1e6}, max_pos=4096,
                              mask=[(0, 21), (50, 70), (100, 113)]),
+    # (e) packed documents: eot (7) ends documents at these inputs: 1-token documents (5, 64), ends on
+    # zigzag chunk edges of P = 4 and 8 (31, 47, 63), documents across several chunks; the last one
+    # cut by the window (its last label counts); two prompt spans, one across a boundary
+    "packed_gqa4_s128": dict(vocab=320, hidden=96, inter=160, layers=2, heads=8, kv=2, head_dim=64, tied=False,
+                             seq=128, rope={"rope_type": "default", "rope_theta": 1e6}, max_pos=4096,
+                             mask=[(20, 28), (88, 95)], eot=7, ends=[4, 5, 31, 47, 63, 64, 90, 111]),
 }
 
 
@@ -61,6 +71,31 @@ def build(cfg, seed):
     return model
 
 
+def packed(model, cfg, tokens):
+    """Each document of tokens[:S] alone (documents end at eot): logits [S, V], the loss over every
+    label that counts, and the weights [S+1] the fixture records (its prompt spans)."""
+    eot, S = cfg["eot"], cfg["seq"]
+    tokens[tokens == eot] = eot + 1  # no stray document ends
+    for p in cfg["ends"]:
+        tokens[p] = eot
+    weights = torch.ones(S + 1, dtype=torch.int32)
+    for a, b in cfg.get("mask", []):
+        weights[a:b] = 0
+    starts = [0] + [p + 1 for p in cfg["ends"] if p + 1 < S]
+    bounds = list(zip(starts, starts[1:] + [S]))
+    logits_all, total, count = [], 0.0, 0
+    for a, b in bounds:
+        labels = tokens[a + 1:b + 1].clone()
+        labels[weights[a + 1:b + 1] == 0] = -100
+        if tokens[b - 1] == eot:  # the label after the document's end: the next document's first token
+            labels[-1] = -100
+        logits = model(input_ids=tokens[None, a:b]).logits[0].float()  # positions 0..b-a-1
+        total = total + F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+        count += int((labels != -100).sum())
+        logits_all.append(logits.detach())
+    return torch.cat(logits_all), total / count, weights
+
+
 def make(name, cfg, out_dir, seed):
     model = build(cfg, seed)
     d = os.path.join(out_dir, name)
@@ -74,7 +109,9 @@ def make(name, cfg, out_dir, seed):
     tokens = torch.randint(0, cfg["vocab"], (cfg["seq"] + 1,), generator=g)
     model.train()
     weights = None
-    if "mask" in cfg:  # tokens [a, b) of each span are prompt: their labels are -100
+    if "eot" in cfg:
+        logits, loss, weights = packed(model, cfg, tokens)
+    elif "mask" in cfg:  # tokens [a, b) of each span are prompt: their labels are -100
         weights = torch.ones(cfg["seq"] + 1, dtype=torch.int32)
         for a, b in cfg["mask"]:
             weights[a:b] = 0
@@ -93,13 +130,16 @@ def make(name, cfg, out_dir, seed):
            "loss": loss.detach().reshape(1)}
     if weights is not None:
         out["weights"] = weights
+    if "eot" in cfg:
+        out["eot"] = torch.tensor([cfg["eot"]], dtype=torch.int32)
     for n, p in model.named_parameters():
         out["grad." + n] = p.grad.detach().contiguous()
     meta = {"transformers": transformers.__version__, "torch": torch.__version__, "seed": str(seed),
             "loss": "mean NLL over S predicted tokens, eager attention, fp32"
-                    + ("; labels -100 where weights is 0" if weights is not None else "")}
+                    + ("; labels -100 where weights is 0" if weights is not None else "")
+                    + ("; packed: each document alone, no loss after eot" if "eot" in cfg else "")}
     save_file(out, os.path.join(d, "golden.safetensors"), metadata=meta)
-    kept = f", {int(weights[1:].sum())} labels count" if weights is not None else ""
+    kept = f", {int(weights[1:].sum())} labels unmasked" if weights is not None else ""
     print(f"{name}: seq {cfg['seq']} loss {loss.item():.6f}{kept} ({sum(k.startswith('grad.') for k in out)} grads) -> {d}")
 
 

@@ -279,14 +279,11 @@ RefResult ref_forward_backward(const Qwen3Config *c, const ParamTable *pt, const
     return ref_forward_backward_masked(c, pt, params, tokens, NULL, pos, S, loss_chunk, logits, grads);
 }
 
-static RefResult forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
-                                  const uint32_t *tokens, const uint8_t *weights, const int64_t *pos,
-                                  const int64_t *first, int64_t S, int64_t loss_chunk, float *logits, float *grads);
 
 RefResult ref_forward_backward_masked(const Qwen3Config *c, const ParamTable *pt, const float *params,
                                       const uint32_t *tokens, const uint8_t *weights, const int64_t *pos, int64_t S,
                                       int64_t loss_chunk, float *logits, float *grads) {
-    return forward_backward(c, pt, params, tokens, weights, pos, NULL, S, loss_chunk, logits, grads);
+    return ref_forward_backward_docs(c, pt, params, tokens, weights, pos, NULL, S, loss_chunk, logits, grads);
 }
 
 /* Packed documents, as DESIGN.md section 9 defines them: documents end at eot (docs_split); each
@@ -305,14 +302,14 @@ RefResult ref_forward_backward_packed(const Qwen3Config *c, const ParamTable *pt
     for (int64_t t = 0; t <= S; t++) w[t] = weights ? weights[t] : 1;
     for (int64_t t = 0; t < S; t++)
         if (tokens[t] == eot) w[t + 1] = 0;
-    const RefResult r = forward_backward(c, pt, params, tokens, w, pos, first, S, loss_chunk, logits, grads);
+    const RefResult r = ref_forward_backward_docs(c, pt, params, tokens, w, pos, first, S, loss_chunk, logits, grads);
     free(start); free(pos); free(first); free(p32); free(w);
     return r;
 }
 
-static RefResult forward_backward(const Qwen3Config *c, const ParamTable *pt, const float *params,
-                                  const uint32_t *tokens, const uint8_t *weights, const int64_t *pos,
-                                  const int64_t *first, int64_t S, int64_t loss_chunk, float *logits, float *grads) {
+RefResult ref_forward_backward_docs(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                    const uint32_t *tokens, const uint8_t *weights, const int64_t *pos,
+                                    const int64_t *first, int64_t S, int64_t loss_chunk, float *logits, float *grads) {
     const int64_t D = c->hidden, Hq = c->heads, Hkv = c->kv_heads, hd = c->head_dim, I = c->intermediate,
                   V = c->vocab, L = c->layers, Q = Hq * hd, KV = Hkv * hd;
 #define W(kind, l) (params + params_get(pt, kind, l)->offset)

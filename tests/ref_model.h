@@ -41,6 +41,12 @@ RefResult ref_forward_backward_packed(const Qwen3Config *c, const ParamTable *pt
                                       const uint32_t *tokens, const uint8_t *weights, uint32_t eot, int64_t S,
                                       int64_t loss_chunk, float *logits, float *grads);
 
+/* What both are made of: RoPE positions pos (NULL: 0..S-1) and, for each query, the first key it
+ * may see, first[S] (NULL: 0). Tests plant bugs through it (positions not restarted). */
+RefResult ref_forward_backward_docs(const Qwen3Config *c, const ParamTable *pt, const float *params,
+                                    const uint32_t *tokens, const uint8_t *weights, const int64_t *pos,
+                                    const int64_t *first, int64_t S, int64_t loss_chunk, float *logits, float *grads);
+
 /* AdamW on flat fp32 buffers, as the trainers do it (bias-corrected, decoupled weight decay on
  * matrices only, global-norm clipping when clip > 0). step is 1-based. Returns the grad norm. */
 double ref_adamw(const ParamTable *pt, float *params, const float *grads, float *m, float *v, int64_t step,

@@ -11,6 +11,7 @@
 # SKIP_MASK=1 leaves out tests/mask_eval_gpu.sh (loss masks and --eval-data, stage 2's masked windows);
 # SKIP_KEEP=1 leaves out tests/keep_gpu.sh (kept attention on the GPU, on the host, recomputed);
 # SKIP_MOE=1 leaves out tests/moe_stages_gpu.sh (the MoE golden config in stages 1-4);
+# SKIP_PACKING=1 leaves out tests/packing_gpu.sh (--packing in every stage, ~2 minutes);
 # SKIP_PREEMPT=1 leaves out tests/preempt_gpu.sh (SIGTERM/SIGUSR1 save and stop) and tests/refusals.sh;
 # SKIP_LONG=1 leaves out tests/long_grad_gpu.sh (stage 5's gradients at 64K and 128K against fp32; ~2 minutes);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
@@ -230,6 +231,10 @@ fi
 if [ -z "${SKIP_MOE:-}" ]; then
     echo "== MoE in every stage: the MoE golden config in stages 1-4 against the reference and stage 5 (tests/moe_stages_gpu.sh)"
     bash tests/moe_stages_gpu.sh 2>&1 | tee "$tmp/moe.txt"; count "$tmp/moe.txt" "MoE in stages 1-4"
+fi
+if [ -z "${SKIP_PACKING:-}" ]; then
+    echo "== --packing in every stage: each document alone, through transformers (tests/packing_gpu.sh)"
+    bash tests/packing_gpu.sh 2>&1 | tee "$tmp/packing.txt"; count "$tmp/packing.txt" "packed documents"
 fi
 echo "== --yarn-factor alone in every stage: the model whose config.json says YaRN (tests/yarn_gpu.sh)"
 bash tests/yarn_gpu.sh 2>&1 | tee "$tmp/yarn.txt"; count "$tmp/yarn.txt" "YaRN from the command line"

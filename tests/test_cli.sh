@@ -13,7 +13,7 @@ ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAI
 STAGE1_FLAGS=(--model --data --seq --steps --lr --warmup --schedule --min-lr-frac --wd --beta1 --beta2 --eps
               --clip --loss-chunk --keep-attn --layers --seed --save --save-every --save-keep --resume --dry-run --gpu-gib
               --log --eval-data --eval-every --eval-windows --dump-grads --profile --trace --timeline --yarn-factor --yarn-original --moe-gemm
-              --help)
+              --packing --help)
 STAGE2_FLAGS=("${STAGE1_FLAGS[@]}" --gpus --local-ranks --nnodes --node-rank --rendezvous --run-id --comm-timeout
               --rehearse --link-gbps --net-gbps)
 STAGE3_FLAGS=("${STAGE2_FLAGS[@]}" --merge)
@@ -197,6 +197,20 @@ if [ -x ./stage5 ]; then
     ok "stage5 refuses an unknown --moe-gemm" "[ $rc -ne 0 ] && grep -q 'loop or grouped' <<< \"\$out\""
     rm -rf "$(dirname "$big")"
 fi
+# --packing: alone <|endoftext|>, or a token id below the vocabulary, or none; the plan says so
+for s in 1 2 3 4 5; do
+    out=$(./stage$s --model 0.6B --packing --dry-run 2>&1); rc=$?
+    ok "stage$s --packing plans a packed run" "[ $rc -eq 0 ] && grep -q -- ', --packing' <<< \"\$out\""
+    out=$(./stage$s --model 0.6B --packing none --dry-run 2>&1); rc=$?
+    ok "stage$s --packing none plans an unpacked run" "[ $rc -eq 0 ] && ! grep -q -- ', --packing' <<< \"\$out\""
+    for bad in 151936 abc 12x; do
+        out=$(./stage$s --model 0.6B --packing $bad --dry-run 2>&1); rc=$?
+        ok "stage$s refuses --packing $bad, naming the range" "[ $rc -ne 0 ] && grep -q 'the end-of-text token id, in \[0, 151936)' <<< \"\$out\""
+    done
+    out=$(./stage$s --model tests/golden/untied_gqa4_s100 --packing --dry-run 2>&1); rc=$?
+    ok "stage$s refuses --packing alone for a vocabulary without <|endoftext|>" "[ $rc -ne 0 ] && grep -q 'past this model' <<< \"\$out\""
+done
+echo "  ./stage1 --model 0.6B --packing 151936 -> $(./stage1 --model 0.6B --packing 151936 --dry-run 2>&1 | tail -1)"
 # the front door: a dry-run plans the headline's machine when no GPU is here, and says so first
 out=$(./stage5 --seq 1048576 --dry-run 2>&1); rc=$?
 ok "./stage5 --seq 1048576 --dry-run plans 8 GPUs of 80 GB and a 2 TiB node, and says so on its first line" \

@@ -34,7 +34,8 @@
 #include "../common/docs.h"
 #include "test.h"
 
-static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128"};
+static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128",
+                               "packed_gqa4_s128"};
 static char tmpdir[256];
 
 /* ------------------------------------------------------------------ golden files */
@@ -54,7 +55,10 @@ static void test_golden(const char *root) {
         if (!ok) continue;
         const int64_t S = g.S, V = g.c.vocab;
         float *logits = xmalloc((size_t)(S * V) * 4), *grads = xmalloc((size_t)g.pt.total * 4);
-        RefResult r = ref_forward_backward_masked(&g.c, &g.pt, g.params, g.tokens, g.weights, NULL, S, 0, logits, grads);
+        RefResult r = g.eot >= 0 ? ref_forward_backward_packed(&g.c, &g.pt, g.params, g.tokens, g.weights,
+                                                               (uint32_t)g.eot, S, 0, logits, grads)
+                                 : ref_forward_backward_masked(&g.c, &g.pt, g.params, g.tokens, g.weights, NULL, S, 0,
+                                                               logits, grads);
         char err[512] = "";
         float *want = xmalloc((size_t)(S * V) * 4);
         double gl = NAN;
@@ -919,6 +923,50 @@ static void test_ring_docs(void) {
     free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
 }
 
+/* The packed golden fixture (each document run alone through transformers) must catch what packing
+ * can get wrong: keys of other documents seen, and the label across a boundary counted; each planted
+ * reference must miss the golden loss. Positions not restarted it cannot catch, and this checks
+ * that it does not: RoPE makes q_m . k_n a function of m - n alone, so within one document a shift
+ * of every position changes nothing but rounding. A stage's positions are checked where they are
+ * made (docs_positions above; tests/packing_gpu.sh compares a stage's traced positions). */
+static void test_packed_planted(const char *root) {
+    Golden g;
+    if (golden_open(root, "packed_gqa4_s128", &g)) { EXPECT(0, "packed_gqa4_s128 loads"); return; }
+    const int64_t S = g.S;
+    double gl = NAN;
+    char err[256];
+    EXPECT(!golden_loss(&g, &gl, err, sizeof err), "%s", err);
+    int64_t *start = xmalloc((size_t)(S + 1) * 8), *pos = xmalloc((size_t)S * 8), *first = xmalloc((size_t)S * 8);
+    int32_t *p32 = xmalloc((size_t)S * 4);
+    uint8_t *w = xmalloc((size_t)S + 1);
+    const int64_t n = docs_split(g.tokens, S, (uint32_t)g.eot, start);
+    docs_positions(start, n, p32);
+    for (int64_t d = 0; d < n; d++)
+        for (int64_t t = start[d]; t < start[d + 1]; t++) first[t] = start[d], pos[t] = p32[t];
+    for (int64_t t = 0; t <= S; t++) w[t] = g.weights ? g.weights[t] : 1;
+    uint8_t *wb = xmalloc((size_t)S + 1); /* the boundary labels counted */
+    memcpy(wb, w, (size_t)S + 1);
+    for (int64_t t = 0; t < S; t++)
+        if (g.tokens[t] == (uint32_t)g.eot) w[t + 1] = 0;
+    const struct { const char *what; const int64_t *pos, *first; const uint8_t *w; } plant[] = {
+        {"positions not restarted (the same up to rounding)", NULL, first, w},
+        {"other documents' keys seen", pos, NULL, w},
+        {"the label after an end-of-text counted", pos, first, wb},
+        {"nothing planted (the packed reference itself)", pos, first, w}};
+    for (int i = 0; i < 4; i++) {
+        const RefResult r = ref_forward_backward_docs(&g.c, &g.pt, g.params, g.tokens, plant[i].w, plant[i].pos,
+                                                      plant[i].first, S, 0, NULL, NULL);
+        const double e = fabs(r.loss - gl) / fabs(gl);
+        if (i == 1 || i == 2)
+            EXPECT(e > 1e-4, "planted (%s): the loss %.7f must miss transformers' %.7f (rel %.2e)", plant[i].what,
+                   r.loss, gl, e);
+        else EXPECT_LE(e, 1e-5, "%s: loss %.7f vs transformers %.7f (RoPE is relative)", plant[i].what, r.loss, gl);
+        printf("  packed golden, %s: loss %.6f vs %.6f (rel %.1e)\n", plant[i].what, r.loss, gl, e);
+    }
+    free(start); free(pos); free(first); free(p32); free(w); free(wb);
+    golden_free(&g);
+}
+
 /* ------------------------------------------------------------------ host AdamW (stage 4) */
 /* The host optimizer: bit-identical for any thread count, equal to the GPU kernel's fp32 expression
  * evaluated one element at a time, the norm in fp64 (test_gpu compares it with the kernel itself). */
@@ -1343,6 +1391,7 @@ int main(int argc, char **argv) {
     printf("[ring]\n");
     test_ring();
     test_ring_docs();
+    test_packed_planted(golden);
     printf("[host AdamW]\n");
     test_cpu_adam();
     printf("[rendezvous]\n");

@@ -872,7 +872,7 @@ static void test_sdpa_docs(Sdpa *sd, int64_t H, int64_t Hk, int64_t D, const int
                 if (nb + m > cap) DIE("test: %lld blocks, room for %lld", (long long)(nb + m), (long long)cap);
                 pairs += docs_pairs(blk + nb, m);
                 for (int64_t j = nb; j < nb + m; j++) {
-                    shp[j] = (SdpaShape){H, Hk, b.nq, b.nk, D, blk[j].causal, 0, 1};
+                    shp[j] = sdpa_block_shape(&(SdpaShape){H, Hk, b.nq, b.nk, D, b.causal, 0, 0}, &blk[j], 1);
                     lens[8 * j] = (int32_t)blk[j].nq;
                     lens[8 * j + 4] = (int32_t)blk[j].nk;
                     blk[j].q0 = pos[r * n + blk[j].q0]; /* global rows: a block's rows are consecutive */
