@@ -7,10 +7,12 @@
  * prints each rank's (query, key) pairs and times, and the window's step-level figure: the slowest
  * rank's time, since a ring step waits for it. Target: the time saved is at least 80% of the pairs
  * saved. Median of 5 runs after a warm-up (which builds the plans), CUDA events.
- *   ./build/docs_attn [S] [P] [Hq] [Hkv] [D] [seed]
+ *   ./build/docs_attn [S] [P] [Hq] [Hkv] [D] [seed] [FILE.tok [pairs]]
  * (default 1048576 8 8 1 128 1: one of Qwen3-32B's 8 K/V head groups at 1M on 8 ranks; attention
  * time is linear in the groups). Documents: lengths log-uniform in [1K, 256K] (mean about 46K),
- * drawn until the window is full, the last one cut by the window's end. */
+ * drawn until the window is full, the last one cut by the window's end; or FILE's first window
+ * (documents ended by <|endoftext|>, bench/packed_window.py). "pairs": each rank's pairs only, and
+ * the rank with the most (the one a step waits for: the one to rehearse), with no GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "../common/gpu.h"
 #include "../common/safetensors.h"
 #include "../common/sdpa.h"
+#include "../common/tokens.h"
 #include "../common/zigzag.h"
 #include "../kernels/kernels.h"
 
@@ -38,7 +41,7 @@ typedef struct {
 
 typedef struct {
     DocBlock b;
-    SdpaShape sh;   /* the padded plan: the ring call's shape */
+    SdpaShape sh;   /* its plan: the ring call's shape, or the padded one the stages use (sdpa_block_shape) */
 } Call;
 
 /* one rank's calls at every ring step; packed: cut into blocks; pairs summed */
@@ -59,7 +62,7 @@ static int64_t rank_calls(const Bufs *B, const int64_t *start, int64_t nd, const
         pairs += packed ? docs_pairs(tmp, m) : (rb.causal ? rb.nq * (rb.nq + 1) / 2 : rb.nq * rb.nk);
         for (int64_t j = 0; j < m; j++) {
             if (n == cap) c = realloc(c, (size_t)(cap *= 2) * sizeof *c);
-            c[n++] = (Call){tmp[j], sh};
+            c[n++] = (Call){tmp[j], packed ? sdpa_block_shape(&sh, &tmp[j], 1) : sh}; /* the plan the stages use */
         }
     }
     *out = c;
@@ -133,17 +136,40 @@ int main(int argc, char **argv) {
     char err[256];
     if (zigzag_check(B.S, B.P, err, sizeof err)) DIE("%s", err);
     B.n = B.S / B.P;
-    /* documents: log-uniform lengths in [1K, 256K] */
+    /* documents: log-uniform lengths in [1K, 256K], or a token file's */
     int64_t *start = xmalloc((size_t)(B.S + 1) * 8), nd = 0;
-    for (int64_t at = 0; at < B.S; nd++) {
-        start[nd] = at;
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        const double u = (double)(seed >> 11) / 9007199254740992.0;
-        at += (int64_t)(1024 * pow(256.0, u));
+    if (argc > 7) {
+        TokenFile tf;
+        if (tokens_open(argv[7], 151936, &tf, err, sizeof err)) DIE("%s", err);
+        if (tf.count < B.S) DIE("%s: %lld tokens, fewer than the window's %lld", argv[7], (long long)tf.count, (long long)B.S);
+        nd = docs_split(tf.ids, B.S, TOKEN_ENDOFTEXT, start);
+        tokens_close(&tf);
+    } else {
+        for (int64_t at = 0; at < B.S; nd++) {
+            start[nd] = at;
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const double u = (double)(seed >> 11) / 9007199254740992.0;
+            at += (int64_t)(1024 * pow(256.0, u));
+        }
+        start[nd] = B.S;
     }
-    start[nd] = B.S;
     int64_t want = 0;
     for (int64_t d = 0; d < nd; d++) want += (start[d + 1] - start[d]) * (start[d + 1] - start[d] + 1) / 2;
+    if (argc > 8 && !strcmp(argv[8], "pairs")) { /* no GPU: each rank's pairs, and the busiest */
+        int64_t *pos = xmalloc((size_t)(B.S * 8)), best = 0, bestp = -1;
+        for (int r = 0; r < B.P; r++) zigzag_positions(B.S, B.P, r, pos + (int64_t)r * B.n);
+        for (int r = 0; r < B.P; r++) {
+            Call *cp;
+            int64_t np;
+            const int64_t pp = rank_calls(&B, start, nd, pos, r, 1, &cp, &np);
+            printf("rank %d: %lld pairs in %lld blocks\n", r, (long long)pp, (long long)np);
+            if (pp > bestp) bestp = pp, best = r;
+            free(cp);
+        }
+        printf("busiest rank: %lld (%lld documents, %.4f of unpacked pairs in the window)\n", (long long)best,
+               (long long)nd, (double)want / ((double)B.S * (B.S + 1) / 2));
+        return 0;
+    }
     Gpu g;
     gpu_init(&g, 0);
     Sdpa sd;

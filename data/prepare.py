@@ -7,8 +7,9 @@ with the Qwen tokenizer.
   python3 data/prepare.py --jsonl CHATS.jsonl --template chatml -o data/chat.tok
 
 Text: each input file is one document; a directory contributes its *.txt files in name order.
-Documents are concatenated, each followed by <|endoftext|> (id 151643); no packing masks. Every
-label carries loss (a version-1 file: ids only).
+Documents are concatenated, each followed by <|endoftext|> (id 151643): a trainer run with
+--packing keeps them apart (each attends only to itself). Every label carries loss (a version-1
+file: ids only).
 
 --jsonl: one example per line, concatenated the same way, with a loss weight per token (a
 version-2 file: ids, then one byte per token, 0 or 1; weight 1 means the token is a label the loss
