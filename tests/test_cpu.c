@@ -30,6 +30,7 @@
 #include "../common/zigzag.h"
 #include "golden.h"
 #include "ref_model.h"
+#include "ref_gdn.h"
 #include "ref_ring.h"
 #include "../common/docs.h"
 #include "test.h"
@@ -967,6 +968,99 @@ static void test_packed_planted(const char *root) {
     golden_free(&g);
 }
 
+/* ------------------------------------------------------------------ linear attention (issue 33) */
+/* The gated delta rule of tests/ref_gdn.c: against transformers' own torch fallback (golden file,
+ * made by tests/make_golden_gdn.py), then its context parallelism: the sequence over P zigzag ranks,
+ * each chunk's state map exchanged and composed, must give the plain recurrence (fp64: 1e-12), with
+ * and without documents (a document's first token forgets: a = 0). Planted: chunks run from a zero
+ * state (no map passed) must miss. */
+static double *f64_of(const float *x, int64_t n) {
+    double *d = xmalloc((size_t)n * 8);
+    for (int64_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static double max_abs_diff(const double *a, const double *b, int64_t n) {
+    double e = 0;
+    for (int64_t i = 0; i < n; i++) e = fmax(e, isfinite(a[i] - b[i]) ? fabs(a[i] - b[i]) : INFINITY);
+    return e;
+}
+
+static void test_gdn(const char *root) {
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/gdn_rule.safetensors", root);
+    SafeTensors st;
+    if (st_open(path, &st, err, sizeof err)) { EXPECT(0, "%s", err); return; }
+    const int64_t T = 37, H = 3, dk = 16, dv = 12;
+    const GdnHeads hd = {H, dk, dv};
+    const int64_t sq[4] = {1, T, H, dk}, sv[4] = {1, T, H, dv}, sg[3] = {1, T, H}, ss[4] = {1, H, dk, dv};
+    float *fq = xmalloc((size_t)(T * H * dk) * 4), *fk = xmalloc((size_t)(T * H * dk) * 4),
+          *fv = xmalloc((size_t)(T * H * dv) * 4), *fg = xmalloc((size_t)(T * H) * 4), *fb = xmalloc((size_t)(T * H) * 4),
+          *fo = xmalloc((size_t)(T * H * dv) * 4), *fs = xmalloc((size_t)(H * dk * dv) * 4);
+    const int bad = st_read_f32(&st, "q", 4, sq, fq, err, sizeof err) || st_read_f32(&st, "k", 4, sq, fk, err, sizeof err) ||
+                    st_read_f32(&st, "v", 4, sv, fv, err, sizeof err) || st_read_f32(&st, "g", 3, sg, fg, err, sizeof err) ||
+                    st_read_f32(&st, "beta", 3, sg, fb, err, sizeof err) || st_read_f32(&st, "o", 4, sv, fo, err, sizeof err) ||
+                    st_read_f32(&st, "state", 4, ss, fs, err, sizeof err);
+    EXPECT(!bad, "gdn golden: %s", err);
+    if (bad) { st_close(&st); return; }
+    double *q = f64_of(fq, T * H * dk), *k = f64_of(fk, T * H * dk), *v = f64_of(fv, T * H * dv), *g = f64_of(fg, T * H),
+           *b = f64_of(fb, T * H), *o = xcalloc((size_t)(T * H * dv), 8), *S = xcalloc((size_t)(H * dv * dk), 8);
+    ref_gdn_prepare(&hd, T, q, k);
+    ref_gdn(&hd, T, q, k, v, g, b, S, o);
+    double eo = 0, no = 0, es = 0, ns = 0;
+    for (int64_t i = 0; i < T * H * dv; i++) eo += pow(o[i] - fo[i], 2), no += pow(fo[i], 2);
+    for (int64_t j = 0; j < H; j++) /* transformers' state is [dk, dv]: ours transposed */
+        for (int64_t r = 0; r < dv; r++)
+            for (int64_t e = 0; e < dk; e++) {
+                const double want = fs[(j * dk + e) * dv + r];
+                es += pow(S[(j * dv + r) * dk + e] - want, 2), ns += want * want;
+            }
+    EXPECT_LE(sqrt(eo / no), 1e-5, "gated delta rule vs transformers: output rel err %.2e", sqrt(eo / no));
+    EXPECT_LE(sqrt(es / ns), 1e-5, "gated delta rule vs transformers: final state rel err %.2e", sqrt(es / ns));
+    printf("  gated delta rule (T %lld, H %lld, dk %lld, dv %lld) vs transformers: output %.1e, final state %.1e\n",
+           (long long)T, (long long)H, (long long)dk, (long long)dv, sqrt(eo / no), sqrt(es / ns));
+    st_close(&st);
+
+    /* context parallelism: a longer sequence of the same kind, plain vs zigzag maps */
+    const int64_t L = 64;
+    uint64_t seed = 3;
+    double *q2 = xmalloc((size_t)(L * H * dk) * 8), *k2 = xmalloc((size_t)(L * H * dk) * 8),
+           *v2 = xmalloc((size_t)(L * H * dv) * 8), *g2 = xmalloc((size_t)(L * H) * 8), *b2 = xmalloc((size_t)(L * H) * 8),
+           *op = xmalloc((size_t)(L * H * dv) * 8), *oz = xmalloc((size_t)(L * H * dv) * 8),
+           *Sp = xmalloc((size_t)(H * dv * dk) * 8), *Sz = xmalloc((size_t)(H * dv * dk) * 8);
+    for (int64_t i = 0; i < L * H * dk; i++) q2[i] = rnd(&seed), k2[i] = rnd(&seed);
+    for (int64_t i = 0; i < L * H * dv; i++) v2[i] = 2 * rnd(&seed);
+    for (int64_t i = 0; i < L * H; i++) g2[i] = -0.3 * (rnd(&seed) + 0.5), b2[i] = 0.5 + rnd(&seed);
+    ref_gdn_prepare(&hd, L, q2, k2);
+    for (int docs = 0; docs < 2; docs++) {
+        if (docs) /* documents starting at 5, 16 (a chunk edge at P = 4), 17, 40: each forgets the one before */
+            for (int64_t j = 0; j < H; j++) g2[5 * H + j] = g2[16 * H + j] = g2[17 * H + j] = g2[40 * H + j] = -INFINITY;
+        memset(Sp, 0, (size_t)(H * dv * dk) * 8);
+        ref_gdn(&hd, L, q2, k2, v2, g2, b2, Sp, op);
+        for (int P = 1; P <= 8; P *= 2) {
+            const int64_t sent = ref_gdn_zigzag(&hd, L, P, q2, k2, v2, g2, b2, oz, Sz);
+            const double e = fmax(max_abs_diff(op, oz, L * H * dv), max_abs_diff(Sp, Sz, H * dv * dk));
+            EXPECT_LE(e, 1e-12, "linear attention over %d zigzag ranks by state maps%s: worst abs err %.2e", P,
+                      docs ? ", with documents" : "", e);
+            printf("  linear attention, %d ranks by state maps%s: vs the plain recurrence %.1e; %lld floats sent a rank "
+                   "(any sequence length)\n", P, docs ? " (5 documents)" : "", e, (long long)sent);
+        }
+    }
+    /* planted: every chunk from a zero state (the maps never passed), at P = 2 */
+    {
+        const int64_t c = L / 4;
+        for (int64_t ch = 0; ch < 4; ch++) {
+            memset(Sz, 0, (size_t)(H * dv * dk) * 8);
+            ref_gdn(&hd, c, q2 + ch * c * H * dk, k2 + ch * c * H * dk, v2 + ch * c * H * dv, g2 + ch * c * H,
+                    b2 + ch * c * H, Sz, oz + ch * c * H * dv);
+        }
+        const double e = max_abs_diff(op, oz, L * H * dv);
+        EXPECT(e > 1e-3, "planted: chunks run from a zero state must miss the recurrence (err %.2e)", e);
+    }
+    free(fq); free(fk); free(fv); free(fg); free(fb); free(fo); free(fs);
+    free(q); free(k); free(v); free(g); free(b); free(o); free(S);
+    free(q2); free(k2); free(v2); free(g2); free(b2); free(op); free(oz); free(Sp); free(Sz);
+}
+
 /* ------------------------------------------------------------------ host AdamW (stage 4) */
 /* The host optimizer: bit-identical for any thread count, equal to the GPU kernel's fp32 expression
  * evaluated one element at a time, the norm in fp64 (test_gpu compares it with the kernel itself). */
@@ -1392,6 +1486,7 @@ int main(int argc, char **argv) {
     test_ring();
     test_ring_docs();
     test_packed_planted(golden);
+    test_gdn(golden);
     printf("[host AdamW]\n");
     test_cpu_adam();
     printf("[rendezvous]\n");

@@ -1,0 +1,51 @@
+/* ref_gdn.h -- the gated delta rule (Qwen3.5's linear attention, Gated DeltaNet) in plain C and
+ * fp64, and its context parallelism by passing state maps, not K/V (../shared/DESIGN.md section 9;
+ * issue 33). Written to be read: the recurrence token by token, then what a rank computes.
+ *
+ * Per head, a state S (dv x dk) is carried token by token:
+ *     S_t = a_t S_{t-1} (I - b_t k_t k_t^T) + b_t v_t k_t^T,     o_t = S_t q_t,
+ * with the decay a_t = exp(g_t) in (0, 1], the write strength b_t (beta) in (0, 1), and k_t of unit
+ * length. (transformers' torch_recurrent_gated_delta_rule in the same words: decay the state, read
+ * what it holds for k_t, write b_t (v_t - that) along k_t, read with q_t.) a_t = 0 forgets
+ * everything before t: with --packing, a document's first token has a_t = 0.
+ *
+ * Why the state can cross ranks as a map. Write A_t = a_t (I - b_t k_t k_t^T) (dk x dk). Then
+ * S_t = S_{t-1} A_t + b_t v_t k_t^T is affine in S_{t-1}, and a chunk of tokens t = 1..n maps its
+ * initial state to its final one affinely too:
+ *     S_n = S_0 M + B,    M = A_1 A_2 ... A_n,    B = the chunk run from S_0 = 0.
+ * M depends on the chunk's k, g, b alone, B also on its v; neither on any other chunk. So each rank
+ * computes (M, B) of its own chunks, the ranks exchange them (H (dk^2 + dv dk) numbers a chunk,
+ * whatever the sequence length), each rank composes the maps of the chunks before each of its own,
+ *     S_start(0) = 0,    S_start(c + 1) = S_start(c) M_c + B_c,
+ * and runs its chunks again from their true initial states. No rank waits on a chain of the others:
+ * everyone composes the same 2P maps (dk^3 work each), and the chunks run in parallel.
+ *
+ * Layouts (row-major): q, k [T, H, dk]; v, o [T, H, dv]; g, beta [T, H]; S [H, dv, dk]. */
+#ifndef LONGCTX_REF_GDN_H
+#define LONGCTX_REF_GDN_H
+
+#include <stdint.h>
+
+typedef struct {
+    int64_t H, dk, dv; /* heads, key and value head dims */
+} GdnHeads;
+
+/* l2-normalise q and k per head (eps 1e-6 under the root, as transformers' l2norm) and scale q by
+ * 1/sqrt(dk): what transformers does before the rule (use_qk_l2norm_in_kernel) */
+void ref_gdn_prepare(const GdnHeads *h, int64_t T, double *q, double *k);
+
+/* The rule over T tokens, token by token: S (initial state in, final state out), o written. */
+void ref_gdn(const GdnHeads *h, int64_t T, const double *q, const double *k, const double *v, const double *g,
+             const double *beta, double *S, double *o);
+
+/* A chunk's state map: S_end = S_start M + B, M [H, dk, dk], B [H, dv, dk]. */
+void ref_gdn_map(const GdnHeads *h, int64_t T, const double *k, const double *v, const double *g, const double *beta,
+                 double *M, double *B);
+
+/* The sequence of S tokens over P zigzag ranks (rank r holds chunks r and 2P-1-r of 2P): maps per
+ * chunk, composed in sequence order, each chunk run from its initial state. o [S, H, dv] in sequence
+ * order, S_final [H, dv, dk]. Returns the floats each rank sends (its two maps). */
+int64_t ref_gdn_zigzag(const GdnHeads *h, int64_t S, int P, const double *q, const double *k, const double *v,
+                       const double *g, const double *beta, double *o, double *S_final);
+
+#endif
