@@ -116,3 +116,128 @@ int64_t ref_gdn_zigzag(const GdnHeads *h, int64_t S, int P, const double *q, con
     free(M); free(B); free(start); free(St);
     return 2 * (mk + mb);
 }
+
+/* ---------------------------------------------------------------- backward */
+void ref_gdn_bwd(const GdnHeads *h, int64_t T, const double *q, const double *k, const double *v, const double *g,
+                 const double *beta, const double *S0, const double *dout, double *dS, double *dq, double *dk,
+                 double *dv, double *dg, double *dbeta) {
+    const int64_t H = h->H, dk_ = h->dk, dv_ = h->dv, ms = dv_ * dk_;
+    /* the state before each token, per head: states[t] = S_{t-1} */
+    double *states = xmalloc((size_t)((T + 1) * H * ms) * 8);
+    memcpy(states, S0, (size_t)(H * ms) * 8);
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(states + (t + 1) * H * ms, states + t * H * ms, (size_t)(H * ms) * 8);
+        ref_gdn(h, 1, q + t * H * dk_, k + t * H * dk_, v + t * H * dv_, g + t * H, beta + t * H,
+                states + (t + 1) * H * ms, NULL);
+    }
+    double *Sp = xmalloc((size_t)ms * 8), *u = xmalloc((size_t)dv_ * 8), *dd = xmalloc((size_t)dv_ * 8),
+           *du = xmalloc((size_t)dv_ * 8);
+    for (int64_t t = T - 1; t >= 0; t--)
+        for (int64_t j = 0; j < H; j++) {
+            const int64_t i = t * H + j;
+            const double *S = states + (t * H + j) * ms, *S2 = states + ((t + 1) * H + j) * ms; /* S_{t-1}, S_t */
+            const double *qt = q + i * dk_, *kt = k + i * dk_, *vt = v + i * dv_, *go = dout + i * dv_;
+            const double a = exp(g[i]), b = beta[i];
+            double *G = dS + j * ms; /* dS'' on entry: the gradient of S_t */
+            for (int64_t r = 0; r < dv_; r++)
+                for (int64_t e = 0; e < dk_; e++) G[r * dk_ + e] += go[r] * qt[e];
+            for (int64_t e = 0; e < dk_; e++) {
+                double s = 0;
+                for (int64_t r = 0; r < dv_; r++) s += S2[r * dk_ + e] * go[r];
+                dq[i * dk_ + e] += s;
+            }
+            for (int64_t m = 0; m < ms; m++) Sp[m] = a * S[m];
+            double dbt = 0;
+            for (int64_t r = 0; r < dv_; r++) {
+                double uu = 0, d = 0;
+                for (int64_t e = 0; e < dk_; e++) uu += Sp[r * dk_ + e] * kt[e], d += G[r * dk_ + e] * kt[e];
+                u[r] = uu, dd[r] = d;
+                dv[i * dv_ + r] += b * d;
+                du[r] = -b * d;
+                dbt += d * (vt[r] - uu);
+            }
+            dbeta[i] += dbt;
+            for (int64_t e = 0; e < dk_; e++) { /* dk from d k^T and from u = S' k */
+                double s = 0;
+                for (int64_t r = 0; r < dv_; r++) s += G[r * dk_ + e] * b * (vt[r] - u[r]) + Sp[r * dk_ + e] * du[r];
+                dk[i * dk_ + e] += s;
+            }
+            double da = 0;
+            for (int64_t r = 0; r < dv_; r++)
+                for (int64_t e = 0; e < dk_; e++) {
+                    const double gp = G[r * dk_ + e] + du[r] * kt[e]; /* dS' */
+                    da += gp * S[r * dk_ + e];
+                    G[r * dk_ + e] = a * gp; /* dS: the gradient of S_{t-1} */
+                }
+            dg[i] += a * da;
+        }
+    free(states); free(Sp); free(u); free(dd); free(du);
+}
+
+void ref_gdn_prepare_bwd(const GdnHeads *h, int64_t T, const double *q, const double *k, double *dq, double *dk) {
+    const int64_t dk_ = h->dk;
+    for (int64_t i = 0; i < T * h->H; i++)
+        for (int w = 0; w < 2; w++) { /* x^ = s x r, r = (|x|^2 + eps)^-1/2: dx = s (r dx^ - r^3 (x . dx^) x) */
+            const double *x = (w ? k : q) + i * dk_;
+            double *d = (w ? dk : dq) + i * dk_, n2 = 0, xd = 0;
+            const double sc = w ? 1 : 1 / sqrt((double)dk_);
+            for (int64_t e = 0; e < dk_; e++) n2 += x[e] * x[e], xd += x[e] * d[e];
+            const double r = 1 / sqrt(n2 + 1e-6);
+            for (int64_t e = 0; e < dk_; e++) d[e] = sc * (r * d[e] - r * r * r * xd * x[e]);
+        }
+}
+
+void ref_gdn_zigzag_bwd(const GdnHeads *h, int64_t S, int P, const double *q, const double *k, const double *v,
+                        const double *g, const double *beta, const double *dout, const double *dS_final, double *dq,
+                        double *dk, double *dv, double *dg, double *dbeta, double *dS0) {
+    const int64_t H = h->H, dk_ = h->dk, dv_ = h->dv, n = 2 * (int64_t)P, c = S / n;
+    const int64_t mk = H * dk_ * dk_, mb = H * dv_ * dk_;
+    /* the forward's maps and each chunk's initial state, as ref_gdn_zigzag made them */
+    double *M = xmalloc((size_t)(n * mk) * 8), *B = xmalloc((size_t)(n * mb) * 8);
+    double *start = xcalloc((size_t)((n + 1) * mb), 8);
+    for (int64_t ch = 0; ch < n; ch++) {
+        const int64_t t0 = ch * c;
+        ref_gdn_map(h, c, k + t0 * H * dk_, v + t0 * H * dv_, g + t0 * H, beta + t0 * H, M + ch * mk, B + ch * mb);
+    }
+    for (int64_t ch = 0; ch < n; ch++) {
+        memcpy(start + (ch + 1) * mb, start + ch * mb, (size_t)mb * 8);
+        apply_map(h, start + (ch + 1) * mb, M + ch * mk, B + ch * mb);
+    }
+    /* 1. every rank, alone: C of its chunks, the backward from a zero final-state gradient */
+    double *C = xcalloc((size_t)(n * mb), 8);
+    double *sq = xcalloc((size_t)(c * H * dk_), 8), *sk = xcalloc((size_t)(c * H * dk_), 8),
+           *sv = xcalloc((size_t)(c * H * dv_), 8), *sg = xcalloc((size_t)(c * H), 8), *sb = xcalloc((size_t)(c * H), 8);
+    for (int64_t ch = 0; ch < n; ch++) {
+        const int64_t t0 = ch * c;
+        ref_gdn_bwd(h, c, q + t0 * H * dk_, k + t0 * H * dk_, v + t0 * H * dv_, g + t0 * H, beta + t0 * H,
+                    start + ch * mb, dout + t0 * H * dv_, C + ch * mb, sq, sk, sv, sg, sb); /* scratch grads */
+    }
+    /* 2. exchanged, composed from the last chunk back: dS_end(c - 1) = dS_end(c) M_c^T + C_c */
+    double *dend = xmalloc((size_t)((n + 1) * mb) * 8);
+    memcpy(dend + n * mb, dS_final, (size_t)mb * 8); /* dend[ch + 1]: the gradient of chunk ch's final state */
+    for (int64_t ch = n - 1; ch >= 0; ch--) {
+        double *out = dend + ch * mb;
+        const double *in = dend + (ch + 1) * mb;
+        for (int64_t j = 0; j < H; j++)
+            for (int64_t r = 0; r < dv_; r++)
+                for (int64_t e = 0; e < dk_; e++) {
+                    double a = C[ch * mb + (j * dv_ + r) * dk_ + e];
+                    for (int64_t f = 0; f < dk_; f++) a += in[(j * dv_ + r) * dk_ + f] * M[ch * mk + (j * dk_ + e) * dk_ + f];
+                    out[(j * dv_ + r) * dk_ + e] = a;
+                }
+    }
+    /* 3. every rank runs its chunks' backward again from their true dS_end */
+    memset(dq, 0, (size_t)(S * H * dk_) * 8), memset(dk, 0, (size_t)(S * H * dk_) * 8);
+    memset(dv, 0, (size_t)(S * H * dv_) * 8), memset(dg, 0, (size_t)(S * H) * 8), memset(dbeta, 0, (size_t)(S * H) * 8);
+    double *G = xmalloc((size_t)mb * 8);
+    for (int r = 0; r < P; r++)
+        for (int side = 0; side < 2; side++) {
+            const int64_t ch = side ? n - 1 - r : r, t0 = ch * c;
+            memcpy(G, dend + (ch + 1) * mb, (size_t)mb * 8);
+            ref_gdn_bwd(h, c, q + t0 * H * dk_, k + t0 * H * dk_, v + t0 * H * dv_, g + t0 * H, beta + t0 * H,
+                        start + ch * mb, dout + t0 * H * dv_, G, dq + t0 * H * dk_, dk + t0 * H * dk_, dv + t0 * H * dv_,
+                        dg + t0 * H, dbeta + t0 * H);
+            if (ch == 0) memcpy(dS0, G, (size_t)mb * 8);
+        }
+    free(M); free(B); free(start); free(C); free(sq); free(sk); free(sv); free(sg); free(sb); free(dend); free(G);
+}

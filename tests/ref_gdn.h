@@ -18,7 +18,8 @@
  * whatever the sequence length), each rank composes the maps of the chunks before each of its own,
  *     S_start(0) = 0,    S_start(c + 1) = S_start(c) M_c + B_c,
  * and runs its chunks again from their true initial states. No rank waits on a chain of the others:
- * everyone composes the same 2P maps (dk^3 work each), and the chunks run in parallel.
+ * everyone composes the same 2P maps (dk^3 work each), and the chunks run in parallel. The backward
+ * mirrors it (ref_gdn_zigzag_bwd): a chunk's backward is affine in its final state's gradient.
  *
  * Layouts (row-major): q, k [T, H, dk]; v, o [T, H, dv]; g, beta [T, H]; S [H, dv, dk]. */
 #ifndef LONGCTX_REF_GDN_H
@@ -47,5 +48,27 @@ void ref_gdn_map(const GdnHeads *h, int64_t T, const double *k, const double *v,
  * order, S_final [H, dv, dk]. Returns the floats each rank sends (its two maps). */
 int64_t ref_gdn_zigzag(const GdnHeads *h, int64_t S, int P, const double *q, const double *k, const double *v,
                        const double *g, const double *beta, double *o, double *S_final);
+
+/* The backward, token by token in reverse, from the states the forward passes through (recomputed
+ * from S0, the initial state). dout [T, H, dv]; dS: in, the final state's gradient; out, the initial
+ * state's. Adds into dq, dk [T, H, dk], dv [T, H, dv], dg, dbeta [T, H] (prepared q and k: see
+ * ref_gdn_prepare_bwd). Per token, with S' = a S, u = S' k, d = b (v - u), S'' = S' + d k^T, o = S'' q:
+ *     dS'' += do q^T, dq = S''^T do;  dd = dS'' k, dk += dS''^T d;  dv = b dd, du = -b dd,
+ *     db = dd . (v - u);  dS' = dS'' + du k^T, dk += S'^T du;  dS = a dS', dg = a <dS', S>. */
+void ref_gdn_bwd(const GdnHeads *h, int64_t T, const double *q, const double *k, const double *v, const double *g,
+                 const double *beta, const double *S0, const double *dout, double *dS, double *dq, double *dk,
+                 double *dv, double *dg, double *dbeta);
+/* ref_gdn_prepare's backward: q, k raw; dq, dk (gradients of the prepared ones) become the raw ones'. */
+void ref_gdn_prepare_bwd(const GdnHeads *h, int64_t T, const double *q, const double *k, double *dq, double *dk);
+
+/* The backward over P zigzag ranks, mirroring ref_gdn_zigzag. A chunk's backward is affine in the
+ * gradient of its final state: dS_start = dS_end M^T + C, with C its backward from dS_end = 0 (its
+ * outputs' gradients alone). Each rank computes C for its chunks, the ranks exchange them, every rank
+ * composes from the last chunk back (dS_end of the last: the final state's gradient; of chunk c - 1:
+ * dS_start of chunk c), and runs its chunks' backward again from their true dS_end. dS_final in;
+ * writes dq, dk, dv, dg, dbeta (prepared q and k), and dS0 (the initial state's gradient). */
+void ref_gdn_zigzag_bwd(const GdnHeads *h, int64_t S, int P, const double *q, const double *k, const double *v,
+                        const double *g, const double *beta, const double *dout, const double *dS_final, double *dq,
+                        double *dk, double *dv, double *dg, double *dbeta, double *dS0);
 
 #endif

@@ -1018,6 +1018,41 @@ static void test_gdn(const char *root) {
     EXPECT_LE(sqrt(es / ns), 1e-5, "gated delta rule vs transformers: final state rel err %.2e", sqrt(es / ns));
     printf("  gated delta rule (T %lld, H %lld, dk %lld, dv %lld) vs transformers: output %.1e, final state %.1e\n",
            (long long)T, (long long)H, (long long)dk, (long long)dv, sqrt(eo / no), sqrt(es / ns));
+    { /* the backward, against transformers' autograd: the raw q and k's gradients through l2norm */
+        float *fdo = xmalloc((size_t)(T * H * dv) * 4), *fds = xmalloc((size_t)(H * dk * dv) * 4),
+              *gq = xmalloc((size_t)(T * H * dk) * 4), *gk = xmalloc((size_t)(T * H * dk) * 4),
+              *gv = xmalloc((size_t)(T * H * dv) * 4), *gg = xmalloc((size_t)(T * H) * 4), *gb = xmalloc((size_t)(T * H) * 4);
+        const int rd = st_read_f32(&st, "do", 4, sv, fdo, err, sizeof err) || st_read_f32(&st, "dstate", 4, ss, fds, err, sizeof err) ||
+                       st_read_f32(&st, "grad_q", 4, sq, gq, err, sizeof err) || st_read_f32(&st, "grad_k", 4, sq, gk, err, sizeof err) ||
+                       st_read_f32(&st, "grad_v", 4, sv, gv, err, sizeof err) || st_read_f32(&st, "grad_g", 3, sg, gg, err, sizeof err) ||
+                       st_read_f32(&st, "grad_beta", 3, sg, gb, err, sizeof err);
+        EXPECT(!rd, "gdn golden gradients: %s", err);
+        if (!rd) {
+            double *rq = f64_of(fq, T * H * dk), *rk = f64_of(fk, T * H * dk), *gout = f64_of(fdo, T * H * dv);
+            double *dS = xmalloc((size_t)(H * dv * dk) * 8), *S0 = xcalloc((size_t)(H * dv * dk), 8),
+                   *dq = xcalloc((size_t)(T * H * dk), 8), *dkk = xcalloc((size_t)(T * H * dk), 8),
+                   *dvv = xcalloc((size_t)(T * H * dv), 8), *dg = xcalloc((size_t)(T * H), 8), *db = xcalloc((size_t)(T * H), 8);
+            for (int64_t j = 0; j < H; j++)
+                for (int64_t r = 0; r < dv; r++)
+                    for (int64_t e = 0; e < dk; e++) dS[(j * dv + r) * dk + e] = fds[(j * dk + e) * dv + r];
+            ref_gdn_bwd(&hd, T, q, k, v, g, b, S0, gout, dS, dq, dkk, dvv, dg, db);
+            ref_gdn_prepare_bwd(&hd, T, rq, rk, dq, dkk);
+            const struct { const char *n; const double *got; const float *want; int64_t len; } c[5] = {
+                {"dq", dq, gq, T * H * dk}, {"dk", dkk, gk, T * H * dk}, {"dv", dvv, gv, T * H * dv}, {"dg", dg, gg, T * H},
+                {"dbeta", db, gb, T * H}};
+            double worst = 0;
+            for (int w = 0; w < 5; w++) {
+                double en = 0, nn = 0;
+                for (int64_t i = 0; i < c[w].len; i++) en += pow(c[w].got[i] - c[w].want[i], 2), nn += pow(c[w].want[i], 2);
+                const double e = sqrt(en / nn);
+                EXPECT_LE(e, 1e-5, "gated delta rule backward vs transformers' autograd: %s rel err %.2e", c[w].n, e);
+                worst = fmax(worst, isfinite(e) ? e : INFINITY);
+            }
+            printf("  its backward vs transformers' autograd (q, k through l2norm; v, g, beta): worst %.1e\n", worst);
+            free(rq); free(rk); free(gout); free(dS); free(S0); free(dq); free(dkk); free(dvv); free(dg); free(db);
+        }
+        free(fdo); free(fds); free(gq); free(gk); free(gv); free(gg); free(gb);
+    }
     st_close(&st);
 
     /* context parallelism: a longer sequence of the same kind, plain vs zigzag maps */
@@ -1036,6 +1071,27 @@ static void test_gdn(const char *root) {
             for (int64_t j = 0; j < H; j++) g2[5 * H + j] = g2[16 * H + j] = g2[17 * H + j] = g2[40 * H + j] = -INFINITY;
         memset(Sp, 0, (size_t)(H * dv * dk) * 8);
         ref_gdn(&hd, L, q2, k2, v2, g2, b2, Sp, op);
+        /* the backward: upstream gradients of the outputs and of the final state */
+        double *gout = xmalloc((size_t)(L * H * dv) * 8), *gfin = xmalloc((size_t)(H * dv * dk) * 8),
+               *pg[6], *zg[6];
+        const int64_t len[6] = {L * H * dk, L * H * dk, L * H * dv, L * H, L * H, H * dv * dk};
+        for (int w = 0; w < 6; w++) pg[w] = xcalloc((size_t)len[w], 8), zg[w] = xcalloc((size_t)len[w], 8);
+        for (int64_t i = 0; i < L * H * dv; i++) gout[i] = rnd(&seed);
+        for (int64_t i = 0; i < H * dv * dk; i++) gfin[i] = rnd(&seed);
+        memcpy(pg[5], gfin, (size_t)(H * dv * dk) * 8);
+        double *zero = xcalloc((size_t)(H * dv * dk), 8);
+        ref_gdn_bwd(&hd, L, q2, k2, v2, g2, b2, zero, gout, pg[5], pg[0], pg[1], pg[2], pg[3], pg[4]);
+        for (int P = 1; P <= 8; P *= 2) {
+            ref_gdn_zigzag_bwd(&hd, L, P, q2, k2, v2, g2, b2, gout, gfin, zg[0], zg[1], zg[2], zg[3], zg[4], zg[5]);
+            double e = 0;
+            for (int w = 0; w < 6; w++) e = fmax(e, max_abs_diff(pg[w], zg[w], len[w]));
+            EXPECT_LE(e, 1e-11, "linear attention's backward over %d zigzag ranks by state maps%s: worst abs err %.2e", P,
+                      docs ? ", with documents" : "", e);
+            printf("  its backward, %d ranks (dS_start = dS_end M^T + C, composed from the last chunk)%s: %.1e\n", P,
+                   docs ? " (5 documents)" : "", e);
+        }
+        for (int w = 0; w < 6; w++) free(pg[w]), free(zg[w]);
+        free(gout); free(gfin); free(zero);
         for (int P = 1; P <= 8; P *= 2) {
             const int64_t sent = ref_gdn_zigzag(&hd, L, P, q2, k2, v2, g2, b2, oz, Sz);
             const double e = fmax(max_abs_diff(op, oz, L * H * dv), max_abs_diff(Sp, Sz, H * dv * dk));
