@@ -9,6 +9,10 @@ final state [1, H, dk, dv]; its chunked form's too (o_chunk, state_chunk), which
 the backward by autograd for upstream gradients do [1, T, H, dv] and dstate [1, H, dk, dv]:
 grad_q, grad_k, grad_v, grad_g, grad_beta (of the raw q and k: through transformers' l2norm).
 Odd sizes: T 37, H 3, dk 16, dv 12.
+
+And the whole layer (tests/golden/gdn_layer.safetensors): transformers' Qwen3_5GatedDeltaNet of a
+small Qwen3_5TextConfig (hidden 48, 2 key heads and 4 value heads of 8 and 6, conv width 4), its
+weights drawn at random (A_log, dt_bias and the norm weight too), x [1, 29, 48] and y = layer(x).
   python3 tests/make_golden_gdn.py        # regenerate tests/golden/gdn_rule.safetensors
 """
 import os
@@ -45,5 +49,28 @@ def main():
     print(f"gdn_rule: T {T} H {H} dk {dk} dv {dv}; |o| {o.norm():.4f}, |state| {s.norm():.4f} -> {d}")
 
 
+def layer():
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+    torch.manual_seed(6)
+    cfg = Qwen3_5TextConfig(hidden_size=48, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                            linear_value_head_dim=6, linear_conv_kernel_dim=4, num_hidden_layers=4, num_attention_heads=2,
+                            num_key_value_heads=1, head_dim=16, intermediate_size=64, vocab_size=128)
+    mod = m.Qwen3_5GatedDeltaNet(cfg, 0).float()
+    with torch.no_grad():
+        for n, p in mod.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if p.ndim > 1 else 0.5) + (1.0 if n == "norm.weight" else 0.0))
+    x = torch.randn(1, 29, 48)
+    with torch.no_grad():
+        y = mod(x)
+    out = {n: p.detach().float().contiguous() for n, p in mod.named_parameters()}
+    out["conv1d.weight"] = out["conv1d.weight"].squeeze(1).contiguous()
+    out.update(x=x, y=y.contiguous())
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "gdn_layer.safetensors")
+    save_file(out, d, metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                                "layer": "Qwen3_5GatedDeltaNet: hidden 48, key heads 2 x 8, value heads 4 x 6, conv 4"})
+    print(f"gdn_layer: {', '.join(f'{n} {list(t.shape)}' for n, t in out.items())}; |y| {y.norm():.4f} -> {d}")
+
+
 if __name__ == "__main__":
     main()
+    layer()

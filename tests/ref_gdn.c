@@ -241,3 +241,65 @@ void ref_gdn_zigzag_bwd(const GdnHeads *h, int64_t S, int P, const double *q, co
         }
     free(M); free(B); free(start); free(C); free(sq); free(sk); free(sv); free(sg); free(sb); free(dend); free(G);
 }
+
+/* ---------------------------------------------------------------- the layer */
+static double silu(double x) { return x / (1 + exp(-x)); }
+static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); } /* torch's threshold */
+
+/* y [T, O] = x [T, I] W^T, W [O, I] */
+static void linear64(double *y, const double *x, const double *W, int64_t T, int64_t I, int64_t O) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t o = 0; o < O; o++) {
+            double s = 0;
+            for (int64_t i = 0; i < I; i++) s += x[t * I + i] * W[o * I + i];
+            y[t * O + o] = s;
+        }
+}
+
+void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, double *y, double *S_final) {
+    const int64_t D = L->D, Hk = L->Hk, Hv = L->Hv, dk = L->dk, dv = L->dv, K = L->K, kd = Hk * dk, vd = Hv * dv,
+                  C = 2 * kd + vd, rep = Hv / Hk;
+    double *mixed = xmalloc((size_t)(T * C) * 8), *conv = xmalloc((size_t)(T * C) * 8), *z = xmalloc((size_t)(T * vd) * 8),
+           *bb = xmalloc((size_t)(T * Hv) * 8), *aa = xmalloc((size_t)(T * Hv) * 8);
+    linear64(mixed, x, w->qkv, T, D, C);
+    linear64(z, x, w->z, T, D, vd);
+    linear64(bb, x, w->b, T, D, Hv);
+    linear64(aa, x, w->a, T, D, Hv);
+    for (int64_t t = 0; t < T; t++) /* causal depthwise conv, then SiLU */
+        for (int64_t ch = 0; ch < C; ch++) {
+            double s = 0;
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t src = t - (K - 1) + j;
+                if (src >= 0) s += w->conv[ch * K + j] * mixed[src * C + ch];
+            }
+            conv[t * C + ch] = silu(s);
+        }
+    /* q, k repeated over the value heads; v; beta, g */
+    GdnHeads h = {Hv, dk, dv};
+    double *q = xmalloc((size_t)(T * Hv * dk) * 8), *k = xmalloc((size_t)(T * Hv * dk) * 8), *v = xmalloc((size_t)(T * vd) * 8),
+           *g = xmalloc((size_t)(T * Hv) * 8), *beta = xmalloc((size_t)(T * Hv) * 8), *o = xmalloc((size_t)(T * vd) * 8);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < Hv; j++)
+            for (int64_t e = 0; e < dk; e++) {
+                q[(t * Hv + j) * dk + e] = conv[t * C + (j / rep) * dk + e];
+                k[(t * Hv + j) * dk + e] = conv[t * C + kd + (j / rep) * dk + e];
+            }
+        for (int64_t i = 0; i < vd; i++) v[t * vd + i] = conv[t * C + 2 * kd + i];
+        for (int64_t j = 0; j < Hv; j++) {
+            beta[t * Hv + j] = 1 / (1 + exp(-bb[t * Hv + j]));
+            g[t * Hv + j] = -exp(w->A_log[j]) * softplus(aa[t * Hv + j] + w->dt_bias[j]);
+        }
+    }
+    ref_gdn_prepare(&h, T, q, k);
+    double *S = xcalloc((size_t)(Hv * dv * dk), 8);
+    ref_gdn(&h, T, q, k, v, g, beta, S, o);
+    for (int64_t i = 0; i < T * Hv; i++) { /* gated RMSNorm per head: norm first, then the gate */
+        double ms = 0;
+        for (int64_t e = 0; e < dv; e++) ms += o[i * dv + e] * o[i * dv + e];
+        const double r = 1 / sqrt(ms / (double)dv + L->eps);
+        for (int64_t e = 0; e < dv; e++) o[i * dv + e] = o[i * dv + e] * r * w->norm[e] * silu(z[i * dv + e]);
+    }
+    linear64(y, o, w->out, T, vd, D);
+    if (S_final) memcpy(S_final, S, (size_t)(Hv * dv * dk) * 8);
+    free(mixed); free(conv); free(z); free(bb); free(aa); free(q); free(k); free(v); free(g); free(beta); free(o); free(S);
+}

@@ -71,4 +71,28 @@ void ref_gdn_zigzag_bwd(const GdnHeads *h, int64_t S, int P, const double *q, co
                         const double *g, const double *beta, const double *dout, const double *dS_final, double *dq,
                         double *dk, double *dv, double *dg, double *dbeta, double *dS0);
 
+/* ---- the whole Gated DeltaNet layer (transformers' Qwen3_5GatedDeltaNet), forward */
+typedef struct {
+    int64_t D;         /* hidden size */
+    int64_t Hk, Hv;    /* key heads, value heads (Hv a multiple of Hk: q and k repeat per value head) */
+    int64_t dk, dv;    /* head dims */
+    int64_t K;         /* the causal depthwise conv's width (4) */
+    double eps;        /* the gated RMSNorm's */
+} GdnLayer;
+typedef struct {       /* row-major as transformers stores them */
+    const double *qkv;    /* [2 Hk dk + Hv dv, D] in_proj_qkv: q, then k, then v channels */
+    const double *z;      /* [Hv dv, D] in_proj_z: the output gate */
+    const double *b;      /* [Hv, D] in_proj_b: beta = sigmoid(x b^T) */
+    const double *a;      /* [Hv, D] in_proj_a: g = -exp(A_log) softplus(x a^T + dt_bias) */
+    const double *conv;   /* [2 Hk dk + Hv dv, K] conv1d.weight (its middle dim of 1 dropped) */
+    const double *dt_bias, *A_log; /* [Hv] */
+    const double *norm;   /* [dv] the gated RMSNorm's weight */
+    const double *out;    /* [D, Hv dv] out_proj */
+} GdnWeights;
+/* x [T, D] -> y [T, D]: projections; the causal conv (each channel over its last K inputs, zeros
+ * before the sequence) and SiLU on q, k, v; q and k l2-normalised (q also by 1/sqrt(dk)) and repeated
+ * over their value heads; the decay and beta; the rule from a zero state; per head RMSNorm times
+ * weight times SiLU(z); out_proj. S_final [Hv, dv, dk] (NULL: not kept). */
+void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, double *y, double *S_final);
+
 #endif

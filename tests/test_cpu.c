@@ -1117,6 +1117,52 @@ static void test_gdn(const char *root) {
     free(q2); free(k2); free(v2); free(g2); free(b2); free(op); free(oz); free(Sp); free(Sz);
 }
 
+/* The whole Gated DeltaNet layer (projections, causal conv + SiLU, l2norm, decay and beta, the rule,
+ * gated RMSNorm, out_proj) against transformers' Qwen3_5GatedDeltaNet on random weights
+ * (tests/golden/gdn_layer.safetensors, made by tests/make_golden_gdn.py). */
+static double *gdn_tensor(const SafeTensors *st, const char *name, int ndim, const int64_t *shape, int *bad) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    float *f = xmalloc((size_t)n * 4);
+    char err[256];
+    if (st_read_f32(st, name, ndim, shape, f, err, sizeof err)) {
+        EXPECT(0, "gdn layer golden: %s", err);
+        *bad = 1;
+    }
+    double *d = f64_of(f, n);
+    free(f);
+    return d;
+}
+
+static void test_gdn_layer(const char *root) {
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/gdn_layer.safetensors", root);
+    SafeTensors st;
+    if (st_open(path, &st, err, sizeof err)) { EXPECT(0, "%s", err); return; }
+    const GdnLayer L = {.D = 48, .Hk = 2, .Hv = 4, .dk = 8, .dv = 6, .K = 4, .eps = 1e-6};
+    const int64_t T = 29, C = 2 * L.Hk * L.dk + L.Hv * L.dv, vd = L.Hv * L.dv;
+    int bad = 0;
+    const int64_t s_qkv[2] = {C, L.D}, s_z[2] = {vd, L.D}, s_h[2] = {L.Hv, L.D}, s_conv[2] = {C, L.K}, s_v[1] = {L.Hv},
+                  s_n[1] = {L.dv}, s_out[2] = {L.D, vd}, s_x[3] = {1, T, L.D};
+    double *qkv = gdn_tensor(&st, "in_proj_qkv.weight", 2, s_qkv, &bad), *z = gdn_tensor(&st, "in_proj_z.weight", 2, s_z, &bad),
+           *b = gdn_tensor(&st, "in_proj_b.weight", 2, s_h, &bad), *a = gdn_tensor(&st, "in_proj_a.weight", 2, s_h, &bad),
+           *conv = gdn_tensor(&st, "conv1d.weight", 2, s_conv, &bad), *dt = gdn_tensor(&st, "dt_bias", 1, s_v, &bad),
+           *A = gdn_tensor(&st, "A_log", 1, s_v, &bad), *nw = gdn_tensor(&st, "norm.weight", 1, s_n, &bad),
+           *out = gdn_tensor(&st, "out_proj.weight", 2, s_out, &bad), *x = gdn_tensor(&st, "x", 3, s_x, &bad),
+           *want = gdn_tensor(&st, "y", 3, s_x, &bad), *y = xmalloc((size_t)(T * L.D) * 8);
+    if (!bad) {
+        const GdnWeights w = {qkv, z, b, a, conv, dt, A, nw, out};
+        ref_gdn_layer(&L, &w, T, x, y, NULL);
+        double en = 0, nn = 0;
+        for (int64_t i = 0; i < T * L.D; i++) en += pow(y[i] - want[i], 2), nn += want[i] * want[i];
+        const double e = isfinite(en) ? sqrt(en / nn) : INFINITY;
+        EXPECT_LE(e, 1e-5, "Gated DeltaNet layer vs transformers: output rel err %.2e", e);
+        printf("  Gated DeltaNet layer (hidden 48, key heads 2x8, value heads 4x6, conv 4, T 29) vs transformers: %.1e\n", e);
+    }
+    free(qkv); free(z); free(b); free(a); free(conv); free(dt); free(A); free(nw); free(out); free(x); free(want); free(y);
+    st_close(&st);
+}
+
 /* ------------------------------------------------------------------ host AdamW (stage 4) */
 /* The host optimizer: bit-identical for any thread count, equal to the GPU kernel's fp32 expression
  * evaluated one element at a time, the norm in fp64 (test_gpu compares it with the kernel itself). */
@@ -1543,6 +1589,7 @@ int main(int argc, char **argv) {
     test_ring_docs();
     test_packed_planted(golden);
     test_gdn(golden);
+    test_gdn_layer(golden);
     printf("[host AdamW]\n");
     test_cpu_adam();
     printf("[rendezvous]\n");
