@@ -12,7 +12,8 @@ Odd sizes: T 37, H 3, dk 16, dv 12.
 
 And the whole layer (tests/golden/gdn_layer.safetensors): transformers' Qwen3_5GatedDeltaNet of a
 small Qwen3_5TextConfig (hidden 48, 2 key heads and 4 value heads of 8 and 6, conv width 4), its
-weights drawn at random (A_log, dt_bias and the norm weight too), x [1, 29, 48] and y = layer(x).
+weights drawn at random (A_log, dt_bias and the norm weight too), x [1, 29, 48] and y = layer(x);
+for an upstream dy, autograd's grad.x and grad.<parameter> (conv1d's squeezed as its weight is).
   python3 tests/make_golden_gdn.py        # regenerate tests/golden/gdn_rule.safetensors
 """
 import os
@@ -59,12 +60,15 @@ def layer():
     with torch.no_grad():
         for n, p in mod.named_parameters():
             p.copy_(torch.randn_like(p) * (0.3 if p.ndim > 1 else 0.5) + (1.0 if n == "norm.weight" else 0.0))
-    x = torch.randn(1, 29, 48)
-    with torch.no_grad():
-        y = mod(x)
+    x = torch.randn(1, 29, 48, requires_grad=True)
+    y = mod(x)
+    dy = torch.randn_like(y)
+    (y * dy).sum().backward()
     out = {n: p.detach().float().contiguous() for n, p in mod.named_parameters()}
-    out["conv1d.weight"] = out["conv1d.weight"].squeeze(1).contiguous()
-    out.update(x=x, y=y.contiguous())
+    out.update({"grad." + n: p.grad.detach().float().contiguous() for n, p in mod.named_parameters()})
+    for n in ("conv1d.weight", "grad.conv1d.weight"):
+        out[n] = out[n].squeeze(1).contiguous()
+    out.update({"x": x.detach(), "y": y.detach().contiguous(), "dy": dy, "grad.x": x.grad.detach()})
     d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "gdn_layer.safetensors")
     save_file(out, d, metadata={"transformers": transformers.__version__, "torch": torch.__version__,
                                 "layer": "Qwen3_5GatedDeltaNet: hidden 48, key heads 2 x 8, value heads 4 x 6, conv 4"})

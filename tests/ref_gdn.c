@@ -303,3 +303,122 @@ void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const doub
     if (S_final) memcpy(S_final, S, (size_t)(Hv * dv * dk) * 8);
     free(mixed); free(conv); free(z); free(bb); free(aa); free(q); free(k); free(v); free(g); free(beta); free(o); free(S);
 }
+
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+static double dsilu(double x) { const double s = sigm(x); return s * (1 + x * (1 - s)); }
+
+/* dx [T, I] += dy [T, O] W, dW [O, I] += dy^T x */
+static void linear64_bwd(double *dx, double *dW, const double *dy, const double *x, const double *W, int64_t T, int64_t I,
+                         int64_t O) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t o = 0; o < O; o++) {
+            const double d = dy[t * O + o];
+            for (int64_t i = 0; i < I; i++) dx[t * I + i] += d * W[o * I + i], dW[o * I + i] += d * x[t * I + i];
+        }
+}
+
+void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, const double *dy, double *dx,
+                       GdnGrads *gw) {
+    const int64_t D = L->D, Hk = L->Hk, Hv = L->Hv, dk = L->dk, dv = L->dv, K = L->K, kd = Hk * dk, vd = Hv * dv,
+                  C = 2 * kd + vd, rep = Hv / Hk;
+    /* the forward again, keeping what the backward reads */
+    double *mixed = xmalloc((size_t)(T * C) * 8), *pre = xmalloc((size_t)(T * C) * 8), *z = xmalloc((size_t)(T * vd) * 8),
+           *bb = xmalloc((size_t)(T * Hv) * 8), *aa = xmalloc((size_t)(T * Hv) * 8);
+    linear64(mixed, x, w->qkv, T, D, C);
+    linear64(z, x, w->z, T, D, vd);
+    linear64(bb, x, w->b, T, D, Hv);
+    linear64(aa, x, w->a, T, D, Hv);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            double s = 0;
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t src = t - (K - 1) + j;
+                if (src >= 0) s += w->conv[ch * K + j] * mixed[src * C + ch];
+            }
+            pre[t * C + ch] = s;
+        }
+    GdnHeads h = {Hv, dk, dv};
+    double *q0 = xmalloc((size_t)(T * Hv * dk) * 8), *k0 = xmalloc((size_t)(T * Hv * dk) * 8), *q = xmalloc((size_t)(T * Hv * dk) * 8),
+           *k = xmalloc((size_t)(T * Hv * dk) * 8), *v = xmalloc((size_t)(T * vd) * 8), *g = xmalloc((size_t)(T * Hv) * 8),
+           *beta = xmalloc((size_t)(T * Hv) * 8), *o = xmalloc((size_t)(T * vd) * 8), *o2 = xmalloc((size_t)(T * vd) * 8);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < Hv; j++)
+            for (int64_t e = 0; e < dk; e++) {
+                q0[(t * Hv + j) * dk + e] = silu(pre[t * C + (j / rep) * dk + e]);
+                k0[(t * Hv + j) * dk + e] = silu(pre[t * C + kd + (j / rep) * dk + e]);
+            }
+        for (int64_t i = 0; i < vd; i++) v[t * vd + i] = silu(pre[t * C + 2 * kd + i]);
+        for (int64_t j = 0; j < Hv; j++) {
+            beta[t * Hv + j] = sigm(bb[t * Hv + j]);
+            g[t * Hv + j] = -exp(w->A_log[j]) * softplus(aa[t * Hv + j] + w->dt_bias[j]);
+        }
+    }
+    memcpy(q, q0, (size_t)(T * Hv * dk) * 8);
+    memcpy(k, k0, (size_t)(T * Hv * dk) * 8);
+    ref_gdn_prepare(&h, T, q, k);
+    double *S0 = xcalloc((size_t)(Hv * dv * dk), 8), *S = xcalloc((size_t)(Hv * dv * dk), 8);
+    ref_gdn(&h, T, q, k, v, g, beta, S, o);
+    double *rs = xmalloc((size_t)(T * Hv) * 8);
+    for (int64_t i = 0; i < T * Hv; i++) {
+        double ms = 0;
+        for (int64_t e = 0; e < dv; e++) ms += o[i * dv + e] * o[i * dv + e];
+        rs[i] = 1 / sqrt(ms / (double)dv + L->eps);
+        for (int64_t e = 0; e < dv; e++) o2[i * dv + e] = o[i * dv + e] * rs[i] * w->norm[e] * silu(z[i * dv + e]);
+    }
+    /* out_proj */
+    double *do2 = xcalloc((size_t)(T * vd), 8), *dz = xcalloc((size_t)(T * vd), 8), *dout = xcalloc((size_t)(T * vd), 8);
+    memset(dx, 0, (size_t)(T * D) * 8);
+    linear64_bwd(do2, gw->out, dy, o2, w->out, T, vd, D); /* out_proj's input gradient: do2 */
+    /* gated RMSNorm: o2 = n nw silu(z), n = o r; do = r (dn - n mean(dn n)) */
+    for (int64_t i = 0; i < T * Hv; i++) {
+        double dot = 0;
+        for (int64_t e = 0; e < dv; e++) {
+            const double n = o[i * dv + e] * rs[i], sz = silu(z[i * dv + e]), d = do2[i * dv + e];
+            dz[i * dv + e] = d * n * w->norm[e] * dsilu(z[i * dv + e]);
+            gw->norm[e] += d * sz * n;
+            const double dn = d * sz * w->norm[e];
+            dout[i * dv + e] = dn;
+            dot += dn * n;
+        }
+        for (int64_t e = 0; e < dv; e++)
+            dout[i * dv + e] = rs[i] * (dout[i * dv + e] - o[i * dv + e] * rs[i] * dot / (double)dv);
+    }
+    /* the rule, then l2norm, then the repeat over value heads (its gradient sums) */
+    double *dq = xcalloc((size_t)(T * Hv * dk), 8), *dkk = xcalloc((size_t)(T * Hv * dk), 8), *dvv = xcalloc((size_t)(T * vd), 8),
+           *dg = xcalloc((size_t)(T * Hv), 8), *db = xcalloc((size_t)(T * Hv), 8), *dS = xcalloc((size_t)(Hv * dv * dk), 8);
+    ref_gdn_bwd(&h, T, q, k, v, g, beta, S0, dout, dS, dq, dkk, dvv, dg, db);
+    ref_gdn_prepare_bwd(&h, T, q0, k0, dq, dkk);
+    double *dpre = xcalloc((size_t)(T * C), 8), *dmixed = xcalloc((size_t)(T * C), 8), *dbb = xmalloc((size_t)(T * Hv) * 8),
+           *daa = xmalloc((size_t)(T * Hv) * 8);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < Hv; j++)
+            for (int64_t e = 0; e < dk; e++) {
+                dpre[t * C + (j / rep) * dk + e] += dq[(t * Hv + j) * dk + e];
+                dpre[t * C + kd + (j / rep) * dk + e] += dkk[(t * Hv + j) * dk + e];
+            }
+        for (int64_t i = 0; i < vd; i++) dpre[t * C + 2 * kd + i] = dvv[t * vd + i];
+        for (int64_t ch = 0; ch < C; ch++) dpre[t * C + ch] *= dsilu(pre[t * C + ch]); /* through SiLU */
+        for (int64_t j = 0; j < Hv; j++) { /* beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias) */
+            const int64_t i = t * Hv + j;
+            dbb[i] = db[i] * beta[i] * (1 - beta[i]);
+            gw->A_log[j] += dg[i] * g[i];
+            daa[i] = dg[i] * -exp(w->A_log[j]) * sigm(aa[i] + w->dt_bias[j]);
+            gw->dt_bias[j] += daa[i];
+        }
+    }
+    for (int64_t t = 0; t < T; t++) /* the conv: each output reads its channel's last K inputs */
+        for (int64_t ch = 0; ch < C; ch++)
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t src = t - (K - 1) + j;
+                if (src < 0) continue;
+                gw->conv[ch * K + j] += dpre[t * C + ch] * mixed[src * C + ch];
+                dmixed[src * C + ch] += dpre[t * C + ch] * w->conv[ch * K + j];
+            }
+    linear64_bwd(dx, gw->qkv, dmixed, x, w->qkv, T, D, C);
+    linear64_bwd(dx, gw->z, dz, x, w->z, T, D, vd);
+    linear64_bwd(dx, gw->b, dbb, x, w->b, T, D, Hv);
+    linear64_bwd(dx, gw->a, daa, x, w->a, T, D, Hv);
+    free(mixed); free(pre); free(z); free(bb); free(aa); free(q0); free(k0); free(q); free(k); free(v); free(g); free(beta);
+    free(o); free(o2); free(S0); free(S); free(rs); free(do2); free(dz); free(dout); free(dq); free(dkk); free(dvv); free(dg);
+    free(db); free(dS); free(dpre); free(dmixed); free(dbb); free(daa);
+}

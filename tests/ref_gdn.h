@@ -95,4 +95,12 @@ typedef struct {       /* row-major as transformers stores them */
  * weight times SiLU(z); out_proj. S_final [Hv, dv, dk] (NULL: not kept). */
 void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, double *y, double *S_final);
 
+typedef struct {       /* the layer's gradients, GdnWeights' shapes; added into */
+    double *qkv, *z, *b, *a, *conv, *dt_bias, *A_log, *norm, *out;
+} GdnGrads;
+/* The layer's backward from dy [T, D] (its forward run again inside): dx [T, D] written, the weights'
+ * gradients added into gw. */
+void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, const double *dy, double *dx,
+                       GdnGrads *gw);
+
 #endif

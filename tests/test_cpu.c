@@ -1158,6 +1158,37 @@ static void test_gdn_layer(const char *root) {
         const double e = isfinite(en) ? sqrt(en / nn) : INFINITY;
         EXPECT_LE(e, 1e-5, "Gated DeltaNet layer vs transformers: output rel err %.2e", e);
         printf("  Gated DeltaNet layer (hidden 48, key heads 2x8, value heads 4x6, conv 4, T 29) vs transformers: %.1e\n", e);
+        /* its backward against transformers' autograd: dx and every weight's gradient */
+        double *dy = gdn_tensor(&st, "dy", 3, s_x, &bad), *gx = gdn_tensor(&st, "grad.x", 3, s_x, &bad),
+               *dx = xmalloc((size_t)(T * L.D) * 8);
+        const struct { const char *n; int nd; const int64_t *shape; int64_t len; } p[9] = {
+            {"in_proj_qkv.weight", 2, s_qkv, C * L.D}, {"in_proj_z.weight", 2, s_z, vd * L.D}, {"in_proj_b.weight", 2, s_h, L.Hv * L.D},
+            {"in_proj_a.weight", 2, s_h, L.Hv * L.D}, {"conv1d.weight", 2, s_conv, C * L.K}, {"dt_bias", 1, s_v, L.Hv},
+            {"A_log", 1, s_v, L.Hv}, {"norm.weight", 1, s_n, L.dv}, {"out_proj.weight", 2, s_out, L.D * vd}};
+        double *gw_[9], *want_[9];
+        for (int i = 0; i < 9; i++) {
+            char n[96];
+            snprintf(n, sizeof n, "grad.%s", p[i].n);
+            want_[i] = gdn_tensor(&st, n, p[i].nd, p[i].shape, &bad);
+            gw_[i] = xcalloc((size_t)p[i].len, 8);
+        }
+        if (!bad) {
+            GdnGrads gw = {gw_[0], gw_[1], gw_[2], gw_[3], gw_[4], gw_[5], gw_[6], gw_[7], gw_[8]};
+            ref_gdn_layer_bwd(&L, &w, T, x, dy, dx, &gw);
+            double worst = 0;
+            for (int i = -1; i < 9; i++) {
+                const double *got = i < 0 ? dx : gw_[i], *ref = i < 0 ? gx : want_[i];
+                const int64_t len = i < 0 ? T * L.D : p[i].len;
+                double en2 = 0, nn2 = 0;
+                for (int64_t j = 0; j < len; j++) en2 += pow(got[j] - ref[j], 2), nn2 += ref[j] * ref[j];
+                const double e2 = isfinite(en2) ? sqrt(en2 / nn2) : INFINITY;
+                EXPECT_LE(e2, 1e-5, "Gated DeltaNet layer backward vs autograd: %s rel err %.2e", i < 0 ? "x" : p[i].n, e2);
+                worst = fmax(worst, e2);
+            }
+            printf("  its backward vs transformers' autograd (dx and the 9 weights): worst %.1e\n", worst);
+        }
+        for (int i = 0; i < 9; i++) free(gw_[i]), free(want_[i]);
+        free(dy); free(gx); free(dx);
     }
     free(qkv); free(z); free(b); free(a); free(conv); free(dt); free(A); free(nw); free(out); free(x); free(want); free(y);
     st_close(&st);
