@@ -14,6 +14,10 @@ And the whole layer (tests/golden/gdn_layer.safetensors): transformers' Qwen3_5G
 small Qwen3_5TextConfig (hidden 48, 2 key heads and 4 value heads of 8 and 6, conv width 4), its
 weights drawn at random (A_log, dt_bias and the norm weight too), x [1, 29, 48] and y = layer(x);
 for an upstream dy, autograd's grad.x and grad.<parameter> (conv1d's squeezed as its weight is).
+
+And the other layer kind (tests/golden/gated_attn.safetensors): transformers' Qwen3_5Attention (q_proj
+with its output gate, q/k norms, partial rotary 0.25, sdpa causal) of the same config (4 heads, 2 K/V
+heads, head dim 16: 4 rotated dims), random weights, x [1, 21, 48] at positions 0..20, y.
   python3 tests/make_golden_gdn.py        # regenerate tests/golden/gdn_rule.safetensors
 """
 import os
@@ -75,6 +79,36 @@ def layer():
     print(f"gdn_layer: {', '.join(f'{n} {list(t.shape)}' for n, t in out.items())}; |y| {y.norm():.4f} -> {d}")
 
 
+def attn():
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+    torch.manual_seed(7)
+    cfg = Qwen3_5TextConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
+                            intermediate_size=64, vocab_size=128, linear_num_key_heads=2, linear_num_value_heads=4,
+                            linear_key_head_dim=8, linear_value_head_dim=6)
+    cfg._attn_implementation = "sdpa"
+    mod = m.Qwen3_5Attention(cfg, 3).float()
+    with torch.no_grad():
+        for n, p in mod.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if p.ndim > 1 else 0.5))
+    rope = m.Qwen3_5TextRotaryEmbedding(cfg)
+    T = 21
+    x = torch.randn(1, T, 48)
+    pos = torch.arange(T)[None].expand(3, 1, T)
+    with torch.no_grad():
+        cos, sin = rope(x, pos)
+        y, _ = mod(x, (cos, sin), None)
+    out = {n: p.detach().float().contiguous() for n, p in mod.named_parameters()}
+    out.update(x=x, y=y.contiguous())
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "gated_attn.safetensors")
+    rp = cfg.rope_parameters
+    save_file(out, d, metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                                "rope_theta": str(rp["rope_theta"]), "partial_rotary_factor": str(rp.get("partial_rotary_factor")),
+                                "rms_norm_eps": str(cfg.rms_norm_eps)})
+    print(f"gated_attn: theta {rp['rope_theta']}, partial {rp.get('partial_rotary_factor')}, cos dims {cos.shape[-1]}; "
+          f"{', '.join(f'{n} {list(t.shape)}' for n, t in out.items())} -> {d}")
+
+
 if __name__ == "__main__":
     main()
     layer()
+    attn()

@@ -422,3 +422,62 @@ void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const 
     free(o); free(o2); free(S0); free(S); free(rs); free(do2); free(dz); free(dout); free(dq); free(dkk); free(dvv); free(dg);
     free(db); free(dS); free(dpre); free(dmixed); free(dbb); free(daa);
 }
+
+/* ---------------------------------------------------------------- gated full attention */
+static void rms_1p(double *x, const double *w, int64_t n, double eps) { /* x <- x / rms(x) * (1 + w) */
+    double ms = 0;
+    for (int64_t e = 0; e < n; e++) ms += x[e] * x[e];
+    const double r = 1 / sqrt(ms / (double)n + eps);
+    for (int64_t e = 0; e < n; e++) x[e] = x[e] * r * (1 + w[e]);
+}
+/* the first rot dims: halves (a, b) -> (a cos - b sin, b cos + a sin), inv_freq_i = theta^(-2i/rot) */
+static void rope_partial(double *x, int64_t rot, double theta, int64_t p) {
+    for (int64_t i = 0; i < rot / 2; i++) {
+        const double f = (double)p * pow(theta, -2.0 * (double)i / (double)rot), c = cos(f), s = sin(f);
+        const double a = x[i], b = x[i + rot / 2];
+        x[i] = a * c - b * s;
+        x[i + rot / 2] = b * c + a * s;
+    }
+}
+
+void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
+                    double *y) {
+    const int64_t D = A->D, Hq = A->Hq, Hk = A->Hkv, hd = A->hd, grp = Hq / Hk;
+    double *qg = xmalloc((size_t)(T * Hq * 2 * hd) * 8), *k = xmalloc((size_t)(T * Hk * hd) * 8),
+           *v = xmalloc((size_t)(T * Hk * hd) * 8), *att = xmalloc((size_t)(T * Hq * hd) * 8), *p = xmalloc((size_t)T * 8);
+    linear64(qg, x, w->q, T, D, Hq * 2 * hd);
+    linear64(k, x, w->k, T, D, Hk * hd);
+    linear64(v, x, w->v, T, D, Hk * hd);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < Hq; j++) {
+            double *q = qg + (t * Hq + j) * 2 * hd; /* its query; its gate follows */
+            rms_1p(q, w->q_norm, hd, A->eps);
+            rope_partial(q, A->rot, A->theta, pos[t]);
+        }
+        for (int64_t j = 0; j < Hk; j++) {
+            rms_1p(k + (t * Hk + j) * hd, w->k_norm, hd, A->eps);
+            rope_partial(k + (t * Hk + j) * hd, A->rot, A->theta, pos[t]);
+        }
+    }
+    const double scale = 1 / sqrt((double)hd);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < Hq; j++) {
+            const double *q = qg + (t * Hq + j) * 2 * hd, *gate = q + hd;
+            const int64_t kh = j / grp;
+            double m = -INFINITY, z = 0;
+            for (int64_t u = 0; u <= t; u++) {
+                double s = 0;
+                for (int64_t e = 0; e < hd; e++) s += q[e] * k[(u * Hk + kh) * hd + e];
+                p[u] = s * scale;
+                m = fmax(m, p[u]);
+            }
+            for (int64_t u = 0; u <= t; u++) z += p[u] = exp(p[u] - m);
+            for (int64_t e = 0; e < hd; e++) {
+                double a = 0;
+                for (int64_t u = 0; u <= t; u++) a += p[u] * v[(u * Hk + kh) * hd + e];
+                att[(t * Hq + j) * hd + e] = a / z * sigm(gate[e]);
+            }
+        }
+    linear64(y, att, w->o, T, Hq * hd, D);
+    free(qg); free(k); free(v); free(att); free(p);
+}

@@ -103,4 +103,23 @@ typedef struct {       /* the layer's gradients, GdnWeights' shapes; added into 
 void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, const double *dy, double *dx,
                        GdnGrads *gw);
 
+/* ---- the hybrid's other layer kind: gated full attention (transformers' Qwen3_5Attention), forward.
+ * q_proj gives each head its query and, beside it, a gate; q and k are RMS-normalised per head with
+ * weight (1 + w); RoPE turns only the first rot dims of each head (partial_rotary_factor 0.25 in the
+ * released models); causal GQA attention scaled by hd^-1/2; the output times sigmoid(gate); o_proj. */
+typedef struct {
+    int64_t D, Hq, Hkv, hd; /* hidden, query and K/V heads, head dim */
+    int64_t rot;            /* rotated dims of a head (hd x partial_rotary_factor) */
+    double theta, eps;
+} GatedAttn;
+typedef struct {
+    const double *q;        /* [Hq 2 hd, D]: per head its query rows, then its gate rows */
+    const double *k, *v;    /* [Hkv hd, D] */
+    const double *o;        /* [D, Hq hd] */
+    const double *q_norm, *k_norm; /* [hd]: the norms multiply by 1 + w */
+} GatedAttnWeights;
+/* x [T, D] at RoPE positions pos [T] -> y [T, D] */
+void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
+                    double *y);
+
 #endif

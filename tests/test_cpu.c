@@ -1194,6 +1194,37 @@ static void test_gdn_layer(const char *root) {
     st_close(&st);
 }
 
+/* The hybrid's gated full attention against transformers' Qwen3_5Attention (q_proj with its output
+ * gate, (1 + w) q/k norms, RoPE on 4 of 16 dims: partial_rotary_factor 0.25; gated_attn.safetensors) */
+static void test_gated_attn(const char *root) {
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/gated_attn.safetensors", root);
+    SafeTensors st;
+    if (st_open(path, &st, err, sizeof err)) { EXPECT(0, "%s", err); return; }
+    const GatedAttn A = {.D = 48, .Hq = 4, .Hkv = 2, .hd = 16, .rot = 4, .theta = 10000, .eps = 1e-6};
+    const int64_t T = 21;
+    int bad = 0;
+    const int64_t sq[2] = {A.Hq * 2 * A.hd, A.D}, skv[2] = {A.Hkv * A.hd, A.D}, so[2] = {A.D, A.Hq * A.hd}, sn[1] = {A.hd},
+                  sx[3] = {1, T, A.D};
+    double *wq = gdn_tensor(&st, "q_proj.weight", 2, sq, &bad), *wk = gdn_tensor(&st, "k_proj.weight", 2, skv, &bad),
+           *wv = gdn_tensor(&st, "v_proj.weight", 2, skv, &bad), *wo = gdn_tensor(&st, "o_proj.weight", 2, so, &bad),
+           *qn = gdn_tensor(&st, "q_norm.weight", 1, sn, &bad), *kn = gdn_tensor(&st, "k_norm.weight", 1, sn, &bad),
+           *x = gdn_tensor(&st, "x", 3, sx, &bad), *want = gdn_tensor(&st, "y", 3, sx, &bad), *y = xmalloc((size_t)(T * A.D) * 8);
+    int64_t pos[21];
+    for (int64_t t = 0; t < T; t++) pos[t] = t;
+    if (!bad) {
+        const GatedAttnWeights w = {wq, wk, wv, wo, qn, kn};
+        ref_gated_attn(&A, &w, T, x, pos, y);
+        double en = 0, nn = 0;
+        for (int64_t i = 0; i < T * A.D; i++) en += pow(y[i] - want[i], 2), nn += want[i] * want[i];
+        const double e = isfinite(en) ? sqrt(en / nn) : INFINITY;
+        EXPECT_LE(e, 1e-5, "gated full attention vs transformers: output rel err %.2e", e);
+        printf("  gated full attention (4/2 heads of 16, 4 rotated dims, output gate) vs transformers: %.1e\n", e);
+    }
+    free(wq); free(wk); free(wv); free(wo); free(qn); free(kn); free(x); free(want); free(y);
+    st_close(&st);
+}
+
 /* ------------------------------------------------------------------ host AdamW (stage 4) */
 /* The host optimizer: bit-identical for any thread count, equal to the GPU kernel's fp32 expression
  * evaluated one element at a time, the norm in fp64 (test_gpu compares it with the kernel itself). */
@@ -1621,6 +1652,7 @@ int main(int argc, char **argv) {
     test_packed_planted(golden);
     test_gdn(golden);
     test_gdn_layer(golden);
+    test_gated_attn(golden);
     printf("[host AdamW]\n");
     test_cpu_adam();
     printf("[rendezvous]\n");
