@@ -119,23 +119,23 @@ plant() { # plant STAGE_SRC OUT OLD NEW [OBJ_OLD OBJ_NEW]: a copy of the stage w
     python3 -c 'import sys; s=open(sys.argv[1]).read(); assert sys.argv[3] in s, "plant did not apply"
 open(sys.argv[2], "w").write(s.replace(sys.argv[3], sys.argv[4], 1))' "$1" "build/plant/$2.c" "$3" "$4" || return 1
     local bin=build/$(basename "$1" .c | cut -d_ -f1) link
-    link=$(make -s -n -B "$bin" | tail -1)
+    link=$(MAKEFLAGS= make -s --no-print-directory -n -B "$bin" | grep -- "-o $bin ")
     link=${link/-o $bin $1/-I. -o build/plant/$2 build/plant/$2.c}
     [ -n "${5:-}" ] && link=${link/$5/$6}
     eval "$link"
 }
-rm -f build/plant/s1_positions build/plant/s3_boundary "$tmp/pl3.grads"
+rm -f build/plant/s1_positions build/plant/s3_boundary build/plant/docs_late.o "$tmp/pl3.grads"
 plant stage1_single_gpu.c s1_positions "docs_positions(d->start, n, d->pos);" \
     "for (int64_t t = 0; t < S; t++) d->pos[t] = (int32_t)t; /* planted */"
 ok "the positions plant builds" "[ -x build/plant/s1_positions ]"
-./build/plant/s1_positions --packing $EOT --model "$g" --data "$tmp/p.tok" --seq "$S" --steps 1 --loss-chunk 7 $HP \
+$T ./build/plant/s1_positions --packing $EOT --model "$g" --data "$tmp/p.tok" --seq "$S" --steps 1 --loss-chunk 7 $HP \
     --trace "$tmp/pl.trace" > "$tmp/pl.log" 2>&1
 got=$(grep -m1 -o 'positions sum [0-9]*' "$tmp/pl.trace" | awk '{print $3}')
 echo "  positions not restarted: traced sum ${got:-none}, the documents' $want_sum"
 ok "planted: positions not restarted are caught (traced sum ${got:-none} != $want_sum)" "[ -n '$got' ] && [ '$got' != '$want_sum' ]"
 sed 's|start\[n++\] = t + 1;|start[n++] = t + 2; /* planted */|' common/docs.c > build/plant/docs_late.c
 ok "the boundary plant applies" "! cmp -s common/docs.c build/plant/docs_late.c"
-cc -O2 -std=c11 -Icommon -c -o build/plant/docs_late.o build/plant/docs_late.c
+ok "the boundary plant compiles" "cc -O2 -std=c11 -Icommon -c -o build/plant/docs_late.o build/plant/docs_late.c"
 plant stage3_context_parallel.c s3_boundary "#define STAGE 3" "#define STAGE 3" \
     build/common/docs.o build/plant/docs_late.o
 ok "the boundary plant builds" "[ -x build/plant/s3_boundary ]"
