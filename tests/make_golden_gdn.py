@@ -17,7 +17,8 @@ for an upstream dy, autograd's grad.x and grad.<parameter> (conv1d's squeezed as
 
 And the other layer kind (tests/golden/gated_attn.safetensors): transformers' Qwen3_5Attention (q_proj
 with its output gate, q/k norms, partial rotary 0.25, sdpa causal) of the same config (4 heads, 2 K/V
-heads, head dim 16: 4 rotated dims), random weights, x [1, 21, 48] at positions 0..20, y.
+heads, head dim 16: 4 rotated dims), random weights, x [1, 21, 48] at positions 0..20, y; for an
+upstream dy, autograd's grad.x and grad.<parameter>.
   python3 tests/make_golden_gdn.py        # regenerate tests/golden/gdn_rule.safetensors
 """
 import os
@@ -92,13 +93,15 @@ def attn():
             p.copy_(torch.randn_like(p) * (0.3 if p.ndim > 1 else 0.5))
     rope = m.Qwen3_5TextRotaryEmbedding(cfg)
     T = 21
-    x = torch.randn(1, T, 48)
+    x = torch.randn(1, T, 48, requires_grad=True)
     pos = torch.arange(T)[None].expand(3, 1, T)
-    with torch.no_grad():
-        cos, sin = rope(x, pos)
-        y, _ = mod(x, (cos, sin), None)
+    cos, sin = rope(x, pos)
+    y, _ = mod(x, (cos, sin), None)
+    dy = torch.randn_like(y)
+    (y * dy).sum().backward()
     out = {n: p.detach().float().contiguous() for n, p in mod.named_parameters()}
-    out.update(x=x, y=y.contiguous())
+    out.update({"grad." + n: p.grad.detach().float().contiguous() for n, p in mod.named_parameters()})
+    out.update({"x": x.detach(), "y": y.detach().contiguous(), "dy": dy, "grad.x": x.grad.detach()})
     d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "gated_attn.safetensors")
     rp = cfg.rope_parameters
     save_file(out, d, metadata={"transformers": transformers.__version__, "torch": torch.__version__,

@@ -481,3 +481,123 @@ void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, co
     linear64(y, att, w->o, T, Hq * hd, D);
     free(qg); free(k); free(v); free(att); free(p);
 }
+
+/* rope_partial's transpose: the rotation by -f */
+static void rope_partial_bwd(double *d, int64_t rot, double theta, int64_t p) {
+    for (int64_t i = 0; i < rot / 2; i++) {
+        const double f = (double)p * pow(theta, -2.0 * (double)i / (double)rot), c = cos(f), s = sin(f);
+        const double a = d[i], b = d[i + rot / 2];
+        d[i] = a * c + b * s;
+        d[i + rot / 2] = b * c - a * s;
+    }
+}
+/* rms_1p's backward: x raw, d the output's gradient in, the input's out; dw added into */
+static void rms_1p_bwd(const double *x, const double *w, double *d, double *dw, int64_t n, double eps) {
+    double ms = 0, dot = 0;
+    for (int64_t e = 0; e < n; e++) ms += x[e] * x[e];
+    const double r = 1 / sqrt(ms / (double)n + eps);
+    for (int64_t e = 0; e < n; e++) {
+        dw[e] += d[e] * x[e] * r;
+        d[e] *= 1 + w[e]; /* dn */
+        dot += d[e] * x[e] * r;
+    }
+    for (int64_t e = 0; e < n; e++) d[e] = r * (d[e] - x[e] * r * dot / (double)n);
+}
+
+void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
+                        const double *dy, double *dx, GatedAttnGrads *gw) {
+    const int64_t D = A->D, Hq = A->Hq, Hk = A->Hkv, hd = A->hd, grp = Hq / Hk, QG = Hq * 2 * hd, KV = Hk * hd;
+    /* the forward again: raw projections kept, then normed and rotated copies */
+    double *qg = xmalloc((size_t)(T * QG) * 8), *kraw = xmalloc((size_t)(T * KV) * 8), *v = xmalloc((size_t)(T * KV) * 8),
+           *q = xmalloc((size_t)(T * Hq * hd) * 8), *k = xmalloc((size_t)(T * KV) * 8), *att = xmalloc((size_t)(T * Hq * hd) * 8),
+           *attg = xmalloc((size_t)(T * Hq * hd) * 8), *P = xmalloc((size_t)(Hq * T * T) * 8);
+    linear64(qg, x, w->q, T, D, QG);
+    linear64(kraw, x, w->k, T, D, KV);
+    linear64(v, x, w->v, T, D, KV);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < Hq; j++) {
+            double *qq = q + (t * Hq + j) * hd;
+            memcpy(qq, qg + (t * Hq + j) * 2 * hd, (size_t)hd * 8);
+            rms_1p(qq, w->q_norm, hd, A->eps);
+            rope_partial(qq, A->rot, A->theta, pos[t]);
+        }
+        for (int64_t j = 0; j < Hk; j++) {
+            double *kk = k + (t * Hk + j) * hd;
+            memcpy(kk, kraw + (t * Hk + j) * hd, (size_t)hd * 8);
+            rms_1p(kk, w->k_norm, hd, A->eps);
+            rope_partial(kk, A->rot, A->theta, pos[t]);
+        }
+    }
+    const double scale = 1 / sqrt((double)hd);
+    for (int64_t j = 0; j < Hq; j++)
+        for (int64_t t = 0; t < T; t++) {
+            double *p = P + (j * T + t) * T, m = -INFINITY, z = 0;
+            const int64_t kh = j / grp;
+            for (int64_t u = 0; u < T; u++) {
+                if (u > t) { p[u] = 0; continue; }
+                double s = 0;
+                for (int64_t e = 0; e < hd; e++) s += q[(t * Hq + j) * hd + e] * k[(u * Hk + kh) * hd + e];
+                p[u] = s * scale;
+                m = fmax(m, p[u]);
+            }
+            for (int64_t u = 0; u <= t; u++) z += p[u] = exp(p[u] - m);
+            for (int64_t u = 0; u <= t; u++) p[u] /= z;
+            for (int64_t e = 0; e < hd; e++) {
+                double a = 0;
+                for (int64_t u = 0; u <= t; u++) a += p[u] * v[(u * Hk + kh) * hd + e];
+                const double gate = qg[(t * Hq + j) * 2 * hd + hd + e];
+                att[(t * Hq + j) * hd + e] = a;
+                attg[(t * Hq + j) * hd + e] = a * sigm(gate);
+            }
+        }
+    /* o_proj, then the gate */
+    double *dattg = xcalloc((size_t)(T * Hq * hd), 8), *dqg = xcalloc((size_t)(T * QG), 8), *dq = xcalloc((size_t)(T * Hq * hd), 8),
+           *dk = xcalloc((size_t)(T * KV), 8), *dv = xcalloc((size_t)(T * KV), 8), *datt = xmalloc((size_t)(T * Hq * hd) * 8);
+    linear64_bwd(dattg, gw->o, dy, attg, w->o, T, Hq * hd, D);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < Hq; j++)
+            for (int64_t e = 0; e < hd; e++) {
+                const int64_t i = (t * Hq + j) * hd + e;
+                const double sg = sigm(qg[(t * Hq + j) * 2 * hd + hd + e]);
+                datt[i] = dattg[i] * sg;
+                dqg[(t * Hq + j) * 2 * hd + hd + e] = dattg[i] * att[i] * sg * (1 - sg);
+            }
+    /* softmax attention's backward: dS = P (dP - rowsum(dO . O)), GQA sums into the K/V heads */
+    for (int64_t j = 0; j < Hq; j++)
+        for (int64_t t = 0; t < T; t++) {
+            const double *p = P + (j * T + t) * T, *go = datt + (t * Hq + j) * hd, *o = att + (t * Hq + j) * hd;
+            const int64_t kh = j / grp;
+            double Di = 0;
+            for (int64_t e = 0; e < hd; e++) Di += go[e] * o[e];
+            for (int64_t u = 0; u <= t; u++) {
+                double dp = 0;
+                for (int64_t e = 0; e < hd; e++) dp += go[e] * v[(u * Hk + kh) * hd + e];
+                const double ds = p[u] * (dp - Di) * scale;
+                for (int64_t e = 0; e < hd; e++) {
+                    dq[(t * Hq + j) * hd + e] += ds * k[(u * Hk + kh) * hd + e];
+                    dk[(u * Hk + kh) * hd + e] += ds * q[(t * Hq + j) * hd + e];
+                    dv[(u * Hk + kh) * hd + e] += p[u] * go[e];
+                }
+            }
+        }
+    /* RoPE and the norms back to the raw projections */
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < Hq; j++) {
+            double *d = dq + (t * Hq + j) * hd;
+            rope_partial_bwd(d, A->rot, A->theta, pos[t]);
+            rms_1p_bwd(qg + (t * Hq + j) * 2 * hd, w->q_norm, d, gw->q_norm, hd, A->eps);
+            memcpy(dqg + (t * Hq + j) * 2 * hd, d, (size_t)hd * 8);
+        }
+        for (int64_t j = 0; j < Hk; j++) {
+            double *d = dk + (t * Hk + j) * hd;
+            rope_partial_bwd(d, A->rot, A->theta, pos[t]);
+            rms_1p_bwd(kraw + (t * Hk + j) * hd, w->k_norm, d, gw->k_norm, hd, A->eps);
+        }
+    }
+    memset(dx, 0, (size_t)(T * D) * 8);
+    linear64_bwd(dx, gw->q, dqg, x, w->q, T, D, QG);
+    linear64_bwd(dx, gw->k, dk, x, w->k, T, D, KV);
+    linear64_bwd(dx, gw->v, dv, x, w->v, T, D, KV);
+    free(qg); free(kraw); free(v); free(q); free(k); free(att); free(attg); free(P);
+    free(dattg); free(dqg); free(dq); free(dk); free(dv); free(datt);
+}

@@ -121,5 +121,11 @@ typedef struct {
 /* x [T, D] at RoPE positions pos [T] -> y [T, D] */
 void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
                     double *y);
+typedef struct {       /* its gradients, GatedAttnWeights' shapes; added into */
+    double *q, *k, *v, *o, *q_norm, *k_norm;
+} GatedAttnGrads;
+/* The backward from dy [T, D] (the forward run again inside): dx [T, D] written, gw added into. */
+void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
+                        const double *dy, double *dx, GatedAttnGrads *gw);
 
 #endif

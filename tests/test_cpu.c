@@ -1220,6 +1220,37 @@ static void test_gated_attn(const char *root) {
         const double e = isfinite(en) ? sqrt(en / nn) : INFINITY;
         EXPECT_LE(e, 1e-5, "gated full attention vs transformers: output rel err %.2e", e);
         printf("  gated full attention (4/2 heads of 16, 4 rotated dims, output gate) vs transformers: %.1e\n", e);
+        /* its backward against autograd: dx and the six weights */
+        double *dy = gdn_tensor(&st, "dy", 3, sx, &bad), *gx = gdn_tensor(&st, "grad.x", 3, sx, &bad),
+               *dx = xmalloc((size_t)(T * A.D) * 8);
+        const struct { const char *n; int nd; const int64_t *shape; int64_t len; } p[6] = {
+            {"q_proj.weight", 2, sq, sq[0] * sq[1]}, {"k_proj.weight", 2, skv, skv[0] * skv[1]},
+            {"v_proj.weight", 2, skv, skv[0] * skv[1]}, {"o_proj.weight", 2, so, so[0] * so[1]},
+            {"q_norm.weight", 1, sn, A.hd}, {"k_norm.weight", 1, sn, A.hd}};
+        double *g_[6], *want_[6];
+        for (int i = 0; i < 6; i++) {
+            char n[96];
+            snprintf(n, sizeof n, "grad.%s", p[i].n);
+            want_[i] = gdn_tensor(&st, n, p[i].nd, p[i].shape, &bad);
+            g_[i] = xcalloc((size_t)p[i].len, 8);
+        }
+        if (!bad) {
+            GatedAttnGrads gw = {g_[0], g_[1], g_[2], g_[3], g_[4], g_[5]};
+            ref_gated_attn_bwd(&A, &w, T, x, pos, dy, dx, &gw);
+            double worst = 0;
+            for (int i = -1; i < 6; i++) {
+                const double *got = i < 0 ? dx : g_[i], *ref = i < 0 ? gx : want_[i];
+                const int64_t len = i < 0 ? T * A.D : p[i].len;
+                double en2 = 0, nn2 = 0;
+                for (int64_t j = 0; j < len; j++) en2 += pow(got[j] - ref[j], 2), nn2 += ref[j] * ref[j];
+                const double e2 = isfinite(en2) ? sqrt(en2 / nn2) : INFINITY;
+                EXPECT_LE(e2, 1e-5, "gated full attention backward vs autograd: %s rel err %.2e", i < 0 ? "x" : p[i].n, e2);
+                worst = fmax(worst, e2);
+            }
+            printf("  its backward vs transformers' autograd (dx and the 6 weights): worst %.1e\n", worst);
+        }
+        for (int i = 0; i < 6; i++) free(g_[i]), free(want_[i]);
+        free(dy); free(gx); free(dx);
     }
     free(wq); free(wk); free(wv); free(wo); free(qn); free(kn); free(x); free(want); free(y);
     st_close(&st);
