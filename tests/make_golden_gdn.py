@@ -19,6 +19,11 @@ And the other layer kind (tests/golden/gated_attn.safetensors): transformers' Qw
 with its output gate, q/k norms, partial rotary 0.25, sdpa causal) of the same config (4 heads, 2 K/V
 heads, head dim 16: 4 rotated dims), random weights, x [1, 21, 48] at positions 0..20, y; for an
 upstream dy, autograd's grad.x and grad.<parameter>.
+
+And the whole hybrid text model (tests/golden/qwen35_tiny.safetensors): transformers'
+Qwen3_5ForCausalLM of that config, 4 layers (3 linear attention, then full attention), vocabulary 128,
+untied, random weights; tokens [24]: the mean next-token NLL over 23 labels, the logits, and the
+gradient of every parameter (conv1d's squeezed).
   python3 tests/make_golden_gdn.py        # regenerate tests/golden/gdn_rule.safetensors
 """
 import os
@@ -111,7 +116,35 @@ def attn():
           f"{', '.join(f'{n} {list(t.shape)}' for n, t in out.items())} -> {d}")
 
 
+def model():
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+    torch.manual_seed(8)
+    cfg = Qwen3_5TextConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
+                            intermediate_size=64, vocab_size=128, linear_num_key_heads=2, linear_num_value_heads=4,
+                            linear_key_head_dim=8, linear_value_head_dim=6)
+    cfg._attn_implementation = "sdpa"
+    mod = m.Qwen3_5ForCausalLM(cfg).float()
+    with torch.no_grad():
+        for n, p in mod.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.2 if p.ndim > 1 else 0.3) + (1.0 if n.endswith("linear_attn.norm.weight") else 0.0))
+    tokens = torch.randint(0, 128, (24,))
+    logits = mod(input_ids=tokens[None, :-1]).logits[0].float()
+    loss = torch.nn.functional.cross_entropy(logits, tokens[1:])
+    loss.backward()
+    out = {n: p.detach().float().contiguous() for n, p in mod.named_parameters()}
+    out.update({"grad." + n: p.grad.detach().float().contiguous() for n, p in mod.named_parameters()})
+    for n in list(out):
+        if n.endswith("conv1d.weight"):
+            out[n] = out[n].squeeze(1).contiguous()
+    out.update({"tokens": tokens.to(torch.int32), "logits": logits.detach().contiguous(), "loss": loss.detach().reshape(1)})
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "qwen35_tiny.safetensors")
+    save_file(out, d, metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                                "layer_types": ",".join(cfg.layer_types), "rms_norm_eps": str(cfg.rms_norm_eps)})
+    print(f"qwen35_tiny: {cfg.layer_types}, loss {loss.item():.6f}, {sum(n.startswith('grad.') for n in out)} grads -> {d}")
+
+
 if __name__ == "__main__":
     main()
     layer()
     attn()
+    model()

@@ -247,7 +247,7 @@ static double silu(double x) { return x / (1 + exp(-x)); }
 static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); } /* torch's threshold */
 
 /* y [T, O] = x [T, I] W^T, W [O, I] */
-static void linear64(double *y, const double *x, const double *W, int64_t T, int64_t I, int64_t O) {
+void ref_linear(double *y, const double *x, const double *W, int64_t T, int64_t I, int64_t O) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t o = 0; o < O; o++) {
             double s = 0;
@@ -261,10 +261,10 @@ void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const doub
                   C = 2 * kd + vd, rep = Hv / Hk;
     double *mixed = xmalloc((size_t)(T * C) * 8), *conv = xmalloc((size_t)(T * C) * 8), *z = xmalloc((size_t)(T * vd) * 8),
            *bb = xmalloc((size_t)(T * Hv) * 8), *aa = xmalloc((size_t)(T * Hv) * 8);
-    linear64(mixed, x, w->qkv, T, D, C);
-    linear64(z, x, w->z, T, D, vd);
-    linear64(bb, x, w->b, T, D, Hv);
-    linear64(aa, x, w->a, T, D, Hv);
+    ref_linear(mixed, x, w->qkv, T, D, C);
+    ref_linear(z, x, w->z, T, D, vd);
+    ref_linear(bb, x, w->b, T, D, Hv);
+    ref_linear(aa, x, w->a, T, D, Hv);
     for (int64_t t = 0; t < T; t++) /* causal depthwise conv, then SiLU */
         for (int64_t ch = 0; ch < C; ch++) {
             double s = 0;
@@ -299,7 +299,7 @@ void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const doub
         const double r = 1 / sqrt(ms / (double)dv + L->eps);
         for (int64_t e = 0; e < dv; e++) o[i * dv + e] = o[i * dv + e] * r * w->norm[e] * silu(z[i * dv + e]);
     }
-    linear64(y, o, w->out, T, vd, D);
+    ref_linear(y, o, w->out, T, vd, D);
     if (S_final) memcpy(S_final, S, (size_t)(Hv * dv * dk) * 8);
     free(mixed); free(conv); free(z); free(bb); free(aa); free(q); free(k); free(v); free(g); free(beta); free(o); free(S);
 }
@@ -308,7 +308,7 @@ static double sigm(double x) { return 1 / (1 + exp(-x)); }
 static double dsilu(double x) { const double s = sigm(x); return s * (1 + x * (1 - s)); }
 
 /* dx [T, I] += dy [T, O] W, dW [O, I] += dy^T x */
-static void linear64_bwd(double *dx, double *dW, const double *dy, const double *x, const double *W, int64_t T, int64_t I,
+void ref_linear_bwd(double *dx, double *dW, const double *dy, const double *x, const double *W, int64_t T, int64_t I,
                          int64_t O) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t o = 0; o < O; o++) {
@@ -324,10 +324,10 @@ void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const 
     /* the forward again, keeping what the backward reads */
     double *mixed = xmalloc((size_t)(T * C) * 8), *pre = xmalloc((size_t)(T * C) * 8), *z = xmalloc((size_t)(T * vd) * 8),
            *bb = xmalloc((size_t)(T * Hv) * 8), *aa = xmalloc((size_t)(T * Hv) * 8);
-    linear64(mixed, x, w->qkv, T, D, C);
-    linear64(z, x, w->z, T, D, vd);
-    linear64(bb, x, w->b, T, D, Hv);
-    linear64(aa, x, w->a, T, D, Hv);
+    ref_linear(mixed, x, w->qkv, T, D, C);
+    ref_linear(z, x, w->z, T, D, vd);
+    ref_linear(bb, x, w->b, T, D, Hv);
+    ref_linear(aa, x, w->a, T, D, Hv);
     for (int64_t t = 0; t < T; t++)
         for (int64_t ch = 0; ch < C; ch++) {
             double s = 0;
@@ -368,7 +368,7 @@ void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const 
     /* out_proj */
     double *do2 = xcalloc((size_t)(T * vd), 8), *dz = xcalloc((size_t)(T * vd), 8), *dout = xcalloc((size_t)(T * vd), 8);
     memset(dx, 0, (size_t)(T * D) * 8);
-    linear64_bwd(do2, gw->out, dy, o2, w->out, T, vd, D); /* out_proj's input gradient: do2 */
+    ref_linear_bwd(do2, gw->out, dy, o2, w->out, T, vd, D); /* out_proj's input gradient: do2 */
     /* gated RMSNorm: o2 = n nw silu(z), n = o r; do = r (dn - n mean(dn n)) */
     for (int64_t i = 0; i < T * Hv; i++) {
         double dot = 0;
@@ -414,17 +414,17 @@ void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const 
                 gw->conv[ch * K + j] += dpre[t * C + ch] * mixed[src * C + ch];
                 dmixed[src * C + ch] += dpre[t * C + ch] * w->conv[ch * K + j];
             }
-    linear64_bwd(dx, gw->qkv, dmixed, x, w->qkv, T, D, C);
-    linear64_bwd(dx, gw->z, dz, x, w->z, T, D, vd);
-    linear64_bwd(dx, gw->b, dbb, x, w->b, T, D, Hv);
-    linear64_bwd(dx, gw->a, daa, x, w->a, T, D, Hv);
+    ref_linear_bwd(dx, gw->qkv, dmixed, x, w->qkv, T, D, C);
+    ref_linear_bwd(dx, gw->z, dz, x, w->z, T, D, vd);
+    ref_linear_bwd(dx, gw->b, dbb, x, w->b, T, D, Hv);
+    ref_linear_bwd(dx, gw->a, daa, x, w->a, T, D, Hv);
     free(mixed); free(pre); free(z); free(bb); free(aa); free(q0); free(k0); free(q); free(k); free(v); free(g); free(beta);
     free(o); free(o2); free(S0); free(S); free(rs); free(do2); free(dz); free(dout); free(dq); free(dkk); free(dvv); free(dg);
     free(db); free(dS); free(dpre); free(dmixed); free(dbb); free(daa);
 }
 
 /* ---------------------------------------------------------------- gated full attention */
-static void rms_1p(double *x, const double *w, int64_t n, double eps) { /* x <- x / rms(x) * (1 + w) */
+void ref_rms_1p(double *x, const double *w, int64_t n, double eps) { /* x <- x / rms(x) * (1 + w) */
     double ms = 0;
     for (int64_t e = 0; e < n; e++) ms += x[e] * x[e];
     const double r = 1 / sqrt(ms / (double)n + eps);
@@ -445,17 +445,17 @@ void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, co
     const int64_t D = A->D, Hq = A->Hq, Hk = A->Hkv, hd = A->hd, grp = Hq / Hk;
     double *qg = xmalloc((size_t)(T * Hq * 2 * hd) * 8), *k = xmalloc((size_t)(T * Hk * hd) * 8),
            *v = xmalloc((size_t)(T * Hk * hd) * 8), *att = xmalloc((size_t)(T * Hq * hd) * 8), *p = xmalloc((size_t)T * 8);
-    linear64(qg, x, w->q, T, D, Hq * 2 * hd);
-    linear64(k, x, w->k, T, D, Hk * hd);
-    linear64(v, x, w->v, T, D, Hk * hd);
+    ref_linear(qg, x, w->q, T, D, Hq * 2 * hd);
+    ref_linear(k, x, w->k, T, D, Hk * hd);
+    ref_linear(v, x, w->v, T, D, Hk * hd);
     for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < Hq; j++) {
             double *q = qg + (t * Hq + j) * 2 * hd; /* its query; its gate follows */
-            rms_1p(q, w->q_norm, hd, A->eps);
+            ref_rms_1p(q, w->q_norm, hd, A->eps);
             rope_partial(q, A->rot, A->theta, pos[t]);
         }
         for (int64_t j = 0; j < Hk; j++) {
-            rms_1p(k + (t * Hk + j) * hd, w->k_norm, hd, A->eps);
+            ref_rms_1p(k + (t * Hk + j) * hd, w->k_norm, hd, A->eps);
             rope_partial(k + (t * Hk + j) * hd, A->rot, A->theta, pos[t]);
         }
     }
@@ -478,7 +478,7 @@ void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, co
                 att[(t * Hq + j) * hd + e] = a / z * sigm(gate[e]);
             }
         }
-    linear64(y, att, w->o, T, Hq * hd, D);
+    ref_linear(y, att, w->o, T, Hq * hd, D);
     free(qg); free(k); free(v); free(att); free(p);
 }
 
@@ -492,7 +492,7 @@ static void rope_partial_bwd(double *d, int64_t rot, double theta, int64_t p) {
     }
 }
 /* rms_1p's backward: x raw, d the output's gradient in, the input's out; dw added into */
-static void rms_1p_bwd(const double *x, const double *w, double *d, double *dw, int64_t n, double eps) {
+void ref_rms_1p_bwd(const double *x, const double *w, double *d, double *dw, int64_t n, double eps) {
     double ms = 0, dot = 0;
     for (int64_t e = 0; e < n; e++) ms += x[e] * x[e];
     const double r = 1 / sqrt(ms / (double)n + eps);
@@ -511,20 +511,20 @@ void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T
     double *qg = xmalloc((size_t)(T * QG) * 8), *kraw = xmalloc((size_t)(T * KV) * 8), *v = xmalloc((size_t)(T * KV) * 8),
            *q = xmalloc((size_t)(T * Hq * hd) * 8), *k = xmalloc((size_t)(T * KV) * 8), *att = xmalloc((size_t)(T * Hq * hd) * 8),
            *attg = xmalloc((size_t)(T * Hq * hd) * 8), *P = xmalloc((size_t)(Hq * T * T) * 8);
-    linear64(qg, x, w->q, T, D, QG);
-    linear64(kraw, x, w->k, T, D, KV);
-    linear64(v, x, w->v, T, D, KV);
+    ref_linear(qg, x, w->q, T, D, QG);
+    ref_linear(kraw, x, w->k, T, D, KV);
+    ref_linear(v, x, w->v, T, D, KV);
     for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < Hq; j++) {
             double *qq = q + (t * Hq + j) * hd;
             memcpy(qq, qg + (t * Hq + j) * 2 * hd, (size_t)hd * 8);
-            rms_1p(qq, w->q_norm, hd, A->eps);
+            ref_rms_1p(qq, w->q_norm, hd, A->eps);
             rope_partial(qq, A->rot, A->theta, pos[t]);
         }
         for (int64_t j = 0; j < Hk; j++) {
             double *kk = k + (t * Hk + j) * hd;
             memcpy(kk, kraw + (t * Hk + j) * hd, (size_t)hd * 8);
-            rms_1p(kk, w->k_norm, hd, A->eps);
+            ref_rms_1p(kk, w->k_norm, hd, A->eps);
             rope_partial(kk, A->rot, A->theta, pos[t]);
         }
     }
@@ -553,7 +553,7 @@ void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T
     /* o_proj, then the gate */
     double *dattg = xcalloc((size_t)(T * Hq * hd), 8), *dqg = xcalloc((size_t)(T * QG), 8), *dq = xcalloc((size_t)(T * Hq * hd), 8),
            *dk = xcalloc((size_t)(T * KV), 8), *dv = xcalloc((size_t)(T * KV), 8), *datt = xmalloc((size_t)(T * Hq * hd) * 8);
-    linear64_bwd(dattg, gw->o, dy, attg, w->o, T, Hq * hd, D);
+    ref_linear_bwd(dattg, gw->o, dy, attg, w->o, T, Hq * hd, D);
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < Hq; j++)
             for (int64_t e = 0; e < hd; e++) {
@@ -585,19 +585,19 @@ void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T
         for (int64_t j = 0; j < Hq; j++) {
             double *d = dq + (t * Hq + j) * hd;
             rope_partial_bwd(d, A->rot, A->theta, pos[t]);
-            rms_1p_bwd(qg + (t * Hq + j) * 2 * hd, w->q_norm, d, gw->q_norm, hd, A->eps);
+            ref_rms_1p_bwd(qg + (t * Hq + j) * 2 * hd, w->q_norm, d, gw->q_norm, hd, A->eps);
             memcpy(dqg + (t * Hq + j) * 2 * hd, d, (size_t)hd * 8);
         }
         for (int64_t j = 0; j < Hk; j++) {
             double *d = dk + (t * Hk + j) * hd;
             rope_partial_bwd(d, A->rot, A->theta, pos[t]);
-            rms_1p_bwd(kraw + (t * Hk + j) * hd, w->k_norm, d, gw->k_norm, hd, A->eps);
+            ref_rms_1p_bwd(kraw + (t * Hk + j) * hd, w->k_norm, d, gw->k_norm, hd, A->eps);
         }
     }
     memset(dx, 0, (size_t)(T * D) * 8);
-    linear64_bwd(dx, gw->q, dqg, x, w->q, T, D, QG);
-    linear64_bwd(dx, gw->k, dk, x, w->k, T, D, KV);
-    linear64_bwd(dx, gw->v, dv, x, w->v, T, D, KV);
+    ref_linear_bwd(dx, gw->q, dqg, x, w->q, T, D, QG);
+    ref_linear_bwd(dx, gw->k, dk, x, w->k, T, D, KV);
+    ref_linear_bwd(dx, gw->v, dv, x, w->v, T, D, KV);
     free(qg); free(kraw); free(v); free(q); free(k); free(att); free(attg); free(P);
     free(dattg); free(dqg); free(dq); free(dk); free(dv); free(datt);
 }

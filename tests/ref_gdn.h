@@ -128,4 +128,13 @@ typedef struct {       /* its gradients, GatedAttnWeights' shapes; added into */
 void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
                         const double *dy, double *dx, GatedAttnGrads *gw);
 
+/* small pieces the hybrid model (ref_qwen35.c) shares: y [T, O] = x [T, I] W^T (W [O, I]); its
+ * backward dx += dy W, dW += dy^T x; x <- x / rms(x) * (1 + w) over n, and its backward (d: the
+ * output's gradient in, the input's out, from the raw x; dw added into) */
+void ref_linear(double *y, const double *x, const double *W, int64_t T, int64_t I, int64_t O);
+void ref_linear_bwd(double *dx, double *dW, const double *dy, const double *x, const double *W, int64_t T, int64_t I,
+                    int64_t O);
+void ref_rms_1p(double *x, const double *w, int64_t n, double eps);
+void ref_rms_1p_bwd(const double *x, const double *w, double *d, double *dw, int64_t n, double eps);
+
 #endif

@@ -31,6 +31,7 @@
 #include "golden.h"
 #include "ref_model.h"
 #include "ref_gdn.h"
+#include "ref_qwen35.h"
 #include "ref_ring.h"
 #include "../common/docs.h"
 #include "test.h"
@@ -1256,6 +1257,123 @@ static void test_gated_attn(const char *root) {
     st_close(&st);
 }
 
+/* The Qwen3.5 hybrid text model (tests/ref_qwen35.c): 3 Gated DeltaNet layers then a gated full
+ * attention layer, against transformers' Qwen3_5ForCausalLM (tests/golden/qwen35_tiny.safetensors):
+ * the loss, the logits and the gradient of every parameter. */
+typedef struct { const char *name; int64_t len; } Q35Tensor; /* a parameter: its transformers name, elements */
+
+static void test_qwen35(const char *root) {
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/qwen35_tiny.safetensors", root);
+    SafeTensors st;
+    if (st_open(path, &st, err, sizeof err)) { EXPECT(0, "%s", err); return; }
+    Q35Config c = {.V = 128, .D = 48, .I = 64, .L = 4, .linear = {1, 1, 1, 0}, .eps = 1e-6};
+    c.gdn = (GdnLayer){.D = 48, .Hk = 2, .Hv = 4, .dk = 8, .dv = 6, .K = 4, .eps = 1e-6};
+    c.attn = (GatedAttn){.D = 48, .Hq = 4, .Hkv = 2, .hd = 16, .rot = 4, .theta = 10000, .eps = 1e-6};
+    Q35Weights w = {0};
+    Q35Grads g = {0};
+    /* every parameter by its transformers name: where its weights and its gradient go */
+    Q35Tensor list[80];
+    int n = 0, bad = 0;
+    double *tmp[80];
+#define ADD(nm, wslot, gslot) do { snprintf(names[n], sizeof names[n], "%s", nm); list[n] = (Q35Tensor){names[n], 0}; \
+    wptr[n] = (const double **)&(wslot); gptr[n] = &(gslot); n++; } while (0)
+    static char names[80][96];
+    const double **wptr[80];
+    double **gptr[80];
+    ADD("model.embed_tokens.weight", w.embed, g.embed);
+    ADD("model.norm.weight", w.norm, g.norm);
+    ADD("lm_head.weight", w.lm_head, g.lm_head);
+    for (int l = 0; l < 4; l++) {
+        char b[96];
+        Q35Layer *L = &w.layer[l];
+        Q35LayerGrads *G = &g.layer[l];
+#define LAYER(suffix, ws, gs) do { snprintf(b, sizeof b, "model.layers.%d.%s", l, suffix); ADD(b, ws, gs); } while (0)
+        LAYER("input_layernorm.weight", L->in_norm, G->in_norm);
+        LAYER("post_attention_layernorm.weight", L->post_norm, G->post_norm);
+        LAYER("mlp.gate_proj.weight", L->gate, G->gate);
+        LAYER("mlp.up_proj.weight", L->up, G->up);
+        LAYER("mlp.down_proj.weight", L->down, G->down);
+        if (c.linear[l]) {
+            LAYER("linear_attn.in_proj_qkv.weight", L->gdn.qkv, G->gdn.qkv);
+            LAYER("linear_attn.in_proj_z.weight", L->gdn.z, G->gdn.z);
+            LAYER("linear_attn.in_proj_b.weight", L->gdn.b, G->gdn.b);
+            LAYER("linear_attn.in_proj_a.weight", L->gdn.a, G->gdn.a);
+            LAYER("linear_attn.conv1d.weight", L->gdn.conv, G->gdn.conv);
+            LAYER("linear_attn.dt_bias", L->gdn.dt_bias, G->gdn.dt_bias);
+            LAYER("linear_attn.A_log", L->gdn.A_log, G->gdn.A_log);
+            LAYER("linear_attn.norm.weight", L->gdn.norm, G->gdn.norm);
+            LAYER("linear_attn.out_proj.weight", L->gdn.out, G->gdn.out);
+        } else {
+            LAYER("self_attn.q_proj.weight", L->attn.q, G->attn.q);
+            LAYER("self_attn.k_proj.weight", L->attn.k, G->attn.k);
+            LAYER("self_attn.v_proj.weight", L->attn.v, G->attn.v);
+            LAYER("self_attn.o_proj.weight", L->attn.o, G->attn.o);
+            LAYER("self_attn.q_norm.weight", L->attn.q_norm, G->attn.q_norm);
+            LAYER("self_attn.k_norm.weight", L->attn.k_norm, G->attn.k_norm);
+        }
+#undef LAYER
+    }
+#undef ADD
+    for (int i = 0; i < n; i++) { /* read each at its stored shape */
+        const StTensor *t = st_find(&st, list[i].name);
+        if (!t) { EXPECT(0, "qwen35 golden: no %s", list[i].name); bad = 1; continue; }
+        float *f = xmalloc((size_t)t->numel * 4);
+        if (st_read_f32(&st, list[i].name, t->ndim, t->shape, f, err, sizeof err)) { EXPECT(0, "%s", err); bad = 1; }
+        tmp[i] = f64_of(f, t->numel);
+        free(f);
+        list[i].len = t->numel;
+        *wptr[i] = tmp[i];
+        *gptr[i] = xcalloc((size_t)t->numel, 8);
+    }
+    const StTensor *tt = st_find(&st, "tokens");
+    int32_t tok32[24];
+    uint32_t tok[24];
+    const int64_t s1[1] = {1};
+    if (!tt || tt->numel != 24 || st_read_i32(&st, "tokens", 24, tok32, err, sizeof err)) { EXPECT(0, "qwen35 golden: tokens"); bad = 1; }
+    for (int i = 0; i < 24; i++) tok[i] = (uint32_t)tok32[i];
+    float gl = NAN;
+    if (st_read_f32(&st, "loss", 1, s1, &gl, err, sizeof err)) { EXPECT(0, "%s", err); bad = 1; }
+    if (!bad) {
+        const int64_t T = 23;
+        double *logits = xmalloc((size_t)(T * c.V) * 8);
+        const double loss = ref_q35(&c, &w, T, tok, logits, &g);
+        const double le = fabs(loss - gl) / fabs(gl);
+        EXPECT_LE(le, 1e-5, "Qwen3.5 hybrid model: loss %.7f vs transformers %.7f (rel %.2e)", loss, gl, le);
+        float *fl = xmalloc((size_t)(T * c.V) * 4);
+        const int64_t sl[2] = {T, c.V};
+        double lerr = INFINITY;
+        if (!st_read_f32(&st, "logits", 2, sl, fl, err, sizeof err)) {
+            double en = 0, nn = 0;
+            for (int64_t i = 0; i < T * c.V; i++) en += pow(logits[i] - fl[i], 2), nn += (double)fl[i] * fl[i];
+            lerr = sqrt(en / nn);
+        }
+        EXPECT_LE(lerr, 1e-5, "Qwen3.5 hybrid model: logits rel err %.2e", lerr);
+        double worst = 0;
+        const char *wn = "";
+        for (int i = 0; i < n; i++) {
+            char gn[128];
+            snprintf(gn, sizeof gn, "grad.%s", list[i].name);
+            const StTensor *t = st_find(&st, gn);
+            float *f = t ? xmalloc((size_t)t->numel * 4) : NULL;
+            double e = INFINITY;
+            if (t && !st_read_f32(&st, gn, t->ndim, t->shape, f, err, sizeof err)) {
+                double en = 0, nn = 0;
+                for (int64_t j = 0; j < list[i].len; j++) en += pow((*gptr[i])[j] - f[j], 2), nn += (double)f[j] * f[j];
+                e = sqrt(en / nn);
+            }
+            EXPECT_LE(e, 1e-4, "Qwen3.5 hybrid model: %s rel err %.2e", gn, e);
+            if (!(e <= worst)) worst = e, wn = list[i].name;
+            free(f);
+        }
+        printf("  Qwen3.5 hybrid (3 linear + 1 full attention layers) vs transformers: loss %.7f (rel %.1e), logits %.1e, "
+               "worst of %d gradients %.1e (%s)\n", loss, le, lerr, n, worst, wn);
+        free(logits); free(fl);
+    }
+    for (int i = 0; i < n; i++) free(tmp[i]), free(*gptr[i]);
+    st_close(&st);
+}
+
 /* ------------------------------------------------------------------ host AdamW (stage 4) */
 /* The host optimizer: bit-identical for any thread count, equal to the GPU kernel's fp32 expression
  * evaluated one element at a time, the norm in fp64 (test_gpu compares it with the kernel itself). */
@@ -1684,6 +1802,7 @@ int main(int argc, char **argv) {
     test_gdn(golden);
     test_gdn_layer(golden);
     test_gated_attn(golden);
+    test_qwen35(golden);
     printf("[host AdamW]\n");
     test_cpu_adam();
     printf("[rendezvous]\n");
