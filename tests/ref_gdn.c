@@ -44,6 +44,72 @@ void ref_gdn(const GdnHeads *h, int64_t T, const double *q, const double *k, con
         }
 }
 
+void ref_gdn_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *v,
+                     const double *g, const double *beta, double *S, double *o) {
+    const int64_t H = h->H, dk = h->dk, dv = h->dv;
+    double *gam = xmalloc((size_t)C * 8), *Tm = xmalloc((size_t)(C * C) * 8), *U = xmalloc((size_t)(C * dv) * 8),
+           *Kd = xmalloc((size_t)(C * dk) * 8), *W = xmalloc((size_t)(C * dv) * 8), *Sn = xmalloc((size_t)(dv * dk) * 8);
+    for (int64_t j = 0; j < H; j++) {
+        double *S0 = S + j * dv * dk;
+        for (int64_t c0 = 0; c0 < T; c0 += C) {
+            const int64_t n = T - c0 < C ? T - c0 : C;
+#define KV_(arr, t, d, e) arr[((c0 + (t)) * H + j) * (d) + (e)]
+#define G_(arr, t) arr[(c0 + (t)) * H + j]
+            for (int64_t t = 0; t < n; t++) gam[t] = (t ? gam[t - 1] : 0) + G_(g, t);
+            /* (I + L)^-1 by forward substitution, row by row: Tm = (I + L)^-1 */
+            for (int64_t t = 0; t < n; t++) {
+                for (int64_t s2 = 0; s2 < n; s2++) Tm[t * C + s2] = t == s2;
+                for (int64_t s2 = 0; s2 < t; s2++) {
+                    double kk = 0;
+                    for (int64_t e = 0; e < dk; e++) kk += KV_(k, t, dk, e) * KV_(k, s2, dk, e);
+                    const double l = G_(beta, t) * exp(gam[t] - gam[s2]) * kk; /* L[t, s2] */
+                    for (int64_t u = 0; u <= s2; u++) Tm[t * C + u] -= l * Tm[s2 * C + u];
+                }
+            }
+            for (int64_t t = 0; t < n; t++) { /* U = Tm b V, Kd = Tm b e^gamma K */
+                for (int64_t r = 0; r < dv; r++) {
+                    double a = 0;
+                    for (int64_t s2 = 0; s2 <= t; s2++) a += Tm[t * C + s2] * G_(beta, s2) * KV_(v, s2, dv, r);
+                    U[t * dv + r] = a;
+                }
+                for (int64_t e = 0; e < dk; e++) {
+                    double a = 0;
+                    for (int64_t s2 = 0; s2 <= t; s2++) a += Tm[t * C + s2] * G_(beta, s2) * exp(gam[s2]) * KV_(k, s2, dk, e);
+                    Kd[t * dk + e] = a;
+                }
+            }
+            for (int64_t t = 0; t < n; t++) /* W = U - Kd S0^T */
+                for (int64_t r = 0; r < dv; r++) {
+                    double a = U[t * dv + r];
+                    for (int64_t e = 0; e < dk; e++) a -= Kd[t * dk + e] * S0[r * dk + e];
+                    W[t * dv + r] = a;
+                }
+            for (int64_t t = 0; t < n; t++) /* the outputs: from S0, then from the chunk's own writes */
+                for (int64_t r = 0; r < dv; r++) {
+                    double a = 0;
+                    for (int64_t e = 0; e < dk; e++) a += S0[r * dk + e] * KV_(q, t, dk, e);
+                    a *= exp(gam[t]);
+                    for (int64_t s2 = 0; s2 <= t; s2++) {
+                        double kq = 0;
+                        for (int64_t e = 0; e < dk; e++) kq += KV_(k, s2, dk, e) * KV_(q, t, dk, e);
+                        a += exp(gam[t] - gam[s2]) * kq * W[s2 * dv + r];
+                    }
+                    KV_(o, t, dv, r) = a;
+                }
+            for (int64_t r = 0; r < dv; r++) /* the state the next chunk starts from */
+                for (int64_t e = 0; e < dk; e++) {
+                    double a = exp(gam[n - 1]) * S0[r * dk + e];
+                    for (int64_t s2 = 0; s2 < n; s2++) a += exp(gam[n - 1] - gam[s2]) * W[s2 * dv + r] * KV_(k, s2, dk, e);
+                    Sn[r * dk + e] = a;
+                }
+            memcpy(S0, Sn, (size_t)(dv * dk) * 8);
+#undef KV_
+#undef G_
+        }
+    }
+    free(gam); free(Tm); free(U); free(Kd); free(W); free(Sn);
+}
+
 /* M <- M A_t = a (M - b (M k) k^T), one head */
 static void map_step(int64_t dk, double *M, const double *k, double a, double b) {
     for (int64_t r = 0; r < dk; r++) {

@@ -39,6 +39,21 @@ void ref_gdn_prepare(const GdnHeads *h, int64_t T, double *q, double *k);
 void ref_gdn(const GdnHeads *h, int64_t T, const double *q, const double *k, const double *v, const double *g,
              const double *beta, double *S, double *o);
 
+/* The chunked form (what a GPU kernel runs: matrix products instead of a token-by-token chain), in
+ * chunks of C tokens, the same result as ref_gdn. Within a chunk from state S0, with gamma_t the
+ * cumulative log-decay (sum of g up to t) and w_t the value actually written at t,
+ *     w_t = b_t (v_t - e^{gamma_t} S0 k_t - sum_{s<t} e^{gamma_t - gamma_s} (k_s . k_t) w_s),
+ * a unit lower-triangular system (I + L) W = b (V - e^gamma K S0^T), L[t,s] = b_t e^{gamma_t -
+ * gamma_s} k_t . k_s. Solved once per chunk, W = U - Kd S0^T with U = (I+L)^-1 b V and Kd =
+ * (I+L)^-1 b e^gamma K (both the chunk's alone), and then
+ *     o_t = e^{gamma_t} S0 q_t + sum_{s<=t} e^{gamma_t - gamma_s} (k_s . q_t) w_s,
+ *     S_end = e^{gamma_n} S0 + sum_s e^{gamma_n - gamma_s} w_s k_s^T.
+ * (transformers' torch_chunk_gated_delta_rule, in its own words.) A decay of exactly 0 (g = -inf, a
+ * packed document's start) makes gamma_t - gamma_s NaN here: a chunk must not cross a document
+ * boundary, or g must stay finite. */
+void ref_gdn_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *v,
+                     const double *g, const double *beta, double *S, double *o);
+
 /* A chunk's state map: S_end = S_start M + B, M [H, dk, dk], B [H, dv, dk]. */
 void ref_gdn_map(const GdnHeads *h, int64_t T, const double *k, const double *v, const double *g, const double *beta,
                  double *M, double *B);

@@ -1067,6 +1067,20 @@ static void test_gdn(const char *root) {
     for (int64_t i = 0; i < L * H * dv; i++) v2[i] = 2 * rnd(&seed);
     for (int64_t i = 0; i < L * H; i++) g2[i] = -0.3 * (rnd(&seed) + 0.5), b2[i] = 0.5 + rnd(&seed);
     ref_gdn_prepare(&hd, L, q2, k2);
+    { /* the chunked form against the recurrence, chunks of 1, 5, 16 and past the sequence */
+        double *oc = xmalloc((size_t)(L * H * dv) * 8), *Sc = xmalloc((size_t)(H * dv * dk) * 8);
+        memset(Sp, 0, (size_t)(H * dv * dk) * 8);
+        ref_gdn(&hd, L, q2, k2, v2, g2, b2, Sp, op);
+        const int64_t cs[4] = {1, 5, 16, 100};
+        for (int i = 0; i < 4; i++) {
+            memset(Sc, 0, (size_t)(H * dv * dk) * 8);
+            ref_gdn_chunked(&hd, L, cs[i], q2, k2, v2, g2, b2, Sc, oc);
+            const double e = fmax(max_abs_diff(op, oc, L * H * dv), max_abs_diff(Sp, Sc, H * dv * dk));
+            EXPECT_LE(e, 1e-12, "the chunked gated delta rule, chunks of %lld: worst abs err %.2e", (long long)cs[i], e);
+            printf("  the chunked form (chunks of %lld tokens) vs the recurrence: %.1e\n", (long long)cs[i], e);
+        }
+        free(oc); free(Sc);
+    }
     for (int docs = 0; docs < 2; docs++) {
         if (docs) /* documents starting at 5, 16 (a chunk edge at P = 4), 17, 40: each forgets the one before */
             for (int64_t j = 0; j < H; j++) g2[5 * H + j] = g2[16 * H + j] = g2[17 * H + j] = g2[40 * H + j] = -INFINITY;
