@@ -651,21 +651,16 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
         say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
 }
 
-/* --packing: the window's documents, their RoPE positions and attention blocks (one call: the
- * whole window against itself) */
+/* --packing: the window's documents, their RoPE positions and attention blocks */
 static void pack_window(Data *d, Model *M) {
     const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
     docs_positions(d->start, n, d->pos);
     int32_t *pos = d->pos; /* stage 3 on: this rank's rows' */
-    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_reset(&M->docs);
-    docplan_add(&M->docs, d->start, n, d->gpos, 0, S, d->gpos, 0, S);
+    docplan_add(&M->docs, d->start, n, d->gpos, 0, S, d->gpos, 0, S); /* one call: the window against itself */
+    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_upload(&M->docs, M->gpu.stream);
-    int64_t sum = 0, mine_sum = 0; /* tests/packing_gpu.sh checks the positions against the token file */
-    for (int64_t t = 0; t < M->o.seq; t++) sum += d->pos[t];
-    for (int64_t t = 0; t < S; t++) mine_sum += pos[t];
-    trace("packed window: %lld documents, %lld blocks, positions sum %lld, this rank's %lld", (long long)n,
-          (long long)M->docs.n, (long long)sum, (long long)mine_sum);
+    docplan_trace(&M->docs, n, d->pos, M->o.seq, pos, S);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */

@@ -771,14 +771,6 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     d->host = xmalloc((size_t)(4 * (M->S + 1)));
     d->wt = xmalloc((size_t)(M->S + 1));
     d->epoch = -1;
-    /* ---- stage 2: FSDP ---- */
-    /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
-     * copies' weights must be the same, or the ranks would divide by different counts and skip
-     * different steps (different collectives) */
-    if (!comm_same_i64(M->comm, tokens_digest(d->tf), M->gpu.stream))
-        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
-            (long long)d->tf->count, (long long)d->tf->counted);
-    /* ---- end stage 2 ---- */
     if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
         loader_pack(&d->ld, (uint32_t)M->eot);
         d->start = xmalloc((size_t)(8 * (M->S + 1)));
@@ -786,27 +778,30 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
         d->pos = xmalloc((size_t)(4 * M->S));
         for (int64_t t = 0; t < M->S; t++) d->gpos[t] = t;
     }
+    /* ---- stage 2: FSDP ---- */
+    /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
+     * copies' weights (and with --packing their end-of-text tokens) must be the same, or the ranks
+     * would divide by different counts and skip different steps (different collectives) */
+    if (!comm_same_i64(M->comm, loader_digest(&d->ld), M->gpu.stream))
+        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
+            (long long)d->tf->count, (long long)d->tf->counted);
+    /* ---- end stage 2 ---- */
     say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->S);
     if (d->tf->weights)
         say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
 }
 
-/* --packing: the window's documents, their RoPE positions and attention blocks (one call: the
- * whole window against itself) */
+/* --packing: the window's documents, their RoPE positions and attention blocks */
 static void pack_window(Data *d, Model *M) {
     const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
     docs_positions(d->start, n, d->pos);
     int32_t *pos = d->pos; /* stage 3 on: this rank's rows' */
-    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_reset(&M->docs);
-    docplan_add(&M->docs, d->start, n, d->gpos, 0, S, d->gpos, 0, S);
+    docplan_add(&M->docs, d->start, n, d->gpos, 0, S, d->gpos, 0, S); /* one call: the window against itself */
+    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_upload(&M->docs, M->gpu.stream);
-    int64_t sum = 0, mine_sum = 0; /* tests/packing_gpu.sh checks the positions against the token file */
-    for (int64_t t = 0; t < M->o.seq; t++) sum += d->pos[t];
-    for (int64_t t = 0; t < S; t++) mine_sum += pos[t];
-    trace("packed window: %lld documents, %lld blocks, positions sum %lld, this rank's %lld", (long long)n,
-          (long long)M->docs.n, (long long)sum, (long long)mine_sum);
+    docplan_trace(&M->docs, n, d->pos, M->o.seq, pos, S);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */

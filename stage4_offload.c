@@ -1119,14 +1119,6 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     d->host = xmalloc((size_t)(4 * (M->o.seq + 1 + 2 * M->S)));
     d->wt = xmalloc((size_t)(M->o.seq + 1 + M->S));
     d->epoch = -1;
-    /* ---- stage 2: FSDP ---- */
-    /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
-     * copies' weights must be the same, or the ranks would divide by different counts and skip
-     * different steps (different collectives) */
-    if (!comm_same_i64(M->comm, tokens_digest(d->tf), M->gpu.stream))
-        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
-            (long long)d->tf->count, (long long)d->tf->counted);
-    /* ---- end stage 2 ---- */
     if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
         loader_pack(&d->ld, (uint32_t)M->eot);
         d->start = xmalloc((size_t)(8 * (M->o.seq + 1)));
@@ -1134,32 +1126,38 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
         d->pos = xmalloc((size_t)(4 * (M->o.seq + M->S)));
         for (int r = 0; r < M->P; r++) zigzag_positions(M->o.seq, M->P, r, d->gpos + r * M->S); /* stage 3 */
     }
+    /* ---- stage 2: FSDP ---- */
+    /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
+     * copies' weights (and with --packing their end-of-text tokens) must be the same, or the ranks
+     * would divide by different counts and skip different steps (different collectives) */
+    if (!comm_same_i64(M->comm, loader_digest(&d->ld), M->gpu.stream))
+        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
+            (long long)d->tf->count, (long long)d->tf->counted);
+    /* ---- end stage 2 ---- */
     say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->o.seq);
     if (d->tf->weights)
         say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
 }
 
-/* --packing: the window's documents, their RoPE positions and attention blocks (stage 3: this
- * rank's rows, and one call per ring step: its queries against the K/V that step brings) */
+/* --packing: the window's documents, their RoPE positions and attention blocks */
 static void pack_window(Data *d, Model *M) {
     const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
     docs_positions(d->start, n, d->pos);
+    /* ---- stage 3: ring attention ---- */
+    /* this rank's rows' positions, and one call per ring step: its queries against the K/V it brings */
     const int64_t *mine = d->gpos + M->rank * S;
     int32_t *pos = d->pos + M->o.seq;
     for (int64_t t = 0; t < S; t++) pos[t] = d->pos[mine[t]];
-    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_reset(&M->docs);
     for (int i = 0; i < M->P; i++) {
         const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
         docplan_add(&M->docs, d->start, n, mine, b.q0, b.nq, d->gpos + b.src * S, b.k0, b.nk);
     }
+    /* ---- end stage 3 ---- */
+    CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_upload(&M->docs, M->gpu.stream);
-    int64_t sum = 0, mine_sum = 0; /* tests/packing_gpu.sh checks the positions against the token file */
-    for (int64_t t = 0; t < M->o.seq; t++) sum += d->pos[t];
-    for (int64_t t = 0; t < S; t++) mine_sum += pos[t];
-    trace("packed window: %lld documents, %lld blocks, positions sum %lld, this rank's %lld", (long long)n,
-          (long long)M->docs.n, (long long)sum, (long long)mine_sum);
+    docplan_trace(&M->docs, n, d->pos, M->o.seq, pos, S);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */

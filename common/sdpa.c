@@ -656,3 +656,11 @@ void docplan_upload(DocPlan *dp, cudaStream_t st) {
 }
 
 const SdpaBlocks *docplan_call(const DocPlan *dp, int i) { return &dp->call[i]; }
+
+void docplan_trace(const DocPlan *dp, int64_t ndocs, const int32_t *win, int64_t seq, const int32_t *mine, int64_t S) {
+    int64_t sum = 0, mine_sum = 0;
+    for (int64_t t = 0; t < seq; t++) sum += win[t];
+    for (int64_t t = 0; t < S; t++) mine_sum += mine[t];
+    trace("packed window: %lld documents, %lld blocks, positions sum %lld, this rank's %lld", (long long)ndocs,
+          (long long)dp->n, (long long)sum, (long long)mine_sum);
+}

@@ -124,6 +124,10 @@ void docplan_add(DocPlan *dp, const int64_t *start, int64_t ndocs, const int64_t
 /* the lengths to the device, on st (synchronous: the staging buffer is reused next window) */
 void docplan_upload(DocPlan *dp, cudaStream_t st);
 const SdpaBlocks *docplan_call(const DocPlan *dp, int i);
+/* --trace's line for a packed window: its documents, the plan's blocks, and the RoPE positions summed
+ * over the window (win [seq]) and over this rank's rows (mine [S]); tests/packing_gpu.sh checks them
+ * against the token file */
+void docplan_trace(const DocPlan *dp, int64_t ndocs, const int32_t *win, int64_t seq, const int32_t *mine, int64_t S);
 
 /* zero the DOCS_SLACK_ROWS rows after rows [0, rows) of a bf16 [rows, width] buffer */
 void sdpa_zero_slack(bf16_t *x, int64_t rows, int64_t width, cudaStream_t st);

@@ -211,3 +211,16 @@ int64_t tokens_digest(const TokenFile *tf) {
     h ^= h >> 31;
     return (int64_t)(h >> 12); /* 52 bits: exact through comm_min_i64's doubles */
 }
+
+int64_t loader_digest(const Loader *ld) {
+    const int64_t d = tokens_digest(ld->tf);
+    if (ld->eot < 0) return d;
+    uint64_t h = (uint64_t)d * 0x9e3779b97f4a7c15ull ^ (uint64_t)ld->eot;
+    for (int64_t i = 0; i < ld->tf->count; i++)
+        if (ld->tf->ids[i] == (uint32_t)ld->eot) {
+            h = (h ^ (uint64_t)i) * 0x100000001b3ull;
+            h ^= h >> 29;
+        }
+    h ^= h >> 31;
+    return (int64_t)(h >> 12); /* 52 bits, as tokens_digest */
+}
