@@ -60,12 +60,20 @@ def main():
     print(f"gdn_rule: T {T} H {H} dk {dk} dv {dv}; |o| {o.norm():.4f}, |state| {s.norm():.4f} -> {d}")
 
 
-def layer():
+def tiny_config(**kw):
+    """the small Qwen3.5 text config every golden here uses: hidden 48, 4 layers (3 linear, 1 full),
+    linear key heads 2 x 8 and value heads 4 x 6, conv 4; full attention 4 heads over 2 K/V of 16"""
     from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+    args = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
+                intermediate_size=64, vocab_size=128, linear_num_key_heads=2, linear_num_value_heads=4,
+                linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4)
+    args.update(kw)
+    return Qwen3_5TextConfig(**args)
+
+
+def layer():
     torch.manual_seed(6)
-    cfg = Qwen3_5TextConfig(hidden_size=48, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
-                            linear_value_head_dim=6, linear_conv_kernel_dim=4, num_hidden_layers=4, num_attention_heads=2,
-                            num_key_value_heads=1, head_dim=16, intermediate_size=64, vocab_size=128)
+    cfg = tiny_config(num_attention_heads=2, num_key_value_heads=1)
     mod = m.Qwen3_5GatedDeltaNet(cfg, 0).float()
     with torch.no_grad():
         for n, p in mod.named_parameters():
@@ -86,11 +94,8 @@ def layer():
 
 
 def attn():
-    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
     torch.manual_seed(7)
-    cfg = Qwen3_5TextConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
-                            intermediate_size=64, vocab_size=128, linear_num_key_heads=2, linear_num_value_heads=4,
-                            linear_key_head_dim=8, linear_value_head_dim=6)
+    cfg = tiny_config()
     cfg._attn_implementation = "sdpa"
     mod = m.Qwen3_5Attention(cfg, 3).float()
     with torch.no_grad():
@@ -117,11 +122,8 @@ def attn():
 
 
 def model():
-    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
     torch.manual_seed(8)
-    cfg = Qwen3_5TextConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
-                            intermediate_size=64, vocab_size=128, linear_num_key_heads=2, linear_num_value_heads=4,
-                            linear_key_head_dim=8, linear_value_head_dim=6)
+    cfg = tiny_config()
     cfg._attn_implementation = "sdpa"
     mod = m.Qwen3_5ForCausalLM(cfg).float()
     with torch.no_grad():

@@ -311,6 +311,8 @@ void ref_gdn_zigzag_bwd(const GdnHeads *h, int64_t S, int P, const double *q, co
 /* ---------------------------------------------------------------- the layer */
 static double silu(double x) { return x / (1 + exp(-x)); }
 static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); } /* torch's threshold */
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+static double dsilu(double x) { const double s = sigm(x); return s * (1 + x * (1 - s)); }
 
 /* y [T, O] = x [T, I] W^T, W [O, I] */
 void ref_linear(double *y, const double *x, const double *W, int64_t T, int64_t I, int64_t O) {
@@ -321,61 +323,9 @@ void ref_linear(double *y, const double *x, const double *W, int64_t T, int64_t 
             y[t * O + o] = s;
         }
 }
-
-void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, double *y, double *S_final) {
-    const int64_t D = L->D, Hk = L->Hk, Hv = L->Hv, dk = L->dk, dv = L->dv, K = L->K, kd = Hk * dk, vd = Hv * dv,
-                  C = 2 * kd + vd, rep = Hv / Hk;
-    double *mixed = xmalloc((size_t)(T * C) * 8), *conv = xmalloc((size_t)(T * C) * 8), *z = xmalloc((size_t)(T * vd) * 8),
-           *bb = xmalloc((size_t)(T * Hv) * 8), *aa = xmalloc((size_t)(T * Hv) * 8);
-    ref_linear(mixed, x, w->qkv, T, D, C);
-    ref_linear(z, x, w->z, T, D, vd);
-    ref_linear(bb, x, w->b, T, D, Hv);
-    ref_linear(aa, x, w->a, T, D, Hv);
-    for (int64_t t = 0; t < T; t++) /* causal depthwise conv, then SiLU */
-        for (int64_t ch = 0; ch < C; ch++) {
-            double s = 0;
-            for (int64_t j = 0; j < K; j++) {
-                const int64_t src = t - (K - 1) + j;
-                if (src >= 0) s += w->conv[ch * K + j] * mixed[src * C + ch];
-            }
-            conv[t * C + ch] = silu(s);
-        }
-    /* q, k repeated over the value heads; v; beta, g */
-    GdnHeads h = {Hv, dk, dv};
-    double *q = xmalloc((size_t)(T * Hv * dk) * 8), *k = xmalloc((size_t)(T * Hv * dk) * 8), *v = xmalloc((size_t)(T * vd) * 8),
-           *g = xmalloc((size_t)(T * Hv) * 8), *beta = xmalloc((size_t)(T * Hv) * 8), *o = xmalloc((size_t)(T * vd) * 8);
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t j = 0; j < Hv; j++)
-            for (int64_t e = 0; e < dk; e++) {
-                q[(t * Hv + j) * dk + e] = conv[t * C + (j / rep) * dk + e];
-                k[(t * Hv + j) * dk + e] = conv[t * C + kd + (j / rep) * dk + e];
-            }
-        for (int64_t i = 0; i < vd; i++) v[t * vd + i] = conv[t * C + 2 * kd + i];
-        for (int64_t j = 0; j < Hv; j++) {
-            beta[t * Hv + j] = 1 / (1 + exp(-bb[t * Hv + j]));
-            g[t * Hv + j] = -exp(w->A_log[j]) * softplus(aa[t * Hv + j] + w->dt_bias[j]);
-        }
-    }
-    ref_gdn_prepare(&h, T, q, k);
-    double *S = xcalloc((size_t)(Hv * dv * dk), 8);
-    ref_gdn(&h, T, q, k, v, g, beta, S, o);
-    for (int64_t i = 0; i < T * Hv; i++) { /* gated RMSNorm per head: norm first, then the gate */
-        double ms = 0;
-        for (int64_t e = 0; e < dv; e++) ms += o[i * dv + e] * o[i * dv + e];
-        const double r = 1 / sqrt(ms / (double)dv + L->eps);
-        for (int64_t e = 0; e < dv; e++) o[i * dv + e] = o[i * dv + e] * r * w->norm[e] * silu(z[i * dv + e]);
-    }
-    ref_linear(y, o, w->out, T, vd, D);
-    if (S_final) memcpy(S_final, S, (size_t)(Hv * dv * dk) * 8);
-    free(mixed); free(conv); free(z); free(bb); free(aa); free(q); free(k); free(v); free(g); free(beta); free(o); free(S);
-}
-
-static double sigm(double x) { return 1 / (1 + exp(-x)); }
-static double dsilu(double x) { const double s = sigm(x); return s * (1 + x * (1 - s)); }
-
 /* dx [T, I] += dy [T, O] W, dW [O, I] += dy^T x */
 void ref_linear_bwd(double *dx, double *dW, const double *dy, const double *x, const double *W, int64_t T, int64_t I,
-                         int64_t O) {
+                    int64_t O) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t o = 0; o < O; o++) {
             const double d = dy[t * O + o];
@@ -383,77 +333,106 @@ void ref_linear_bwd(double *dx, double *dW, const double *dy, const double *x, c
         }
 }
 
-void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, const double *dy, double *dx,
-                       GdnGrads *gw) {
+/* The layer's forward up to out_proj's input, keeping what the backward reads. */
+typedef struct {
+    double *mixed, *pre;    /* [T, C] in_proj_qkv's output, the conv's (before SiLU) */
+    double *z, *bb, *aa;    /* [T, Hv dv] the gate; [T, Hv] b and a */
+    double *q0, *k0;        /* [T, Hv, dk] q and k after the conv and SiLU, repeated over the value heads */
+    double *q, *k, *v;      /* prepared q, k (l2norm, q scaled); v [T, Hv dv] */
+    double *g, *beta;       /* [T, Hv] */
+    double *o, *rs, *o2;    /* the rule's output, its norm's 1/rms [T, Hv], the gated norm's output */
+    double *S;              /* [Hv, dv, dk] the final state */
+} GdnFwd;
+
+static void gdn_fwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, GdnFwd *f) {
     const int64_t D = L->D, Hk = L->Hk, Hv = L->Hv, dk = L->dk, dv = L->dv, K = L->K, kd = Hk * dk, vd = Hv * dv,
                   C = 2 * kd + vd, rep = Hv / Hk;
-    /* the forward again, keeping what the backward reads */
-    double *mixed = xmalloc((size_t)(T * C) * 8), *pre = xmalloc((size_t)(T * C) * 8), *z = xmalloc((size_t)(T * vd) * 8),
-           *bb = xmalloc((size_t)(T * Hv) * 8), *aa = xmalloc((size_t)(T * Hv) * 8);
-    ref_linear(mixed, x, w->qkv, T, D, C);
-    ref_linear(z, x, w->z, T, D, vd);
-    ref_linear(bb, x, w->b, T, D, Hv);
-    ref_linear(aa, x, w->a, T, D, Hv);
-    for (int64_t t = 0; t < T; t++)
+    f->mixed = xmalloc((size_t)(T * C) * 8), f->pre = xmalloc((size_t)(T * C) * 8), f->z = xmalloc((size_t)(T * vd) * 8);
+    f->bb = xmalloc((size_t)(T * Hv) * 8), f->aa = xmalloc((size_t)(T * Hv) * 8);
+    ref_linear(f->mixed, x, w->qkv, T, D, C);
+    ref_linear(f->z, x, w->z, T, D, vd);
+    ref_linear(f->bb, x, w->b, T, D, Hv);
+    ref_linear(f->aa, x, w->a, T, D, Hv);
+    for (int64_t t = 0; t < T; t++) /* causal depthwise conv (SiLU follows where it is read) */
         for (int64_t ch = 0; ch < C; ch++) {
             double s = 0;
             for (int64_t j = 0; j < K; j++) {
                 const int64_t src = t - (K - 1) + j;
-                if (src >= 0) s += w->conv[ch * K + j] * mixed[src * C + ch];
+                if (src >= 0) s += w->conv[ch * K + j] * f->mixed[src * C + ch];
             }
-            pre[t * C + ch] = s;
+            f->pre[t * C + ch] = s;
         }
-    GdnHeads h = {Hv, dk, dv};
-    double *q0 = xmalloc((size_t)(T * Hv * dk) * 8), *k0 = xmalloc((size_t)(T * Hv * dk) * 8), *q = xmalloc((size_t)(T * Hv * dk) * 8),
-           *k = xmalloc((size_t)(T * Hv * dk) * 8), *v = xmalloc((size_t)(T * vd) * 8), *g = xmalloc((size_t)(T * Hv) * 8),
-           *beta = xmalloc((size_t)(T * Hv) * 8), *o = xmalloc((size_t)(T * vd) * 8), *o2 = xmalloc((size_t)(T * vd) * 8);
-    for (int64_t t = 0; t < T; t++) {
+    const GdnHeads h = {Hv, dk, dv};
+    f->q0 = xmalloc((size_t)(T * Hv * dk) * 8), f->k0 = xmalloc((size_t)(T * Hv * dk) * 8);
+    f->q = xmalloc((size_t)(T * Hv * dk) * 8), f->k = xmalloc((size_t)(T * Hv * dk) * 8), f->v = xmalloc((size_t)(T * vd) * 8);
+    f->g = xmalloc((size_t)(T * Hv) * 8), f->beta = xmalloc((size_t)(T * Hv) * 8), f->o = xmalloc((size_t)(T * vd) * 8);
+    f->rs = xmalloc((size_t)(T * Hv) * 8), f->o2 = xmalloc((size_t)(T * vd) * 8), f->S = xcalloc((size_t)(Hv * dv * dk), 8);
+    for (int64_t t = 0; t < T; t++) { /* q, k repeated over the value heads; v; beta, g */
         for (int64_t j = 0; j < Hv; j++)
             for (int64_t e = 0; e < dk; e++) {
-                q0[(t * Hv + j) * dk + e] = silu(pre[t * C + (j / rep) * dk + e]);
-                k0[(t * Hv + j) * dk + e] = silu(pre[t * C + kd + (j / rep) * dk + e]);
+                f->q0[(t * Hv + j) * dk + e] = silu(f->pre[t * C + (j / rep) * dk + e]);
+                f->k0[(t * Hv + j) * dk + e] = silu(f->pre[t * C + kd + (j / rep) * dk + e]);
             }
-        for (int64_t i = 0; i < vd; i++) v[t * vd + i] = silu(pre[t * C + 2 * kd + i]);
+        for (int64_t i = 0; i < vd; i++) f->v[t * vd + i] = silu(f->pre[t * C + 2 * kd + i]);
         for (int64_t j = 0; j < Hv; j++) {
-            beta[t * Hv + j] = sigm(bb[t * Hv + j]);
-            g[t * Hv + j] = -exp(w->A_log[j]) * softplus(aa[t * Hv + j] + w->dt_bias[j]);
+            f->beta[t * Hv + j] = sigm(f->bb[t * Hv + j]);
+            f->g[t * Hv + j] = -exp(w->A_log[j]) * softplus(f->aa[t * Hv + j] + w->dt_bias[j]);
         }
     }
-    memcpy(q, q0, (size_t)(T * Hv * dk) * 8);
-    memcpy(k, k0, (size_t)(T * Hv * dk) * 8);
-    ref_gdn_prepare(&h, T, q, k);
-    double *S0 = xcalloc((size_t)(Hv * dv * dk), 8), *S = xcalloc((size_t)(Hv * dv * dk), 8);
-    ref_gdn(&h, T, q, k, v, g, beta, S, o);
-    double *rs = xmalloc((size_t)(T * Hv) * 8);
-    for (int64_t i = 0; i < T * Hv; i++) {
+    memcpy(f->q, f->q0, (size_t)(T * Hv * dk) * 8);
+    memcpy(f->k, f->k0, (size_t)(T * Hv * dk) * 8);
+    ref_gdn_prepare(&h, T, f->q, f->k);
+    ref_gdn(&h, T, f->q, f->k, f->v, f->g, f->beta, f->S, f->o);
+    for (int64_t i = 0; i < T * Hv; i++) { /* gated RMSNorm per head: norm first, then the gate */
         double ms = 0;
-        for (int64_t e = 0; e < dv; e++) ms += o[i * dv + e] * o[i * dv + e];
-        rs[i] = 1 / sqrt(ms / (double)dv + L->eps);
-        for (int64_t e = 0; e < dv; e++) o2[i * dv + e] = o[i * dv + e] * rs[i] * w->norm[e] * silu(z[i * dv + e]);
+        for (int64_t e = 0; e < dv; e++) ms += f->o[i * dv + e] * f->o[i * dv + e];
+        f->rs[i] = 1 / sqrt(ms / (double)dv + L->eps);
+        for (int64_t e = 0; e < dv; e++) f->o2[i * dv + e] = f->o[i * dv + e] * f->rs[i] * w->norm[e] * silu(f->z[i * dv + e]);
     }
-    /* out_proj */
+}
+static void gdn_fwd_free(GdnFwd *f) {
+    double *all[] = {f->mixed, f->pre, f->z, f->bb, f->aa, f->q0, f->k0, f->q, f->k, f->v, f->g, f->beta, f->o, f->rs, f->o2, f->S};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+void ref_gdn_layer(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, double *y, double *S_final) {
+    GdnFwd f;
+    gdn_fwd(L, w, T, x, &f);
+    ref_linear(y, f.o2, w->out, T, L->Hv * L->dv, L->D);
+    if (S_final) memcpy(S_final, f.S, (size_t)(L->Hv * L->dv * L->dk) * 8);
+    gdn_fwd_free(&f);
+}
+
+void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const double *x, const double *dy, double *dx,
+                       GdnGrads *gw) {
+    const int64_t D = L->D, Hk = L->Hk, Hv = L->Hv, dk = L->dk, dv = L->dv, K = L->K, kd = Hk * dk, vd = Hv * dv,
+                  C = 2 * kd + vd, rep = Hv / Hk;
+    const GdnHeads h = {Hv, dk, dv};
+    GdnFwd f; /* the forward again, keeping what the backward reads */
+    gdn_fwd(L, w, T, x, &f);
     double *do2 = xcalloc((size_t)(T * vd), 8), *dz = xcalloc((size_t)(T * vd), 8), *dout = xcalloc((size_t)(T * vd), 8);
     memset(dx, 0, (size_t)(T * D) * 8);
-    ref_linear_bwd(do2, gw->out, dy, o2, w->out, T, vd, D); /* out_proj's input gradient: do2 */
+    ref_linear_bwd(do2, gw->out, dy, f.o2, w->out, T, vd, D); /* out_proj's input gradient: do2 */
     /* gated RMSNorm: o2 = n nw silu(z), n = o r; do = r (dn - n mean(dn n)) */
     for (int64_t i = 0; i < T * Hv; i++) {
         double dot = 0;
         for (int64_t e = 0; e < dv; e++) {
-            const double n = o[i * dv + e] * rs[i], sz = silu(z[i * dv + e]), d = do2[i * dv + e];
-            dz[i * dv + e] = d * n * w->norm[e] * dsilu(z[i * dv + e]);
+            const double n = f.o[i * dv + e] * f.rs[i], sz = silu(f.z[i * dv + e]), d = do2[i * dv + e];
+            dz[i * dv + e] = d * n * w->norm[e] * dsilu(f.z[i * dv + e]);
             gw->norm[e] += d * sz * n;
             const double dn = d * sz * w->norm[e];
             dout[i * dv + e] = dn;
             dot += dn * n;
         }
         for (int64_t e = 0; e < dv; e++)
-            dout[i * dv + e] = rs[i] * (dout[i * dv + e] - o[i * dv + e] * rs[i] * dot / (double)dv);
+            dout[i * dv + e] = f.rs[i] * (dout[i * dv + e] - f.o[i * dv + e] * f.rs[i] * dot / (double)dv);
     }
     /* the rule, then l2norm, then the repeat over value heads (its gradient sums) */
     double *dq = xcalloc((size_t)(T * Hv * dk), 8), *dkk = xcalloc((size_t)(T * Hv * dk), 8), *dvv = xcalloc((size_t)(T * vd), 8),
-           *dg = xcalloc((size_t)(T * Hv), 8), *db = xcalloc((size_t)(T * Hv), 8), *dS = xcalloc((size_t)(Hv * dv * dk), 8);
-    ref_gdn_bwd(&h, T, q, k, v, g, beta, S0, dout, dS, dq, dkk, dvv, dg, db);
-    ref_gdn_prepare_bwd(&h, T, q0, k0, dq, dkk);
+           *dg = xcalloc((size_t)(T * Hv), 8), *db = xcalloc((size_t)(T * Hv), 8), *dS = xcalloc((size_t)(Hv * dv * dk), 8),
+           *S0 = xcalloc((size_t)(Hv * dv * dk), 8);
+    ref_gdn_bwd(&h, T, f.q, f.k, f.v, f.g, f.beta, S0, dout, dS, dq, dkk, dvv, dg, db);
+    ref_gdn_prepare_bwd(&h, T, f.q0, f.k0, dq, dkk);
     double *dpre = xcalloc((size_t)(T * C), 8), *dmixed = xcalloc((size_t)(T * C), 8), *dbb = xmalloc((size_t)(T * Hv) * 8),
            *daa = xmalloc((size_t)(T * Hv) * 8);
     for (int64_t t = 0; t < T; t++) {
@@ -463,12 +442,12 @@ void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const 
                 dpre[t * C + kd + (j / rep) * dk + e] += dkk[(t * Hv + j) * dk + e];
             }
         for (int64_t i = 0; i < vd; i++) dpre[t * C + 2 * kd + i] = dvv[t * vd + i];
-        for (int64_t ch = 0; ch < C; ch++) dpre[t * C + ch] *= dsilu(pre[t * C + ch]); /* through SiLU */
+        for (int64_t ch = 0; ch < C; ch++) dpre[t * C + ch] *= dsilu(f.pre[t * C + ch]); /* through SiLU */
         for (int64_t j = 0; j < Hv; j++) { /* beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias) */
             const int64_t i = t * Hv + j;
-            dbb[i] = db[i] * beta[i] * (1 - beta[i]);
-            gw->A_log[j] += dg[i] * g[i];
-            daa[i] = dg[i] * -exp(w->A_log[j]) * sigm(aa[i] + w->dt_bias[j]);
+            dbb[i] = db[i] * f.beta[i] * (1 - f.beta[i]);
+            gw->A_log[j] += dg[i] * f.g[i];
+            daa[i] = dg[i] * -exp(w->A_log[j]) * sigm(f.aa[i] + w->dt_bias[j]);
             gw->dt_bias[j] += daa[i];
         }
     }
@@ -477,16 +456,16 @@ void ref_gdn_layer_bwd(const GdnLayer *L, const GdnWeights *w, int64_t T, const 
             for (int64_t j = 0; j < K; j++) {
                 const int64_t src = t - (K - 1) + j;
                 if (src < 0) continue;
-                gw->conv[ch * K + j] += dpre[t * C + ch] * mixed[src * C + ch];
+                gw->conv[ch * K + j] += dpre[t * C + ch] * f.mixed[src * C + ch];
                 dmixed[src * C + ch] += dpre[t * C + ch] * w->conv[ch * K + j];
             }
     ref_linear_bwd(dx, gw->qkv, dmixed, x, w->qkv, T, D, C);
     ref_linear_bwd(dx, gw->z, dz, x, w->z, T, D, vd);
     ref_linear_bwd(dx, gw->b, dbb, x, w->b, T, D, Hv);
     ref_linear_bwd(dx, gw->a, daa, x, w->a, T, D, Hv);
-    free(mixed); free(pre); free(z); free(bb); free(aa); free(q0); free(k0); free(q); free(k); free(v); free(g); free(beta);
-    free(o); free(o2); free(S0); free(S); free(rs); free(do2); free(dz); free(dout); free(dq); free(dkk); free(dvv); free(dg);
-    free(db); free(dS); free(dpre); free(dmixed); free(dbb); free(daa);
+    gdn_fwd_free(&f);
+    free(do2); free(dz); free(dout); free(dq); free(dkk); free(dvv); free(dg); free(db); free(dS); free(S0);
+    free(dpre); free(dmixed); free(dbb); free(daa);
 }
 
 /* ---------------------------------------------------------------- gated full attention */
@@ -506,46 +485,71 @@ static void rope_partial(double *x, int64_t rot, double theta, int64_t p) {
     }
 }
 
-void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
-                    double *y) {
-    const int64_t D = A->D, Hq = A->Hq, Hk = A->Hkv, hd = A->hd, grp = Hq / Hk;
-    double *qg = xmalloc((size_t)(T * Hq * 2 * hd) * 8), *k = xmalloc((size_t)(T * Hk * hd) * 8),
-           *v = xmalloc((size_t)(T * Hk * hd) * 8), *att = xmalloc((size_t)(T * Hq * hd) * 8), *p = xmalloc((size_t)T * 8);
-    ref_linear(qg, x, w->q, T, D, Hq * 2 * hd);
-    ref_linear(k, x, w->k, T, D, Hk * hd);
-    ref_linear(v, x, w->v, T, D, Hk * hd);
+/* The forward up to o_proj's input, keeping what the backward reads. */
+typedef struct {
+    double *qg;             /* [T, Hq, 2 hd] q_proj's output: each head's raw query, then its gate */
+    double *kraw, *v;       /* [T, Hkv, hd] */
+    double *q, *k;          /* normed and rotated */
+    double *att, *attg;     /* [T, Hq, hd] the attention's output, times sigmoid(gate) */
+    double *P;              /* [Hq, T, T] the probabilities (0 above the diagonal) */
+} AttnFwd;
+
+static void attn_fwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
+                     AttnFwd *f) {
+    const int64_t D = A->D, Hq = A->Hq, Hk = A->Hkv, hd = A->hd, grp = Hq / Hk, QG = Hq * 2 * hd, KV = Hk * hd;
+    f->qg = xmalloc((size_t)(T * QG) * 8), f->kraw = xmalloc((size_t)(T * KV) * 8), f->v = xmalloc((size_t)(T * KV) * 8);
+    f->q = xmalloc((size_t)(T * Hq * hd) * 8), f->k = xmalloc((size_t)(T * KV) * 8);
+    f->att = xmalloc((size_t)(T * Hq * hd) * 8), f->attg = xmalloc((size_t)(T * Hq * hd) * 8);
+    f->P = xmalloc((size_t)(Hq * T * T) * 8);
+    ref_linear(f->qg, x, w->q, T, D, QG);
+    ref_linear(f->kraw, x, w->k, T, D, KV);
+    ref_linear(f->v, x, w->v, T, D, KV);
     for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < Hq; j++) {
-            double *q = qg + (t * Hq + j) * 2 * hd; /* its query; its gate follows */
-            ref_rms_1p(q, w->q_norm, hd, A->eps);
-            rope_partial(q, A->rot, A->theta, pos[t]);
+            double *qq = f->q + (t * Hq + j) * hd;
+            memcpy(qq, f->qg + (t * Hq + j) * 2 * hd, (size_t)hd * 8);
+            ref_rms_1p(qq, w->q_norm, hd, A->eps);
+            rope_partial(qq, A->rot, A->theta, pos[t]);
         }
         for (int64_t j = 0; j < Hk; j++) {
-            ref_rms_1p(k + (t * Hk + j) * hd, w->k_norm, hd, A->eps);
-            rope_partial(k + (t * Hk + j) * hd, A->rot, A->theta, pos[t]);
+            double *kk = f->k + (t * Hk + j) * hd;
+            memcpy(kk, f->kraw + (t * Hk + j) * hd, (size_t)hd * 8);
+            ref_rms_1p(kk, w->k_norm, hd, A->eps);
+            rope_partial(kk, A->rot, A->theta, pos[t]);
         }
     }
     const double scale = 1 / sqrt((double)hd);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < Hq; j++) {
-            const double *q = qg + (t * Hq + j) * 2 * hd, *gate = q + hd;
+    for (int64_t j = 0; j < Hq; j++)
+        for (int64_t t = 0; t < T; t++) {
+            double *p = f->P + (j * T + t) * T, m = -INFINITY, z = 0;
             const int64_t kh = j / grp;
-            double m = -INFINITY, z = 0;
-            for (int64_t u = 0; u <= t; u++) {
+            for (int64_t u = 0; u < T; u++) {
+                if (u > t) { p[u] = 0; continue; }
                 double s = 0;
-                for (int64_t e = 0; e < hd; e++) s += q[e] * k[(u * Hk + kh) * hd + e];
+                for (int64_t e = 0; e < hd; e++) s += f->q[(t * Hq + j) * hd + e] * f->k[(u * Hk + kh) * hd + e];
                 p[u] = s * scale;
                 m = fmax(m, p[u]);
             }
             for (int64_t u = 0; u <= t; u++) z += p[u] = exp(p[u] - m);
+            for (int64_t u = 0; u <= t; u++) p[u] /= z;
             for (int64_t e = 0; e < hd; e++) {
                 double a = 0;
-                for (int64_t u = 0; u <= t; u++) a += p[u] * v[(u * Hk + kh) * hd + e];
-                att[(t * Hq + j) * hd + e] = a / z * sigm(gate[e]);
+                for (int64_t u = 0; u <= t; u++) a += p[u] * f->v[(u * Hk + kh) * hd + e];
+                f->att[(t * Hq + j) * hd + e] = a;
+                f->attg[(t * Hq + j) * hd + e] = a * sigm(f->qg[(t * Hq + j) * 2 * hd + hd + e]);
             }
         }
-    ref_linear(y, att, w->o, T, Hq * hd, D);
-    free(qg); free(k); free(v); free(att); free(p);
+}
+static void attn_fwd_free(AttnFwd *f) {
+    free(f->qg); free(f->kraw); free(f->v); free(f->q); free(f->k); free(f->att); free(f->attg); free(f->P);
+}
+
+void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
+                    double *y) {
+    AttnFwd f;
+    attn_fwd(A, w, T, x, pos, &f);
+    ref_linear(y, f.attg, w->o, T, A->Hq * A->hd, A->D);
+    attn_fwd_free(&f);
 }
 
 /* rope_partial's transpose: the rotation by -f */
@@ -573,49 +577,10 @@ void ref_rms_1p_bwd(const double *x, const double *w, double *d, double *dw, int
 void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, const double *x, const int64_t *pos,
                         const double *dy, double *dx, GatedAttnGrads *gw) {
     const int64_t D = A->D, Hq = A->Hq, Hk = A->Hkv, hd = A->hd, grp = Hq / Hk, QG = Hq * 2 * hd, KV = Hk * hd;
-    /* the forward again: raw projections kept, then normed and rotated copies */
-    double *qg = xmalloc((size_t)(T * QG) * 8), *kraw = xmalloc((size_t)(T * KV) * 8), *v = xmalloc((size_t)(T * KV) * 8),
-           *q = xmalloc((size_t)(T * Hq * hd) * 8), *k = xmalloc((size_t)(T * KV) * 8), *att = xmalloc((size_t)(T * Hq * hd) * 8),
-           *attg = xmalloc((size_t)(T * Hq * hd) * 8), *P = xmalloc((size_t)(Hq * T * T) * 8);
-    ref_linear(qg, x, w->q, T, D, QG);
-    ref_linear(kraw, x, w->k, T, D, KV);
-    ref_linear(v, x, w->v, T, D, KV);
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t j = 0; j < Hq; j++) {
-            double *qq = q + (t * Hq + j) * hd;
-            memcpy(qq, qg + (t * Hq + j) * 2 * hd, (size_t)hd * 8);
-            ref_rms_1p(qq, w->q_norm, hd, A->eps);
-            rope_partial(qq, A->rot, A->theta, pos[t]);
-        }
-        for (int64_t j = 0; j < Hk; j++) {
-            double *kk = k + (t * Hk + j) * hd;
-            memcpy(kk, kraw + (t * Hk + j) * hd, (size_t)hd * 8);
-            ref_rms_1p(kk, w->k_norm, hd, A->eps);
-            rope_partial(kk, A->rot, A->theta, pos[t]);
-        }
-    }
     const double scale = 1 / sqrt((double)hd);
-    for (int64_t j = 0; j < Hq; j++)
-        for (int64_t t = 0; t < T; t++) {
-            double *p = P + (j * T + t) * T, m = -INFINITY, z = 0;
-            const int64_t kh = j / grp;
-            for (int64_t u = 0; u < T; u++) {
-                if (u > t) { p[u] = 0; continue; }
-                double s = 0;
-                for (int64_t e = 0; e < hd; e++) s += q[(t * Hq + j) * hd + e] * k[(u * Hk + kh) * hd + e];
-                p[u] = s * scale;
-                m = fmax(m, p[u]);
-            }
-            for (int64_t u = 0; u <= t; u++) z += p[u] = exp(p[u] - m);
-            for (int64_t u = 0; u <= t; u++) p[u] /= z;
-            for (int64_t e = 0; e < hd; e++) {
-                double a = 0;
-                for (int64_t u = 0; u <= t; u++) a += p[u] * v[(u * Hk + kh) * hd + e];
-                const double gate = qg[(t * Hq + j) * 2 * hd + hd + e];
-                att[(t * Hq + j) * hd + e] = a;
-                attg[(t * Hq + j) * hd + e] = a * sigm(gate);
-            }
-        }
+    AttnFwd f; /* the forward again, keeping what the backward reads */
+    attn_fwd(A, w, T, x, pos, &f);
+    const double *qg = f.qg, *kraw = f.kraw, *v = f.v, *q = f.q, *k = f.k, *att = f.att, *attg = f.attg, *P = f.P;
     /* o_proj, then the gate */
     double *dattg = xcalloc((size_t)(T * Hq * hd), 8), *dqg = xcalloc((size_t)(T * QG), 8), *dq = xcalloc((size_t)(T * Hq * hd), 8),
            *dk = xcalloc((size_t)(T * KV), 8), *dv = xcalloc((size_t)(T * KV), 8), *datt = xmalloc((size_t)(T * Hq * hd) * 8);
@@ -664,6 +629,6 @@ void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T
     ref_linear_bwd(dx, gw->q, dqg, x, w->q, T, D, QG);
     ref_linear_bwd(dx, gw->k, dk, x, w->k, T, D, KV);
     ref_linear_bwd(dx, gw->v, dv, x, w->v, T, D, KV);
-    free(qg); free(kraw); free(v); free(q); free(k); free(att); free(attg); free(P);
+    attn_fwd_free(&f);
     free(dattg); free(dqg); free(dq); free(dk); free(dv); free(datt);
 }

@@ -539,6 +539,20 @@ static void test_tokens(void) {
         tf.weights[moved] = t; /* swapped back */
         EXPECT(d0 == tokens_digest(&tf) && d0 != d1 && d0 >= 0 && d0 < (1ll << 52),
                "tokens_digest: the same file the same, 52 bits, changed by two weights swapped (counts unchanged)");
+        /* packed, the end-of-text tokens decide which labels count: the loader's digest sees one moved */
+        Loader pk = ld[0];
+        EXPECT(loader_digest(&pk) == d0, "loader_digest unpacked is tokens_digest");
+        const uint32_t eot = tf.ids[10];
+        loader_pack(&pk, eot);
+        const int64_t p0 = loader_digest(&pk);
+        int at = -1;
+        for (int i = 11; i < 100 && at < 0; i++) if (tf.ids[i] != eot && tf.ids[i - 1] != eot) at = i;
+        const uint32_t keep = tf.ids[at];
+        tf.ids[at] = eot; /* one more document boundary, weights untouched */
+        const int64_t p1 = loader_digest(&pk);
+        tf.ids[at] = keep;
+        EXPECT(p0 != d0 && p1 != p0 && p0 == loader_digest(&pk) && p1 >= 0 && p1 < (1ll << 52),
+               "loader_digest packed: differs from the unpacked one and changes with one end-of-text token added");
         tokens_close(&tf);
     }
     EXPECT(truncate(path, 24 + 4 * 100 + 50) == 0, "truncate");
@@ -985,6 +999,19 @@ static double max_abs_diff(const double *a, const double *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) e = fmax(e, isfinite(a[i] - b[i]) ? fabs(a[i] - b[i]) : INFINITY);
     return e;
 }
+/* |got - want| / |want| over n (inf if anything is not finite) */
+static double rel_l2(const double *got, const double *want, int64_t n) {
+    double en = 0, nn = 0;
+    for (int64_t i = 0; i < n; i++) en += (got[i] - want[i]) * (got[i] - want[i]), nn += want[i] * want[i];
+    return isfinite(en) && isfinite(nn) && nn > 0 ? sqrt(en / nn) : INFINITY;
+}
+/* the same against an fp32 golden tensor */
+static double rel_l2_f(const double *got, const float *want, int64_t n) {
+    double *w = f64_of(want, n);
+    const double e = rel_l2(got, w, n);
+    free(w);
+    return e;
+}
 
 static void test_gdn(const char *root) {
     char path[512], err[512];
@@ -1043,11 +1070,9 @@ static void test_gdn(const char *root) {
                 {"dbeta", db, gb, T * H}};
             double worst = 0;
             for (int w = 0; w < 5; w++) {
-                double en = 0, nn = 0;
-                for (int64_t i = 0; i < c[w].len; i++) en += pow(c[w].got[i] - c[w].want[i], 2), nn += pow(c[w].want[i], 2);
-                const double e = sqrt(en / nn);
+                const double e = rel_l2_f(c[w].got, c[w].want, c[w].len);
                 EXPECT_LE(e, 1e-5, "gated delta rule backward vs transformers' autograd: %s rel err %.2e", c[w].n, e);
-                worst = fmax(worst, isfinite(e) ? e : INFINITY);
+                worst = fmax(worst, e);
             }
             printf("  its backward vs transformers' autograd (q, k through l2norm; v, g, beta): worst %.1e\n", worst);
             free(rq); free(rk); free(gout); free(dS); free(S0); free(dq); free(dkk); free(dvv); free(dg); free(db);
@@ -1149,6 +1174,30 @@ static double *gdn_tensor(const SafeTensors *st, const char *name, int ndim, con
     return d;
 }
 
+/* a layer's backward against its golden autograd gradients: dx against "grad.x" [1, T, D], and each
+ * parameter's (got[i]) against "grad.<name>"; returns the worst rel err (each checked against tol) */
+typedef struct { const char *n; int nd; const int64_t *shape; int64_t len; } GoldParam;
+static double check_grads(const SafeTensors *st, const char *what, const double *dx, const int64_t *sx, const GoldParam *p,
+                          int np, double *const *got, double tol) {
+    int bad = 0;
+    double *gx = gdn_tensor(st, "grad.x", 3, sx, &bad), worst = bad ? INFINITY : 0;
+    const double ex = bad ? INFINITY : rel_l2(dx, gx, sx[1] * sx[2]);
+    EXPECT_LE(ex, tol, "%s backward vs autograd: x rel err %.2e", what, ex);
+    worst = fmax(worst, ex);
+    for (int i = 0; i < np; i++) {
+        char n[96];
+        snprintf(n, sizeof n, "grad.%s", p[i].n);
+        int b = 0;
+        double *want = gdn_tensor(st, n, p[i].nd, p[i].shape, &b);
+        const double e = b ? INFINITY : rel_l2(got[i], want, p[i].len);
+        EXPECT_LE(e, tol, "%s backward vs autograd: %s rel err %.2e", what, p[i].n, e);
+        worst = fmax(worst, e);
+        free(want);
+    }
+    free(gx);
+    return worst;
+}
+
 static void test_gdn_layer(const char *root) {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/gdn_layer.safetensors", root);
@@ -1168,42 +1217,25 @@ static void test_gdn_layer(const char *root) {
     if (!bad) {
         const GdnWeights w = {qkv, z, b, a, conv, dt, A, nw, out};
         ref_gdn_layer(&L, &w, T, x, y, NULL);
-        double en = 0, nn = 0;
-        for (int64_t i = 0; i < T * L.D; i++) en += pow(y[i] - want[i], 2), nn += want[i] * want[i];
-        const double e = isfinite(en) ? sqrt(en / nn) : INFINITY;
+        const double e = rel_l2(y, want, T * L.D);
         EXPECT_LE(e, 1e-5, "Gated DeltaNet layer vs transformers: output rel err %.2e", e);
         printf("  Gated DeltaNet layer (hidden 48, key heads 2x8, value heads 4x6, conv 4, T 29) vs transformers: %.1e\n", e);
         /* its backward against transformers' autograd: dx and every weight's gradient */
-        double *dy = gdn_tensor(&st, "dy", 3, s_x, &bad), *gx = gdn_tensor(&st, "grad.x", 3, s_x, &bad),
-               *dx = xmalloc((size_t)(T * L.D) * 8);
-        const struct { const char *n; int nd; const int64_t *shape; int64_t len; } p[9] = {
+        double *dy = gdn_tensor(&st, "dy", 3, s_x, &bad), *dx = xmalloc((size_t)(T * L.D) * 8);
+        const GoldParam p[9] = {
             {"in_proj_qkv.weight", 2, s_qkv, C * L.D}, {"in_proj_z.weight", 2, s_z, vd * L.D}, {"in_proj_b.weight", 2, s_h, L.Hv * L.D},
             {"in_proj_a.weight", 2, s_h, L.Hv * L.D}, {"conv1d.weight", 2, s_conv, C * L.K}, {"dt_bias", 1, s_v, L.Hv},
             {"A_log", 1, s_v, L.Hv}, {"norm.weight", 1, s_n, L.dv}, {"out_proj.weight", 2, s_out, L.D * vd}};
-        double *gw_[9], *want_[9];
-        for (int i = 0; i < 9; i++) {
-            char n[96];
-            snprintf(n, sizeof n, "grad.%s", p[i].n);
-            want_[i] = gdn_tensor(&st, n, p[i].nd, p[i].shape, &bad);
-            gw_[i] = xcalloc((size_t)p[i].len, 8);
-        }
+        double *gw_[9];
+        for (int i = 0; i < 9; i++) gw_[i] = xcalloc((size_t)p[i].len, 8);
         if (!bad) {
             GdnGrads gw = {gw_[0], gw_[1], gw_[2], gw_[3], gw_[4], gw_[5], gw_[6], gw_[7], gw_[8]};
             ref_gdn_layer_bwd(&L, &w, T, x, dy, dx, &gw);
-            double worst = 0;
-            for (int i = -1; i < 9; i++) {
-                const double *got = i < 0 ? dx : gw_[i], *ref = i < 0 ? gx : want_[i];
-                const int64_t len = i < 0 ? T * L.D : p[i].len;
-                double en2 = 0, nn2 = 0;
-                for (int64_t j = 0; j < len; j++) en2 += pow(got[j] - ref[j], 2), nn2 += ref[j] * ref[j];
-                const double e2 = isfinite(en2) ? sqrt(en2 / nn2) : INFINITY;
-                EXPECT_LE(e2, 1e-5, "Gated DeltaNet layer backward vs autograd: %s rel err %.2e", i < 0 ? "x" : p[i].n, e2);
-                worst = fmax(worst, e2);
-            }
+            const double worst = check_grads(&st, "Gated DeltaNet layer", dx, s_x, p, 9, gw_, 1e-5);
             printf("  its backward vs transformers' autograd (dx and the 9 weights): worst %.1e\n", worst);
         }
-        for (int i = 0; i < 9; i++) free(gw_[i]), free(want_[i]);
-        free(dy); free(gx); free(dx);
+        for (int i = 0; i < 9; i++) free(gw_[i]);
+        free(dy); free(dx);
     }
     free(qkv); free(z); free(b); free(a); free(conv); free(dt); free(A); free(nw); free(out); free(x); free(want); free(y);
     st_close(&st);
@@ -1230,42 +1262,25 @@ static void test_gated_attn(const char *root) {
     if (!bad) {
         const GatedAttnWeights w = {wq, wk, wv, wo, qn, kn};
         ref_gated_attn(&A, &w, T, x, pos, y);
-        double en = 0, nn = 0;
-        for (int64_t i = 0; i < T * A.D; i++) en += pow(y[i] - want[i], 2), nn += want[i] * want[i];
-        const double e = isfinite(en) ? sqrt(en / nn) : INFINITY;
+        const double e = rel_l2(y, want, T * A.D);
         EXPECT_LE(e, 1e-5, "gated full attention vs transformers: output rel err %.2e", e);
         printf("  gated full attention (4/2 heads of 16, 4 rotated dims, output gate) vs transformers: %.1e\n", e);
         /* its backward against autograd: dx and the six weights */
-        double *dy = gdn_tensor(&st, "dy", 3, sx, &bad), *gx = gdn_tensor(&st, "grad.x", 3, sx, &bad),
-               *dx = xmalloc((size_t)(T * A.D) * 8);
-        const struct { const char *n; int nd; const int64_t *shape; int64_t len; } p[6] = {
+        double *dy = gdn_tensor(&st, "dy", 3, sx, &bad), *dx = xmalloc((size_t)(T * A.D) * 8);
+        const GoldParam p[6] = {
             {"q_proj.weight", 2, sq, sq[0] * sq[1]}, {"k_proj.weight", 2, skv, skv[0] * skv[1]},
             {"v_proj.weight", 2, skv, skv[0] * skv[1]}, {"o_proj.weight", 2, so, so[0] * so[1]},
             {"q_norm.weight", 1, sn, A.hd}, {"k_norm.weight", 1, sn, A.hd}};
-        double *g_[6], *want_[6];
-        for (int i = 0; i < 6; i++) {
-            char n[96];
-            snprintf(n, sizeof n, "grad.%s", p[i].n);
-            want_[i] = gdn_tensor(&st, n, p[i].nd, p[i].shape, &bad);
-            g_[i] = xcalloc((size_t)p[i].len, 8);
-        }
+        double *g_[6];
+        for (int i = 0; i < 6; i++) g_[i] = xcalloc((size_t)p[i].len, 8);
         if (!bad) {
             GatedAttnGrads gw = {g_[0], g_[1], g_[2], g_[3], g_[4], g_[5]};
             ref_gated_attn_bwd(&A, &w, T, x, pos, dy, dx, &gw);
-            double worst = 0;
-            for (int i = -1; i < 6; i++) {
-                const double *got = i < 0 ? dx : g_[i], *ref = i < 0 ? gx : want_[i];
-                const int64_t len = i < 0 ? T * A.D : p[i].len;
-                double en2 = 0, nn2 = 0;
-                for (int64_t j = 0; j < len; j++) en2 += pow(got[j] - ref[j], 2), nn2 += ref[j] * ref[j];
-                const double e2 = isfinite(en2) ? sqrt(en2 / nn2) : INFINITY;
-                EXPECT_LE(e2, 1e-5, "gated full attention backward vs autograd: %s rel err %.2e", i < 0 ? "x" : p[i].n, e2);
-                worst = fmax(worst, e2);
-            }
+            const double worst = check_grads(&st, "gated full attention", dx, sx, p, 6, g_, 1e-5);
             printf("  its backward vs transformers' autograd (dx and the 6 weights): worst %.1e\n", worst);
         }
-        for (int i = 0; i < 6; i++) free(g_[i]), free(want_[i]);
-        free(dy); free(gx); free(dx);
+        for (int i = 0; i < 6; i++) free(g_[i]);
+        free(dy); free(dx);
     }
     free(wq); free(wk); free(wv); free(wo); free(qn); free(kn); free(x); free(want); free(y);
     st_close(&st);
@@ -1356,12 +1371,7 @@ static void test_qwen35(const char *root) {
         EXPECT_LE(le, 1e-5, "Qwen3.5 hybrid model: loss %.7f vs transformers %.7f (rel %.2e)", loss, gl, le);
         float *fl = xmalloc((size_t)(T * c.V) * 4);
         const int64_t sl[2] = {T, c.V};
-        double lerr = INFINITY;
-        if (!st_read_f32(&st, "logits", 2, sl, fl, err, sizeof err)) {
-            double en = 0, nn = 0;
-            for (int64_t i = 0; i < T * c.V; i++) en += pow(logits[i] - fl[i], 2), nn += (double)fl[i] * fl[i];
-            lerr = sqrt(en / nn);
-        }
+        const double lerr = st_read_f32(&st, "logits", 2, sl, fl, err, sizeof err) ? INFINITY : rel_l2_f(logits, fl, T * c.V);
         EXPECT_LE(lerr, 1e-5, "Qwen3.5 hybrid model: logits rel err %.2e", lerr);
         double worst = 0;
         const char *wn = "";
@@ -1370,12 +1380,8 @@ static void test_qwen35(const char *root) {
             snprintf(gn, sizeof gn, "grad.%s", list[i].name);
             const StTensor *t = st_find(&st, gn);
             float *f = t ? xmalloc((size_t)t->numel * 4) : NULL;
-            double e = INFINITY;
-            if (t && !st_read_f32(&st, gn, t->ndim, t->shape, f, err, sizeof err)) {
-                double en = 0, nn = 0;
-                for (int64_t j = 0; j < list[i].len; j++) en += pow((*gptr[i])[j] - f[j], 2), nn += (double)f[j] * f[j];
-                e = sqrt(en / nn);
-            }
+            const double e = t && !st_read_f32(&st, gn, t->ndim, t->shape, f, err, sizeof err)
+                                 ? rel_l2_f(*gptr[i], f, list[i].len) : INFINITY;
             EXPECT_LE(e, 1e-4, "Qwen3.5 hybrid model: %s rel err %.2e", gn, e);
             if (!(e <= worst)) worst = e, wn = list[i].name;
             free(f);
