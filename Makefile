@@ -76,7 +76,7 @@ $(B)/test_ranks: $(B)/tests/test_ranks.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 $(B)/test_advice: $(B)/tests/test_advice.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
-$(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(HOST_OBJ) $(GPU_OBJ)
+$(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(B)/tests/ref_gdn.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 
 # CPU tests: the C suites, check_stage on planted bugs, data, CLI and refusals; tests/run_cpu.sh prints the combined count

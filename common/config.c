@@ -1,4 +1,4 @@
-/* config.c -- Qwen3 configurations: official sizes, config.json parsing and validation, RoPE. */
+/* config.c -- Qwen3 and Qwen3.5 configurations: official sizes, config.json parsing and validation, RoPE. */
 #include "config.h"
 
 #include <math.h>
@@ -43,17 +43,66 @@ static void defaults(Qwen3Config *c) {
     c->init_std = 0.02;
 }
 
+/* ---------------------------------------------------------------- Qwen3.5 */
+/* A hybrid's layers: linear attention in 3 of every 4, the 4th full attention (transformers'
+ * default layer_types: full_attention_interval 4) */
+static void hybrid_layers(Qwen3Config *c, int64_t interval) {
+    for (int64_t l = 0; l < c->layers && l < CONFIG_MAX_LAYERS; l++) c->linear[l] = (l + 1) % interval != 0;
+}
+
+/* The dense Qwen3.5 text models: each Hub config.json's text_config (docs/qwen35_configs.md says where
+ * each number was read). The MoE hybrids (35B-A3B, 122B-A10B, 397B-A17B) add a shared expert that the
+ * MoE block does not have yet. */
+typedef struct {
+    const char *name;
+    int64_t hidden, intermediate, layers, heads, kv_heads, lin_k_heads, lin_v_heads;
+    int tied;
+} HybridSize;
+static const HybridSize HYBRID_SIZES[] = {
+    {"0.8B", 1024, 3584, 24, 8, 2, 16, 16, 1}, {"2B", 2048, 6144, 24, 8, 2, 16, 16, 1},
+    {"4B", 2560, 9216, 32, 16, 4, 16, 32, 1},  {"9B", 4096, 12288, 32, 16, 4, 16, 32, 0},
+    {"27B", 5120, 17408, 64, 24, 4, 16, 48, 0},
+};
+
+static void hybrid_defaults(Qwen3Config *c) {
+    c->vocab = 248320;
+    c->head_dim = 256;
+    c->rope_theta = 1e7;
+    c->max_position = 262144;
+    c->lin_k_dim = c->lin_v_dim = 128;
+    c->conv_width = 4;
+    c->attn_gate = 1;
+    c->norm_1p = 1;
+    c->rot = c->head_dim / 4; /* partial_rotary_factor 0.25 */
+}
+
 /* "32B", "32b", "Qwen3-32B", "qwen3-32b": a size by its name, the Hub's name, in any case */
 static int same_name(const char *given, const char *size) {
     if (!strncasecmp(given, "Qwen3-", 6)) given += 6;
     return !strcasecmp(given, size);
 }
+/* "Qwen3.5-27B", "qwen3.5-27b": a hybrid by the Hub's name (the prefix is required: 27B alone could be either) */
+static int hybrid_name(const char *given, const char *size) {
+    return !strncasecmp(given, "Qwen3.5-", 8) && !strcasecmp(given + 8, size);
+}
 
 int config_from_name(const char *name, Qwen3Config *c) {
+    for (size_t i = 0; i < sizeof HYBRID_SIZES / sizeof HYBRID_SIZES[0]; i++) {
+        const HybridSize *s = &HYBRID_SIZES[i];
+        if (!hybrid_name(name, s->name)) continue;
+        defaults(c);
+        hybrid_defaults(c);
+        snprintf(c->name, sizeof c->name, "Qwen3.5-%s", s->name);
+        c->hidden = s->hidden, c->intermediate = s->intermediate, c->layers = s->layers, c->heads = s->heads;
+        c->kv_heads = s->kv_heads, c->lin_k_heads = s->lin_k_heads, c->lin_v_heads = s->lin_v_heads, c->tied = s->tied;
+        hybrid_layers(c, 4);
+        return 0;
+    }
     if (same_name(name, "30B-A3B")) {
         defaults(c);
         snprintf(c->name, sizeof c->name, "30B-A3B");
         moe_30b_a3b(c);
+        c->rot = c->head_dim;
         return 0;
     }
     for (size_t i = 0; i < sizeof SIZES / sizeof SIZES[0]; i++) {
@@ -67,6 +116,7 @@ int config_from_name(const char *name, Qwen3Config *c) {
         c->heads = s->heads;
         c->kv_heads = s->kv_heads;
         c->tied = s->tied;
+        c->rot = c->head_dim;
         return 0;
     }
     return -1;
@@ -81,7 +131,7 @@ int config_from_name(const char *name, Qwen3Config *c) {
 #define MAX_VOCAB (1ll << 23)
 #define MAX_HIDDEN (1ll << 17)
 #define MAX_INTERMEDIATE (1ll << 20)
-#define MAX_LAYERS 1024
+#define MAX_LAYERS CONFIG_MAX_LAYERS
 #define MAX_HEADS 1024
 #define MAX_POSITIONS (1ll << 40)
 #define MAX_YARN_FACTOR 1e6
@@ -203,6 +253,61 @@ static int parse_moe(const JsonValue *root, Qwen3Config *c, char *err, size_t er
     return 0;
 }
 
+/* Qwen3.5's linear-attention fields, and its layer_types (or full_attention_interval): what the kernels
+ * run is checked in config_for_run, what the model cannot be here */
+static int parse_hybrid(const JsonValue *cfg, Qwen3Config *c, char *err, size_t errlen) {
+    if (get_int(cfg, "linear_num_key_heads", &c->lin_k_heads, 1, MAX_HEADS, err, errlen) ||
+        get_int(cfg, "linear_num_value_heads", &c->lin_v_heads, 1, MAX_HEADS, err, errlen) ||
+        get_int(cfg, "linear_key_head_dim", &c->lin_k_dim, 0, 1024, err, errlen) ||
+        get_int(cfg, "linear_value_head_dim", &c->lin_v_dim, 0, 1024, err, errlen) ||
+        get_int(cfg, "linear_conv_kernel_dim", &c->conv_width, 0, 64, err, errlen))
+        return -1;
+    if (c->lin_v_heads % c->lin_k_heads) {
+        snprintf(err, errlen, "config.json: linear_num_value_heads (%lld) is not a multiple of linear_num_key_heads (%lld)",
+                 (long long)c->lin_v_heads, (long long)c->lin_k_heads);
+        return -1;
+    }
+    const JsonValue *lt = json_get(cfg, "layer_types");
+    if (!lt || lt->type == JSON_NULL) {
+        int64_t interval = 4;
+        if (get_int(cfg, "full_attention_interval", &interval, 0, MAX_LAYERS, err, errlen)) return -1;
+        hybrid_layers(c, interval);
+        return 0;
+    }
+    if (lt->type != JSON_ARRAY || lt->n != c->layers) {
+        snprintf(err, errlen, "config.json: \"layer_types\" must be a list of num_hidden_layers (%lld) strings",
+                 (long long)c->layers);
+        return -1;
+    }
+    for (int64_t i = 0; i < lt->n; i++) {
+        const JsonValue *v = &lt->items[i];
+        const int lin = v->type == JSON_STRING && !strcmp(v->string, "linear_attention");
+        if (!lin && (v->type != JSON_STRING || strcmp(v->string, "full_attention"))) {
+            snprintf(err, errlen, "config.json: \"layer_types\"[%lld] is \"%s\": expected \"linear_attention\" or "
+                     "\"full_attention\"", (long long)i, v->type == JSON_STRING ? v->string : "?");
+            return -1;
+        }
+        c->linear[i] = (uint8_t)lin;
+    }
+    return 0;
+}
+
+/* Qwen3.5 rotates only a part of each head: partial_rotary_factor, in rope_parameters (v5) or beside it */
+static int parse_partial_rotary(const JsonValue *cfg, Qwen3Config *c, char *err, size_t errlen) {
+    double f = c->norm_1p ? 0.25 : 1.0; /* Qwen3_5TextConfig's default */
+    const JsonValue *rp = json_get(cfg, "rope_parameters");
+    if (get_num(cfg, "partial_rotary_factor", &f, 1e-9, 1, err, errlen) ||
+        (rp && rp->type == JSON_OBJECT && get_num(rp, "partial_rotary_factor", &f, 1e-9, 1, err, errlen)))
+        return -1;
+    c->rot = (int64_t)((double)c->head_dim * f); /* transformers: int(head_dim * partial_rotary_factor) */
+    if (c->rot < 2 || c->rot % 2) {
+        snprintf(err, errlen, "config.json: partial_rotary_factor %g of head_dim %lld rotates %lld dims: must be even and "
+                 "at least 2", f, (long long)c->head_dim, (long long)c->rot);
+        return -1;
+    }
+    return 0;
+}
+
 int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen) {
     JsonValue root;
     if (json_parse(text, len, &root, err, errlen)) return -1;
@@ -210,39 +315,52 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     if (root.type != JSON_OBJECT) REFUSE("config.json: top level is not an object");
     const JsonValue *mt = json_get(&root, "model_type");
     if (!mt || mt->type != JSON_STRING) REFUSE("config.json: missing \"model_type\" (expected \"qwen3\")");
-    const int moe = !strcmp(mt->string, "qwen3_moe");
-    if (strcmp(mt->string, "qwen3") && !moe)
-        REFUSE("config.json: model_type \"%s\" is not supported (expected \"qwen3\" or \"qwen3_moe\")", mt->string);
-    if (!moe && (json_get(&root, "num_experts") || json_get(&root, "num_local_experts")))
-        REFUSE("config.json: field \"num_experts\" present in a \"qwen3\" (dense) config");
-    if (is_true(&root, "use_sliding_window"))
+    const int moe = !strcmp(mt->string, "qwen3_moe"), hybrid = !strcmp(mt->string, "qwen3_5") ||
+                                                              !strcmp(mt->string, "qwen3_5_text");
+    if (!strncmp(mt->string, "qwen3_5_moe", 11))
+        REFUSE("config.json: model_type \"%s\": the Qwen3.5 MoE hybrids are not supported yet (their shared expert)",
+               mt->string);
+    if (strcmp(mt->string, "qwen3") && !moe && !hybrid)
+        REFUSE("config.json: model_type \"%s\" is not supported (expected \"qwen3\", \"qwen3_moe\", \"qwen3_5\" or "
+               "\"qwen3_5_text\")", mt->string);
+    /* Qwen3_5ForConditionalGeneration's config: the text model is its text_config (the vision tower is left out) */
+    const JsonValue *cfg = &root;
+    if (!strcmp(mt->string, "qwen3_5")) {
+        cfg = json_get(&root, "text_config");
+        if (!cfg || cfg->type != JSON_OBJECT) REFUSE("config.json: model_type \"qwen3_5\" without a \"text_config\" object");
+    }
+    if (hybrid) hybrid_defaults(c);
+    if (!moe && (json_get(cfg, "num_experts") || json_get(cfg, "num_local_experts")))
+        REFUSE("config.json: field \"num_experts\" present in a \"%s\" (dense) config", mt->string);
+    if (is_true(cfg, "use_sliding_window"))
         REFUSE("config.json: \"use_sliding_window\" is true: sliding-window attention is not supported");
-    const JsonValue *lt = json_get(&root, "layer_types");
-    if (lt && lt->type == JSON_ARRAY)
+    const JsonValue *lt = json_get(cfg, "layer_types");
+    if (!hybrid && lt && lt->type == JSON_ARRAY)
         for (int64_t i = 0; i < lt->n; i++)
             if (lt->items[i].type != JSON_STRING || strcmp(lt->items[i].string, "full_attention"))
                 REFUSE("config.json: \"layer_types\"[%lld] is \"%s\": only full_attention layers are supported",
                        (long long)i, lt->items[i].type == JSON_STRING ? lt->items[i].string : "?");
-    if (is_true(&root, "attention_bias")) REFUSE("config.json: \"attention_bias\" is true: biases are not supported");
-    const JsonValue *act = json_get(&root, "hidden_act");
+    if (is_true(cfg, "attention_bias")) REFUSE("config.json: \"attention_bias\" is true: biases are not supported");
+    const JsonValue *act = json_get(cfg, "hidden_act");
     if (act && (act->type != JSON_STRING || strcmp(act->string, "silu")))
         REFUSE("config.json: \"hidden_act\" must be \"silu\"");
     char e2[256];
-    if (get_int(&root, "vocab_size", &c->vocab, 1, MAX_VOCAB, e2, sizeof e2) ||
-        get_int(&root, "hidden_size", &c->hidden, 1, MAX_HIDDEN, e2, sizeof e2) ||
-        get_int(&root, "intermediate_size", &c->intermediate, 1, MAX_INTERMEDIATE, e2, sizeof e2) ||
-        get_int(&root, "num_hidden_layers", &c->layers, 1, MAX_LAYERS, e2, sizeof e2) ||
-        get_int(&root, "num_attention_heads", &c->heads, 1, MAX_HEADS, e2, sizeof e2) ||
-        get_int(&root, "max_position_embeddings", &c->max_position, 0, MAX_POSITIONS, e2, sizeof e2))
+    if (get_int(cfg, "vocab_size", &c->vocab, !hybrid, MAX_VOCAB, e2, sizeof e2) ||
+        get_int(cfg, "hidden_size", &c->hidden, 1, MAX_HIDDEN, e2, sizeof e2) ||
+        get_int(cfg, "intermediate_size", &c->intermediate, 1, MAX_INTERMEDIATE, e2, sizeof e2) ||
+        get_int(cfg, "num_hidden_layers", &c->layers, 1, MAX_LAYERS, e2, sizeof e2) ||
+        get_int(cfg, "num_attention_heads", &c->heads, 1, MAX_HEADS, e2, sizeof e2) ||
+        get_int(cfg, "max_position_embeddings", &c->max_position, 0, MAX_POSITIONS, e2, sizeof e2))
         REFUSE("%s", e2);
     c->kv_heads = c->heads;
-    c->head_dim = c->hidden / c->heads;
-    if (get_int(&root, "num_key_value_heads", &c->kv_heads, 0, c->heads, e2, sizeof e2) ||
-        get_int(&root, "head_dim", &c->head_dim, 0, 256, e2, sizeof e2) ||
-        get_num(&root, "rms_norm_eps", &c->eps, 1e-30, 0.5, e2, sizeof e2) ||
-        get_num(&root, "initializer_range", &c->init_std, 0, 1, e2, sizeof e2))
+    if (!hybrid) c->head_dim = c->hidden / c->heads; /* Qwen3_5TextConfig's default is 256 */
+    if (get_int(cfg, "num_key_value_heads", &c->kv_heads, 0, c->heads, e2, sizeof e2) ||
+        get_int(cfg, "head_dim", &c->head_dim, 0, 256, e2, sizeof e2) ||
+        get_num(cfg, "rms_norm_eps", &c->eps, 1e-30, 0.5, e2, sizeof e2) ||
+        get_num(cfg, "initializer_range", &c->init_std, 0, 1, e2, sizeof e2))
         REFUSE("%s", e2);
-    const JsonValue *tie = json_get(&root, "tie_word_embeddings");
+    const JsonValue *tie = json_get(cfg, "tie_word_embeddings");
+    if (!tie) tie = json_get(&root, "tie_word_embeddings");
     c->tied = tie && tie->type == JSON_BOOL ? tie->boolean : 0;
     if (c->heads % c->kv_heads)
         REFUSE("config.json: num_attention_heads (%lld) is not a multiple of num_key_value_heads (%lld)",
@@ -250,8 +368,10 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     if (c->head_dim < 8 || c->head_dim % 8 || c->head_dim > 256)
         REFUSE("config.json: head_dim %lld unsupported (cuDNN flash attention needs a multiple of 8, at most 256)",
                (long long)c->head_dim);
-    if (parse_rope(&root, c, e2, sizeof e2)) REFUSE("%s", e2);
-    if (moe && parse_moe(&root, c, e2, sizeof e2)) REFUSE("%s (qwen3_moe, a mixture of experts: MoE)", e2);
+    c->rot = c->head_dim;
+    if (parse_rope(cfg, c, e2, sizeof e2) || (hybrid && parse_partial_rotary(cfg, c, e2, sizeof e2))) REFUSE("%s", e2);
+    if (moe && parse_moe(cfg, c, e2, sizeof e2)) REFUSE("%s (qwen3_moe, a mixture of experts: MoE)", e2);
+    if (hybrid && parse_hybrid(cfg, c, e2, sizeof e2)) REFUSE("%s (%s, a Qwen3.5 hybrid)", e2, mt->string);
     json_free(&root);
     return 0;
 }
@@ -287,7 +407,10 @@ int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers
                   lb = layers > 0 && layers < b->layers ? layers : b->layers;
     return la == lb && a->vocab == b->vocab && a->hidden == b->hidden && a->intermediate == b->intermediate &&
            a->heads == b->heads && a->kv_heads == b->kv_heads && a->head_dim == b->head_dim && a->tied == b->tied &&
-           a->experts == b->experts && a->top_k == b->top_k && a->moe_intermediate == b->moe_intermediate;
+           a->experts == b->experts && a->top_k == b->top_k && a->moe_intermediate == b->moe_intermediate &&
+           a->lin_k_heads == b->lin_k_heads && a->lin_v_heads == b->lin_v_heads && a->lin_k_dim == b->lin_k_dim &&
+           a->lin_v_dim == b->lin_v_dim && a->conv_width == b->conv_width && a->attn_gate == b->attn_gate &&
+           !memcmp(a->linear, b->linear, (size_t)la);
 }
 
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
@@ -325,6 +448,28 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
     }
     if (c->hidden % 8) {
         snprintf(err, errlen, "hidden_size %lld must be a multiple of 8", (long long)c->hidden);
+        return -1;
+    }
+    return config_check_hybrid(c, err, errlen);
+}
+
+/* what the hybrid's GPU kernels run (kernels/gdn.cu): a warp holds 32 rows of a head's state, each
+ * row's key dims in registers, so key and value head dims are 32, 64 or 128; the conv keeps its
+ * taps in registers (width at most 8); the partial RoPE kernel rotates an even count of dims */
+int config_check_hybrid(const Qwen3Config *c, char *err, size_t errlen) {
+    if (!c->lin_v_heads) return 0;
+    const int64_t dk = c->lin_k_dim, dv = c->lin_v_dim;
+    if ((dk != 32 && dk != 64 && dk != 128) || (dv != 32 && dv != 64 && dv != 128)) {
+        snprintf(err, errlen, "linear_key_head_dim %lld, linear_value_head_dim %lld: the gated delta rule kernels take "
+                 "32, 64 or 128", (long long)dk, (long long)dv);
+        return -1;
+    }
+    if (c->conv_width > 8) {
+        snprintf(err, errlen, "linear_conv_kernel_dim %lld: the conv kernel takes at most 8", (long long)c->conv_width);
+        return -1;
+    }
+    if (c->rot > c->head_dim || c->rot % 2) {
+        snprintf(err, errlen, "%lld rotated dims of head_dim %lld", (long long)c->rot, (long long)c->head_dim);
         return -1;
     }
     return 0;
@@ -378,6 +523,8 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
                  c->yarn_beta_slow, c->yarn_truncate ? "" : ", \"truncate\": false");
     else
         snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %.17g}", c->rope_theta);
+    if (c->rot != c->head_dim) /* Qwen3.5: rope_parameters carries partial_rotary_factor */
+        snprintf(strrchr(rope, '}'), 96, ", \"partial_rotary_factor\": %.17g}", (double)c->rot / (double)c->head_dim);
     char moe[512] = "";
     if (c->experts) /* Qwen3MoeConfig's fields */
         snprintf(moe, sizeof moe,
@@ -386,8 +533,21 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
                  "  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n",
                  (long long)c->experts, (long long)c->top_k, (long long)c->moe_intermediate,
                  c->norm_topk ? "true" : "false", c->aux_loss ? "true" : "false", c->aux_coef);
+    char *hyb = xcalloc(64 * CONFIG_MAX_LAYERS + 512, 1); /* Qwen3_5TextConfig's fields */
+    if (c->lin_v_heads) {
+        int n = snprintf(hyb, 512, "  \"linear_num_key_heads\": %lld,\n  \"linear_num_value_heads\": %lld,\n"
+                         "  \"linear_key_head_dim\": %lld,\n  \"linear_value_head_dim\": %lld,\n"
+                         "  \"linear_conv_kernel_dim\": %lld,\n  \"layer_types\": [",
+                         (long long)c->lin_k_heads, (long long)c->lin_v_heads, (long long)c->lin_k_dim,
+                         (long long)c->lin_v_dim, (long long)c->conv_width);
+        for (int64_t l = 0; l < c->layers; l++)
+            n += sprintf(hyb + n, "%s\"%s\"", l ? ", " : "", c->linear[l] ? "linear_attention" : "full_attention");
+        sprintf(hyb + n, "],\n");
+    }
+    const char *arch = c->lin_v_heads ? "Qwen3_5ForCausalLM" : c->experts ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM",
+               *type = c->lin_v_heads ? "qwen3_5_text" : c->experts ? "qwen3_moe" : "qwen3";
     fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n%s"
+            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n%s%s"
             "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
             "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n  \"num_key_value_heads\": %lld,\n"
             "  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %lld,\n"
@@ -395,11 +555,13 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
             "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n  \"rope_theta\": %.17g,\n"
             "  \"rope_scaling\": %s,\n  \"rope_parameters\": %s,\n  \"bos_token_id\": %s,\n"
             "  \"eos_token_id\": %s,\n  \"torch_dtype\": \"%s\",\n  \"use_cache\": true\n}\n",
-            c->experts ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM", c->experts ? "qwen3_moe" : "qwen3", moe,
+            arch, type, moe, hyb,
             (long long)c->vocab, (long long)c->hidden, (long long)c->intermediate, (long long)c->layers,
             (long long)c->heads, (long long)c->kv_heads, (long long)c->head_dim, (long long)c->max_position, c->eps,
             c->init_std, c->tied ? "true" : "false", c->rope_theta, c->yarn ? rope : "null", rope,
-            c->vocab > 151643 ? "151643" : "null", c->vocab > 151645 ? "151645" : "null", torch_dtype);
+            !c->lin_v_heads && c->vocab > 151643 ? "151643" : "null",
+            !c->lin_v_heads && c->vocab > 151645 ? "151645" : "null", torch_dtype);
+    free(hyb);
     return fclose(f) ? -1 : 0;
 }
 
@@ -409,21 +571,50 @@ static int64_t mlp_params(const Qwen3Config *c, int64_t experts) {
     if (!c->experts) return 3 * c->hidden * c->intermediate;
     return c->hidden * c->experts + experts * 3 * c->hidden * c->moe_intermediate;
 }
+/* a layer's mixer, its matrices' parameters: gated full attention / Qwen3 attention, or Gated DeltaNet's
+ * projections in (q k v, z, b, a) and out */
+static int64_t mixer_params(const Qwen3Config *c, int64_t l) {
+    if (config_is_linear(c, l)) {
+        const int64_t vd = c->lin_v_heads * c->lin_v_dim;
+        return c->hidden * (config_conv_channels(c) + vd + 2 * c->lin_v_heads) + c->hidden * vd;
+    }
+    const int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+    return c->hidden * (config_q_rows(c) + 2 * kv) + q * c->hidden;
+}
+/* a layer's vectors: two norms, and the mixer's (q/k norms; or the conv, dt_bias, A_log and the gated norm) */
+static int64_t layer_vectors(const Qwen3Config *c, int64_t l) {
+    if (config_is_linear(c, l))
+        return 2 * c->hidden + config_conv_channels(c) * c->conv_width + 2 * c->lin_v_heads + c->lin_v_dim;
+    return 2 * c->hidden + 2 * c->head_dim;
+}
 int64_t config_matmul_params(const Qwen3Config *c) {
-    int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
-    int64_t per_layer = c->hidden * q * 2 + c->hidden * kv * 2 + mlp_params(c, c->top_k);
-    return c->layers * per_layer + c->hidden * c->vocab;
+    int64_t n = c->hidden * c->vocab;
+    for (int64_t l = 0; l < c->layers; l++) n += mixer_params(c, l) + mlp_params(c, c->top_k);
+    return n;
 }
 int64_t config_total_params(const Qwen3Config *c) {
-    int64_t norms = c->layers * (2 * c->hidden + 2 * c->head_dim) + c->hidden;
-    return config_matmul_params(c) - c->hidden * c->vocab + c->vocab * c->hidden * (c->tied ? 1 : 2) + norms +
-           c->layers * (mlp_params(c, c->experts) - mlp_params(c, c->top_k));
+    int64_t n = c->vocab * c->hidden * (c->tied ? 1 : 2) + c->hidden;
+    for (int64_t l = 0; l < c->layers; l++) n += mixer_params(c, l) + mlp_params(c, c->experts) + layer_vectors(c, l);
+    return n;
+}
+/* layers of full attention (the attention FLOPs' and the K/V ring's) */
+int64_t config_full_layers(const Qwen3Config *c) {
+    int64_t n = 0;
+    for (int64_t l = 0; l < c->layers; l++) n += !config_is_linear(c, l);
+    return n;
 }
 double config_attn_flops(const Qwen3Config *c, double pairs) {
-    return 3.0 * (double)c->layers * 4.0 * pairs * (double)(c->heads * c->head_dim);
+    return 3.0 * (double)config_full_layers(c) * 4.0 * pairs * (double)(c->heads * c->head_dim);
+}
+/* the gated delta rule per token and value head: read the state with k, write the rank-1 update, read
+ * with q: 3 x 2 dk dv FLOPs forward, x 3 for a training step, per linear layer */
+double config_linear_flops(const Qwen3Config *c, int64_t T) {
+    return 3.0 * (double)(c->layers - config_full_layers(c)) * 6.0 * (double)T * (double)c->lin_v_heads *
+           (double)(c->lin_k_dim * c->lin_v_dim);
 }
 double config_step_flops_pairs(const Qwen3Config *c, int64_t T, double pairs) {
-    return 3.0 * 2.0 * (double)T * (double)config_matmul_params(c) + config_attn_flops(c, pairs);
+    return 3.0 * 2.0 * (double)T * (double)config_matmul_params(c) + config_attn_flops(c, pairs) +
+           config_linear_flops(c, T);
 }
 double config_step_flops(const Qwen3Config *c, int64_t T) { return config_step_flops_pairs(c, T, (double)T * (double)T / 2); }
 
@@ -436,6 +627,11 @@ void config_print(const Qwen3Config *c) {
     if (c->experts)
         printf(", MoE: %lld experts of %lld, top-%lld%s", (long long)c->experts, (long long)c->moe_intermediate,
                (long long)c->top_k, c->aux_loss ? ", load-balancing loss" : "");
+    if (c->lin_v_heads)
+        printf(", Qwen3.5 hybrid: %lld linear attention layers (Gated DeltaNet, %lld/%lld heads x %lld/%lld), "
+               "%lld gated full attention (%lld of %lld dims rotated)", (long long)(c->layers - config_full_layers(c)),
+               (long long)c->lin_k_heads, (long long)c->lin_v_heads, (long long)c->lin_k_dim, (long long)c->lin_v_dim,
+               (long long)config_full_layers(c), (long long)c->rot, (long long)c->head_dim);
     if (c->yarn) printf(", YaRN x%g from %lld", c->yarn_factor, (long long)c->yarn_original_max);
     printf("\n");
 }
@@ -444,7 +640,7 @@ void config_print(const Qwen3Config *c) {
 static double yarn_get_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
 
 void rope_inv_freq(const Qwen3Config *c, double *inv_freq, double *attention_factor) {
-    const int64_t dim = c->head_dim, half = dim / 2;
+    const int64_t dim = c->rot, half = dim / 2; /* the rotated dims (all of a Qwen3 head) */
     const double base = c->rope_theta;
     /* transformers computes base ** (arange(0, dim, 2) / dim) in fp32 */
     for (int64_t i = 0; i < half; i++) inv_freq[i] = (float)(1.0 / pow(base, (double)(float)(2.0 * i / dim)));
@@ -481,7 +677,7 @@ void rope_inv_freq(const Qwen3Config *c, double *inv_freq, double *attention_fac
 }
 
 void rope_tables(const Qwen3Config *c, const int64_t *pos, int64_t n, float *cos_t, float *sin_t) {
-    const int64_t half = c->head_dim / 2;
+    const int64_t half = c->rot / 2;
     double inv[512], af;
     rope_inv_freq(c, inv, &af);
     for (int64_t t = 0; t < n; t++) {

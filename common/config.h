@@ -1,11 +1,14 @@
-/* config.h -- the Qwen3 model configuration, dense or MoE: the official sizes by name, or an HF
- * config.json (transformers v4 "rope_theta"/"rope_scaling" or v5 "rope_parameters"), with
- * refusal of what the trainers do not implement, naming the field. */
+/* config.h -- the model configuration: Qwen3 dense or MoE, or a Qwen3.5 hybrid (linear attention in
+ * most layers): the official sizes by name, or an HF config.json (transformers v4
+ * "rope_theta"/"rope_scaling" or v5 "rope_parameters"; Qwen3.5's text_config), with refusal of what
+ * the trainers do not implement, naming the field. */
 #ifndef LONGCTX_CONFIG_H
 #define LONGCTX_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#define CONFIG_MAX_LAYERS 1024
 
 typedef struct {
     char name[64];            /* "0.6B" or the directory it came from */
@@ -36,10 +39,29 @@ typedef struct {
     int norm_topk;            /* norm_topk_prob: the top-k weights renormalised to sum 1 */
     int aux_loss;             /* output_router_logits: the load-balancing loss is added to the loss */
     double aux_coef;          /* router_aux_loss_coef */
+    /* Qwen3.5 hybrids (model_type "qwen3_5_text", or "qwen3_5" with its text_config); lin_v_heads 0 when
+     * not. Linear layers are Gated DeltaNet (tests/ref_gdn.h): q, k of lin_k_heads x lin_k_dim, v of
+     * lin_v_heads x lin_v_dim, a causal depthwise conv of conv_width; the others gated full attention. */
+    int64_t lin_k_heads, lin_v_heads;  /* linear_num_key_heads, linear_num_value_heads */
+    int64_t lin_k_dim, lin_v_dim;      /* linear_key_head_dim, linear_value_head_dim */
+    int64_t conv_width;                /* linear_conv_kernel_dim */
+    uint8_t linear[CONFIG_MAX_LAYERS]; /* layer_types: 1 where layer l is "linear_attention" */
+    int attn_gate;            /* attn_output_gate: q_proj gives each head its query and a sigmoid output gate */
+    int norm_1p;              /* Qwen3.5's RMSNorms: stored w, multiplied by 1 + w (zero-centred) */
+    int64_t rot;              /* rotated dims of a head: head_dim x partial_rotary_factor (head_dim for Qwen3) */
 } Qwen3Config;
 
+/* the hybrid's linear layers: their conv's channels (q, k and v), and whether layer l is one */
+static inline int64_t config_conv_channels(const Qwen3Config *c) {
+    return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+}
+static inline int config_is_linear(const Qwen3Config *c, int64_t l) { return c->lin_v_heads && c->linear[l]; }
+/* q_proj's rows per head: the query, and with attn_output_gate its gate beside it */
+static inline int64_t config_q_rows(const Qwen3Config *c) { return c->heads * c->head_dim * (c->attn_gate ? 2 : 1); }
+
 /* "0.6B", "1.7B", "4B", "8B", "14B", "32B", and the MoE "30B-A3B", in any case, with or without the
- * Hub's "Qwen3-" (Qwen3-32B). Returns 0, or -1 if the name is unknown. */
+ * Hub's "Qwen3-" (Qwen3-32B); the Qwen3.5 text models by the Hub's name ("Qwen3.5-27B", config.c lists
+ * them). Returns 0, or -1 if the name is unknown. */
 int config_from_name(const char *name, Qwen3Config *c);
 /* Parse an HF config.json. Returns 0, or -1 with a message naming the offending field. */
 int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen);
@@ -52,6 +74,8 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen);
  * refuses what the kernels cannot run (head_dim not a multiple of 64, hidden not a multiple of 8). */
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
                    int64_t yarn_original, char *err, size_t errlen);
+/* 0, or -1 with err when a hybrid's linear layers have sizes the GPU kernels do not run */
+int config_check_hybrid(const Qwen3Config *c, char *err, size_t errlen);
 /* 1 if every tensor of a and b has the same shape (layer counts compared after a --layers cut) */
 int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */
@@ -82,14 +106,18 @@ double config_step_flops(const Qwen3Config *c, int64_t T);
 /* the same with the attention's (query, key) pairs given (packed documents: docs_pairs; causal
  * over T tokens: T^2/2): 3 x (2 T params + 4 pairs heads head_dim per layer) */
 double config_step_flops_pairs(const Qwen3Config *c, int64_t T, double pairs);
-/* the attention part alone: 3 x 4 pairs heads head_dim per layer */
+/* the attention part alone: 3 x 4 pairs heads head_dim per full attention layer */
 double config_attn_flops(const Qwen3Config *c, double pairs);
+/* a hybrid's gated delta rule over T tokens: 3 x 6 dk dv per token, value head and linear layer */
+double config_linear_flops(const Qwen3Config *c, int64_t T);
+/* the layers of full attention (all of a Qwen3's) */
+int64_t config_full_layers(const Qwen3Config *c);
 void config_print(const Qwen3Config *c);
 
-/* RoPE: inv_freq[head_dim/2] and the factor cos/sin are multiplied by (1 without YaRN),
+/* RoPE over the rotated dims (rot: head_dim, or Qwen3.5's quarter of it): inv_freq[rot/2] and the factor cos/sin are multiplied by (1 without YaRN),
  * exactly as transformers v5 computes them (fp64 here, stored as fp32 tables by callers). */
 void rope_inv_freq(const Qwen3Config *c, double *inv_freq, double *attention_factor);
-/* cos/sin tables [n_pos, head_dim/2] in fp32 for positions pos[0..n) (NULL: 0..n-1). */
+/* cos/sin tables [n_pos, rot/2] in fp32 for positions pos[0..n) (NULL: 0..n-1). */
 void rope_tables(const Qwen3Config *c, const int64_t *pos, int64_t n, float *cos_t, float *sin_t);
 
 #endif

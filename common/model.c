@@ -15,7 +15,7 @@
 
 static int64_t align_up(int64_t x) { return (x + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS; }
 
-static void add(ParamTable *t, ParamKind kind, int64_t layer, const char *name, int64_t r, int64_t c) {
+static ParamInfo *add(ParamTable *t, ParamKind kind, int64_t layer, const char *name, int64_t r, int64_t c) {
     ParamInfo *p = &t->p[t->n++];
     p->expert = -1;
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -27,29 +27,57 @@ static void add(ParamTable *t, ParamKind kind, int64_t layer, const char *name, 
     p->numel = c ? r * c : r;
     p->offset = t->total;
     t->total = align_up(t->total + p->numel);
+    return p;
+}
+
+/* a Qwen3.5 linear attention layer's mixer, in transformers' order */
+static void add_linear(ParamTable *t, const Qwen3Config *c, int64_t l) {
+    const int64_t D = c->hidden, C = config_conv_channels(c), Hv = c->lin_v_heads, VD = Hv * c->lin_v_dim;
+    char n[96];
+#define L(kind, suffix, r, cc) (snprintf(n, sizeof n, "model.layers.%lld.linear_attn.%s", (long long)l, suffix), \
+                                add(t, kind, l, n, r, cc))
+    L(P_LIN_QKV, "in_proj_qkv.weight", C, D);
+    L(P_LIN_Z, "in_proj_z.weight", VD, D);
+    L(P_LIN_B, "in_proj_b.weight", Hv, D);
+    L(P_LIN_A, "in_proj_a.weight", Hv, D);
+    ParamInfo *conv = L(P_LIN_CONV, "conv1d.weight", C, c->conv_width);
+    conv->ndim = 3; /* nn.Conv1d(groups = C) keeps a middle dim of 1: [C, 1, width] */
+    conv->shape[1] = 1, conv->shape[2] = c->conv_width;
+    L(P_LIN_DT, "dt_bias", Hv, 0);
+    L(P_LIN_ALOG, "A_log", Hv, 0);
+    L(P_LIN_NORM, "norm.weight", c->lin_v_dim, 0);
+    L(P_LIN_OUT, "out_proj.weight", D, VD);
+#undef L
 }
 
 void params_build(const Qwen3Config *c, ParamTable *t) {
     memset(t, 0, sizeof *t);
     t->layers = c->layers;
     t->experts = c->experts;
-    t->per_layer = c->experts ? PER_LAYER - 2 + 3 * c->experts : PER_LAYER;
-    t->p = xcalloc((size_t)(c->layers * t->per_layer + 3), sizeof(ParamInfo));
+    const int64_t per_layer = c->experts ? PER_LAYER - 2 + 3 * c->experts : PER_LAYER + 3; /* at most: a linear layer has 14 */
+    t->p = xcalloc((size_t)(c->layers * per_layer + 3), sizeof(ParamInfo));
+    t->layer_at = xcalloc((size_t)c->layers + 1, sizeof(int64_t));
+    t->layer_first = xcalloc((size_t)c->layers + 1, sizeof(int64_t));
     const int64_t D = c->hidden, q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim, I = c->intermediate,
                   E = c->experts, Im = c->moe_intermediate;
     add(t, P_EMBED, -1, "model.embed_tokens.weight", c->vocab, D);
     t->layer_begin = t->total;
     char n[96];
     for (int64_t l = 0; l < c->layers; l++) {
-#define L(kind, suffix, r, cc) snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix), add(t, kind, l, n, r, cc)
-        L(P_IN_NORM, "input_layernorm.weight", D, 0);
-        L(P_Q, "self_attn.q_proj.weight", q, D);
-        L(P_K, "self_attn.k_proj.weight", kv, D);
-        L(P_V, "self_attn.v_proj.weight", kv, D);
-        L(P_O, "self_attn.o_proj.weight", D, q);
-        L(P_Q_NORM, "self_attn.q_norm.weight", c->head_dim, 0);
-        L(P_K_NORM, "self_attn.k_norm.weight", c->head_dim, 0);
-        L(P_POST_NORM, "post_attention_layernorm.weight", D, 0);
+        t->layer_at[l] = t->total;
+        t->layer_first[l] = t->n;
+#define L(kind, suffix, r, cc) (snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix), add(t, kind, l, n, r, cc))
+        L(P_IN_NORM, "input_layernorm.weight", D, 0)->shift = c->norm_1p;
+        if (config_is_linear(c, l)) add_linear(t, c, l);
+        else {
+            L(P_Q, "self_attn.q_proj.weight", config_q_rows(c), D);
+            L(P_K, "self_attn.k_proj.weight", kv, D);
+            L(P_V, "self_attn.v_proj.weight", kv, D);
+            L(P_O, "self_attn.o_proj.weight", D, q);
+            L(P_Q_NORM, "self_attn.q_norm.weight", c->head_dim, 0)->shift = c->norm_1p;
+            L(P_K_NORM, "self_attn.k_norm.weight", c->head_dim, 0)->shift = c->norm_1p;
+        }
+        L(P_POST_NORM, "post_attention_layernorm.weight", D, 0)->shift = c->norm_1p;
         if (!E) {
             L(P_GATE, "mlp.gate_proj.weight", I, D);
             L(P_UP, "mlp.up_proj.weight", I, D);
@@ -67,38 +95,47 @@ void params_build(const Qwen3Config *c, ParamTable *t) {
                 }
         }
 #undef L
-        if (l == 0) t->layer_stride = t->total - t->layer_begin;
     }
-    add(t, P_FINAL_NORM, -1, "model.norm.weight", D, 0);
+    t->layer_at[c->layers] = t->total;
+    t->layer_first[c->layers] = t->n;
+    add(t, P_FINAL_NORM, -1, "model.norm.weight", D, 0)->shift = c->norm_1p;
     if (!c->tied) add(t, P_LM_HEAD, -1, "lm_head.weight", c->vocab, D);
 }
 
 void params_free(ParamTable *t) {
     free(t->p);
+    free(t->layer_at);
+    free(t->layer_first);
     memset(t, 0, sizeof *t);
 }
 
+static const char *KIND_NAMES[] = {"embed", "input_layernorm", "q_proj", "k_proj", "v_proj", "o_proj", "q_norm",
+                                   "k_norm", "post_attention_layernorm", "gate_proj", "up_proj", "down_proj", "norm",
+                                   "lm_head", "router", "experts.gate_proj", "experts.up_proj", "experts.down_proj",
+                                   "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "dt_bias", "A_log",
+                                   "linear_attn.norm", "out_proj"};
+
 const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer) {
     if (kind == P_EMBED) return &t->p[0];
-    const ParamInfo *lay = &t->p[1 + layer * t->per_layer];
-    if (kind >= P_IN_NORM && kind <= P_POST_NORM) return lay + (kind - P_IN_NORM);
-    if (kind >= P_GATE && kind <= P_DOWN) {
-        if (t->experts) DIE("params_get: an MoE layer has no dense MLP tensor");
-        return lay + (kind - P_IN_NORM);
+    if (kind >= P_EXP_GATE && kind <= P_EXP_DOWN) return params_expert(t, kind, layer, 0);
+    if (kind == P_FINAL_NORM || kind == P_LM_HEAD) {
+        const ParamInfo *fin = &t->p[t->layer_first[t->layers]];
+        if (kind == P_FINAL_NORM) return fin;
+        return fin + 1 < t->p + t->n ? fin + 1 : &t->p[0]; /* lm_head, or the tied embedding */
     }
-    if (kind == P_ROUTER) return lay + (P_POST_NORM - P_IN_NORM + 1);
-    if (kind >= P_EXP_GATE) return params_expert(t, kind, layer, 0);
-    const ParamInfo *fin = &t->p[1 + t->layers * t->per_layer];
-    if (kind == P_FINAL_NORM) return fin;
-    return fin + 1 < t->p + t->n ? fin + 1 : &t->p[0]; /* lm_head, or the tied embedding */
+    if (layer < 0 || layer >= t->layers) DIE("params_get: layer %lld of %lld", (long long)layer, (long long)t->layers);
+    for (int64_t i = t->layer_first[layer]; i < t->layer_first[layer + 1]; i++)
+        if (t->p[i].kind == kind) return &t->p[i];
+    DIE("params_get: layer %lld has no %s tensor", (long long)layer, KIND_NAMES[kind]);
 }
 
 const ParamInfo *params_expert(const ParamTable *t, ParamKind kind, int64_t layer, int64_t e) {
-    if (!t->experts || kind < P_EXP_GATE || e < 0 || e >= t->experts) DIE("params_expert: not an expert tensor");
-    return &t->p[1 + layer * t->per_layer + (P_POST_NORM - P_IN_NORM + 2) + (kind - P_EXP_GATE) * t->experts + e];
+    if (!t->experts || kind < P_EXP_GATE || kind > P_EXP_DOWN || e < 0 || e >= t->experts)
+        DIE("params_expert: not an expert tensor");
+    return &t->p[t->layer_first[layer] + (P_POST_NORM - P_IN_NORM + 2) + (kind - P_EXP_GATE) * t->experts + e];
 }
 
-int params_decays(const ParamInfo *p) { return p->ndim == 2; }
+int params_decays(const ParamInfo *p) { return p->ndim >= 2; }
 
 int params_load(const ParamTable *t, const char *path, float *flat, char *err, size_t errlen) {
     SafeTensors st;
@@ -107,6 +144,8 @@ int params_load(const ParamTable *t, const char *path, float *flat, char *err, s
     int rc = 0;
     for (int64_t i = 0; i < t->n && !rc; i++)
         rc = st_read_f32(&st, t->p[i].name, t->p[i].ndim, t->p[i].shape, flat + t->p[i].offset, err, errlen);
+    for (int64_t i = 0; i < t->n && !rc; i++)
+        for (int64_t e = 0; e < t->p[i].numel && t->p[i].shift; e++) flat[t->p[i].offset + e] += 1.0f;
     st_close(&st);
     return rc;
 }
@@ -123,7 +162,9 @@ static double unit(uint64_t h) { return ((double)(h >> 11) + 0.5) * (1.0 / 90071
 
 /* element e of tensor p (index k in the table): pairs (2q, 2q+1) share one Box-Muller draw */
 static float init_value(const ParamInfo *p, int64_t k, double std, uint64_t seed, int64_t e) {
-    if (p->ndim == 1) return 1.0f; /* norm weights start at 1 */
+    if (p->kind == P_LIN_ALOG) /* transformers: A = uniform(0, 16), A_log = log(A) */
+        return (float)log(16.0 * unit(mix(mix(seed ^ mix((uint64_t)k + 1)) + (uint64_t)e)));
+    if (p->ndim == 1) return 1.0f; /* norm weights (1 + w with w = 0 for Qwen3.5's) and dt_bias start at 1 */
     const uint64_t key = mix(seed ^ mix((uint64_t)k + 1)), q = (uint64_t)(e / 2);
     const double r = sqrt(-2.0 * log(unit(mix(key + 2 * q)))), a = 2.0 * M_PI * unit(mix(key + 2 * q + 1));
     return (float)(std * r * (e % 2 ? sin(a) : cos(a)));

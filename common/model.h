@@ -1,7 +1,12 @@
-/* model.h -- the Qwen3 parameter table: every tensor's HF name, shape and place in one flat
- * buffer. The reference model, the trainers, checkpoints and FSDP shards all use this one
- * layout: embedding, then per layer a contiguous block (so a layer is one flat range), then the
- * final norm and (untied) lm_head. Offsets are multiples of 64 elements (128-byte aligned bf16). */
+/* model.h -- the parameter table: every tensor's HF name, shape and place in one flat buffer. The
+ * reference model, the trainers, checkpoints and FSDP shards all use this one layout: embedding,
+ * then per layer a contiguous block (so a layer is one flat range; a Qwen3.5 hybrid's two layer
+ * kinds have blocks of different sizes), then the final norm and (untied) lm_head. Offsets are
+ * multiples of 64 elements (128-byte aligned bf16).
+ *
+ * Qwen3.5's RMSNorms multiply by 1 + w and store w (zero-centred). The flat buffers hold 1 + w for
+ * them (ParamInfo.shift), so every kernel and the optimizer see one kind of norm: the gradient is the
+ * same, AdamW moves both alike (norm weights take no decay), and loading adds 1, saving takes it off. */
 #ifndef LONGCTX_MODEL_H
 #define LONGCTX_MODEL_H
 
@@ -30,6 +35,17 @@ typedef enum {
     P_EXP_GATE,     /* [experts] x [moe_intermediate, hidden] mlp.experts.E.gate_proj */
     P_EXP_UP,       /* [experts] x [moe_intermediate, hidden] */
     P_EXP_DOWN,     /* [experts] x [hidden, moe_intermediate] */
+    /* a Qwen3.5 linear attention layer (linear_attn.*: Gated DeltaNet) in place of P_Q .. P_K_NORM, after
+     * P_IN_NORM; C = conv channels = 2 lin_k_heads lin_k_dim + lin_v_heads lin_v_dim, Hv = lin_v_heads */
+    P_LIN_QKV,      /* [C, hidden] in_proj_qkv: q, k, v channels */
+    P_LIN_Z,        /* [Hv*dv, hidden] in_proj_z: the output gate */
+    P_LIN_B,        /* [Hv, hidden] in_proj_b: beta = sigmoid(.) */
+    P_LIN_A,        /* [Hv, hidden] in_proj_a: the decay's input */
+    P_LIN_CONV,     /* [C, 1, conv_width] conv1d.weight (depthwise) */
+    P_LIN_DT,       /* [Hv] dt_bias */
+    P_LIN_ALOG,     /* [Hv] A_log */
+    P_LIN_NORM,     /* [dv] norm.weight: the gated RMSNorm's (plain w, not 1 + w) */
+    P_LIN_OUT,      /* [hidden, Hv*dv] out_proj */
 } ParamKind;
 #define PER_LAYER (P_DOWN - P_IN_NORM + 1) /* entries of a dense layer */
 /* is a kind one of a decoder layer's tensors? */
@@ -41,7 +57,8 @@ typedef struct {
     int64_t layer;    /* -1 outside the decoder layers */
     int64_t expert;   /* MoE experts' tensors: which expert; else -1 */
     int ndim;
-    int64_t shape[2];
+    int64_t shape[3];
+    int shift;        /* 1: a zero-centred norm (Qwen3.5); the flat buffers hold 1 + the HF value */
     int64_t numel;
     int64_t offset;   /* elements from the start of the flat buffer */
 } ParamInfo;
@@ -51,15 +68,16 @@ typedef struct {
     ParamInfo *p;         /* [n] in layout order */
     int64_t total;        /* elements in the flat buffer (with alignment padding) */
     int64_t layer_begin;  /* offset of layer 0's block */
-    int64_t layer_stride; /* elements per layer block */
+    int64_t *layer_at;    /* [layers + 1] layer l's block is [layer_at[l], layer_at[l + 1]) of the flat buffer */
+    int64_t *layer_first; /* [layers + 1] layer l's entries are p[layer_first[l] .. layer_first[l + 1]) */
     int64_t layers;       /* decoder layers */
-    int64_t per_layer;    /* table entries per layer: PER_LAYER, or 9 + 3 x experts for MoE */
     int64_t experts;      /* 0 when dense */
 } ParamTable;
 
 void params_build(const Qwen3Config *c, ParamTable *t);
 void params_free(ParamTable *t);
-/* The tensor of a kind (layer ignored outside layers). lm_head resolves to the embedding when tied. */
+/* The tensor of a kind (layer ignored outside layers). lm_head resolves to the embedding when tied. A
+ * kind the layer does not have dies naming both. */
 const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer);
 /* An MoE layer's expert tensor (P_EXP_GATE, P_EXP_UP, P_EXP_DOWN) of expert e. */
 const ParamInfo *params_expert(const ParamTable *t, ParamKind kind, int64_t layer, int64_t e);
@@ -85,7 +103,10 @@ typedef struct {
 /* every tensor whole, at its offset in the flat layout; returns the count, *out malloc'd */
 int64_t params_pieces(const ParamTable *t, Piece **out);
 
-/* 1 for tensors that get weight decay (matrices), 0 for norm weights. */
+/* 1 for tensors that get weight decay (matrices and the conv), 0 for vectors (norms, dt_bias, A_log). */
 int params_decays(const ParamInfo *p);
+/* the value the flat buffers hold for an HF value of tensor p, and back (1 + w for Qwen3.5's norms) */
+static inline float params_from_hf(const ParamInfo *p, float hf) { return p->shift ? hf + 1.0f : hf; }
+static inline float params_to_hf(const ParamInfo *p, float v) { return p->shift ? v - 1.0f : v; }
 
 #endif

@@ -255,10 +255,19 @@ int st_metadata(const SafeTensors *st, const char *key, char *out, size_t outlen
     return -1;
 }
 
-const StTensor *st_find(const SafeTensors *st, const char *name) {
+static const StTensor *find_exact(const SafeTensors *st, const char *name) {
     for (int64_t i = 0; i < st->n; i++)
         if (!strcmp(st->t[i].name, name)) return &st->t[i];
     return NULL;
+}
+/* A Qwen3.5 release is a vision-language model (Qwen3_5ForConditionalGeneration): its text model's
+ * tensors are "model.language_model.X" where Qwen3_5ForCausalLM (and a save here) has "model.X" */
+const StTensor *st_find(const SafeTensors *st, const char *name) {
+    const StTensor *t = find_exact(st, name);
+    if (t || strncmp(name, "model.", 6)) return t;
+    char alt[512];
+    if (snprintf(alt, sizeof alt, "model.language_model.%s", name + 6) >= (int)sizeof alt) return NULL;
+    return find_exact(st, alt);
 }
 
 /* bytes [b0, b0 + nb) of tensor t's data */

@@ -10,14 +10,13 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void shard_build(const ParamTable *t, int P, ShardLayout *s) {
     memset(s, 0, sizeof *s);
-    const int64_t L = t->layer_stride ? t->layers : 0;
+    const int64_t L = t->layers;
     s->P = P;
     s->nunits = L + 2;
     s->u = xcalloc((size_t)s->nunits, sizeof(ShardUnit));
     s->u[0] = (ShardUnit){0, t->layer_begin, 0, 0};
-    for (int64_t l = 0; l < L; l++)
-        s->u[1 + l] = (ShardUnit){t->layer_begin + l * t->layer_stride, t->layer_begin + (l + 1) * t->layer_stride, 0, 0};
-    s->u[L + 1] = (ShardUnit){t->layer_begin + L * t->layer_stride, t->total, 0, 0};
+    for (int64_t l = 0; l < L; l++) s->u[1 + l] = (ShardUnit){t->layer_at[l], t->layer_at[l + 1], 0, 0};
+    s->u[L + 1] = (ShardUnit){t->layer_at[L], t->total, 0, 0};
     for (int64_t i = 0; i < s->nunits; i++) {
         ShardUnit *u = &s->u[i];
         u->shard = cdiv(cdiv(u->end - u->begin, P), 64) * 64;

@@ -47,6 +47,8 @@ static void fill_piece(StateIO *s, const Piece *pc, const Source *src, float *ds
         else if (st_read_range_f32(src->st, name, pc->param->ndim, pc->param->shape, pc->elem0 + off, n, buf, err,
                                    sizeof err))
             DIE("%s", err);
+        else if (!src->prefix[0]) /* an HF model's tensor: Qwen3.5's norms hold 1 + w here (common/model.h) */
+            for (int64_t j = 0; j < n; j++) buf[j] = params_from_hf(pc->param, buf[j]);
         copy(s, dst + pc->at + off, buf, 4 * n);
     }
 }
@@ -98,10 +100,10 @@ static void specs(const StateIO *s, StWrite *model, StWrite *state, char (*names
     const ParamTable *t = s->t;
     for (int64_t i = 0; i < t->n; i++) {
         const ParamInfo *p = &t->p[i];
-        model[i] = (StWrite){p->name, ST_BF16, p->ndim, {p->shape[0], p->shape[1]}, NULL};
+        model[i] = (StWrite){p->name, ST_BF16, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, NULL};
         for (int k = 0; k < 3; k++) {
             snprintf(names[k * t->n + i], 112, "%s.%s", STATE_PREFIX[k], p->name);
-            state[k * t->n + i] = (StWrite){names[k * t->n + i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, NULL};
+            state[k * t->n + i] = (StWrite){names[k * t->n + i], ST_F32, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, NULL};
         }
     }
 }
@@ -126,7 +128,7 @@ static void fill_files(const StateIO *s, const StPlan *pm, const StPlan *ps) {
                 copy(s, buf, src[k] + pc->at + off, 4 * n);
                 if (st_plan_fill(ps, k * t->n + ti, 4 * e, buf, 4 * n, err, sizeof err)) DIE("%s", err);
                 if (k) continue;
-                for (int64_t j = 0; j < n; j++) bf[j] = f32_to_bf16(buf[j]);
+                for (int64_t j = 0; j < n; j++) bf[j] = f32_to_bf16(params_to_hf(pc->param, buf[j])); /* HF's w */
                 if (st_plan_fill(pm, ti, 2 * e, bf, 2 * n, err, sizeof err)) DIE("%s", err);
             }
         }
@@ -187,7 +189,7 @@ void state_dump(StateIO *s, const char *path, double loss) {
     for (int64_t i = 0; i < t->n; i++) {
         const ParamInfo *p = &t->p[i];
         snprintf(names[i], 112, "grad.%s", p->name);
-        w[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, NULL};
+        w[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, NULL};
     }
     StPlan pl;
     st_plan_file(&pl, path, w, t->n + 1, NULL);

@@ -127,6 +127,63 @@ void moe_stats(double *choices, double *psum, const int32_t *count, const float 
 void segment_ptrs(void **ptrs, const int32_t *r, int64_t E, const void *A, int64_t a_seg, const void *B, int64_t b_row,
                   void *C, int64_t c_row, cudaStream_t st);
 
+/* ---- Qwen3.5 linear attention (gdn.cu). qkv [S, C]: C = 2 Hk dk + Hv dv channels (q, k, v); pos [S]:
+ * a token at position 0 starts a document (the conv and the state start from zero there). */
+/* out [S, C] = silu(causal depthwise conv of x [S, C] with w [C, K]) */
+void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *w, const int32_t *pos, int64_t S, int64_t C, int64_t K,
+                  cudaStream_t st);
+/* d: d(out) in, overwritten with d(pre-SiLU); dx [S, C] written; dw [C, K] added into */
+void gdn_conv_bwd(bf16_t *dx, float *dw, bf16_t *d, const bf16_t *x, const bf16_t *w, const int32_t *pos, int64_t S,
+                  int64_t C, int64_t K, cudaStream_t st);
+/* g [S, Hv] = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (a, b [S, Hv] the projections) */
+void gdn_gates_fwd(float *g, float *beta, const bf16_t *a, const bf16_t *b, const bf16_t *A_log, const bf16_t *dt_bias,
+                   int64_t S, int64_t Hv, cudaStream_t st);
+/* da, db [S, Hv] written; dA_log, ddt_bias [Hv] added into */
+void gdn_gates_bwd(bf16_t *da, bf16_t *db, float *dA_log, float *ddt_bias, const float *dg, const float *dbeta,
+                   const float *g, const float *beta, const bf16_t *a, const bf16_t *A_log, const bf16_t *dt_bias,
+                   int64_t S, int64_t Hv, cudaStream_t st);
+/* r [S, H] = 1 / sqrt(|head|^2 + 1e-6) of the H heads of d channels from channel c0 of rows of ld */
+void gdn_l2_fwd(float *r, const bf16_t *x, int64_t S, int64_t H, int64_t d, int64_t ld, int64_t c0, cudaStream_t st);
+/* dy [S, H, d] fp32, the gradient of scale x r, to the raw heads' (written at channel c0 of rows of ld) */
+void gdn_l2_bwd(bf16_t *dx, const float *dy, const bf16_t *x, const float *r, float scale, int64_t S, int64_t H,
+                int64_t d, int64_t ld, int64_t c0, cudaStream_t st);
+/* the gated delta rule, token by token: o [S, Hv, dv]; states [ceil(S/chunk), Hv, dk, dv] the state at
+ * every chunk's start (for the backward); S_io [Hv, dv, dk] initial state in and final out (NULL: zero,
+ * not kept). rq, rk [S, Hk]: gdn_l2_fwd's of q and k. dk 32/64/128, dv a multiple of 32. */
+void gdn_rule_fwd(bf16_t *o, float *states, float *S_io, const bf16_t *qkv, const float *g, const float *beta,
+                  const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk,
+                  int64_t dv, int64_t chunk, cudaStream_t st);
+/* its backward from dout [S, Hv, dv]: dq, dk [S, Hk, dk] fp32 (of the prepared q, k) and dg, dbeta
+ * [S, Hv] fp32 added into (zero them first); dv into dqkv's v channels; dS_io [Hv, dv, dk]: the final
+ * state's gradient in, the initial state's out (NULL: zero, not kept); scratch of gdn_scratch_floats */
+void gdn_rule_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta, float *dS_io, const bf16_t *dout,
+                  const float *states, float *scratch, const bf16_t *qkv, const float *g, const float *beta,
+                  const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv,
+                  int64_t dk_head, int64_t dv, int64_t chunk, cudaStream_t st);
+int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_t chunk);
+/* the gated RMSNorm over rows of n: y = w (x / rms(x)) silu(z); rstd [rows] kept */
+void gdn_norm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w, int64_t rows, int64_t n,
+                  float eps, cudaStream_t st);
+/* dx, dz written; dw [n] added into */
+void gdn_norm_bwd(bf16_t *dx, bf16_t *dz, float *dw, const bf16_t *dy, const bf16_t *x, const bf16_t *z,
+                  const float *rstd, const bf16_t *w, int64_t rows, int64_t n, cudaStream_t st);
+
+/* ---- Qwen3.5 gated full attention (gated_attn.cu) */
+/* a head norm and RoPE over its first rot dims: head h of token t read at in + t in_ld + h in_hs,
+ * out [S, H, hd] compact; rstd [S H] kept */
+void ga_qk_fwd(bf16_t *out, float *rstd, const bf16_t *in, int64_t in_ld, int64_t in_hs, const bf16_t *w,
+               const int32_t *pos, const float *inv_freq, float attn_factor, int64_t S, int64_t H, int64_t hd,
+               int64_t rot, float eps, cudaStream_t st);
+/* d [S, H, hd] -> dx at in's placement; dw [hd] added into */
+void ga_qk_bwd(bf16_t *dx, float *dw, const bf16_t *d, const bf16_t *in, int64_t in_ld, int64_t in_hs,
+               const float *rstd, const bf16_t *w, const int32_t *pos, const float *inv_freq, float attn_factor,
+               int64_t S, int64_t H, int64_t hd, int64_t rot, cudaStream_t st);
+/* og [S, H, hd] = o sigmoid(gate), the gate the second hd of each head's 2 hd rows of q_raw */
+void ga_gate_fwd(bf16_t *og, const bf16_t *o, const bf16_t *q_raw, int64_t S, int64_t H, int64_t hd, cudaStream_t st);
+/* d: d(og) in, d(o) out; d(gate) written into the gate half of dq_full [S, H, 2 hd] */
+void ga_gate_bwd(bf16_t *d, bf16_t *dq_full, const bf16_t *o, const bf16_t *q_raw, int64_t S, int64_t H, int64_t hd,
+                 cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

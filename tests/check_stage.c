@@ -342,7 +342,7 @@ static int cmd_refdump(char **argv) {
     for (int64_t i = 0; i < gd.pt.n; i++) {
         const ParamInfo *p = &gd.pt.p[i];
         snprintf(names[i], 160, "grad.%s", p->name);
-        sw[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1]}, g + p->offset};
+        sw[i + 1] = (StWrite){names[i], ST_F32, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, g + p->offset};
     }
     if (st_write(argv[3], sw, gd.pt.n + 1, NULL, err, sizeof err)) DIE("%s", err);
     printf("reference loss %.6f and %lld gradients written to %s\n", r.loss, (long long)gd.pt.n, argv[3]);

@@ -26,6 +26,7 @@
 #include "../common/sdpa.h"
 #include "../common/zigzag.h"
 #include "../kernels/kernels.h"
+#include "ref_gdn.h"
 #include "test.h"
 
 #define TOL_BF16 2e-2
@@ -932,6 +933,291 @@ static void test_sdpa_docs(Sdpa *sd, int64_t H, int64_t Hk, int64_t D, const int
     cudaFree(acc_d); cudaFree(ws_d); cudaFree(lens_d);
 }
 
+/* ------------------------------------------------------------------ Qwen3.5: linear attention, gated attention */
+static int32_t *positions_of(const int64_t *start, int64_t nd, int64_t S, int32_t **dev) {
+    /* documents [start[d], start[d+1]); the first continues one begun 1000 tokens earlier (a
+     * context-parallel chunk's): only a later document's first token is at position 0 */
+    int32_t *pos = xmalloc((size_t)S * 4);
+    for (int64_t d = 0; d < nd; d++)
+        for (int64_t t = start[d]; t < (d + 1 < nd ? start[d + 1] : S); t++) pos[t] = (int32_t)(t - start[d] + (d ? 0 : 1000));
+    CUDA_CHECK(cudaMalloc((void **)dev, (size_t)S * 4));
+    upload(*dev, pos, (size_t)S * 4);
+    return pos;
+}
+
+/* the causal depthwise conv + SiLU, forward and backward, against fp64 loops */
+static void test_gdn_conv(int64_t S, int64_t C, int64_t K, const int64_t *start, int64_t nd) {
+    bf16_t *x_d, *w_d, *dy_d;
+    int32_t *pos_d;
+    float *x = rand_bf16(&x_d, S * C, 1.0), *w = rand_bf16(&w_d, C * K, 0.5), *dy = rand_bf16(&dy_d, S * C, 1.0);
+    int32_t *pos = positions_of(start, nd, S, &pos_d);
+    bf16_t *y_d = dalloc_poisoned(S * C * 2), *dx_d = dalloc_poisoned(S * C * 2);
+    float *dw_d;
+    CUDA_CHECK(cudaMalloc((void **)&dw_d, (size_t)C * K * 4));
+    CUDA_CHECK(cudaMemsetAsync(dw_d, 0, (size_t)C * K * 4, st));
+    gdn_conv_fwd(y_d, x_d, w_d, pos_d, S, C, K, st);
+    gdn_conv_bwd(dx_d, dw_d, dy_d, x_d, w_d, pos_d, S, C, K, st);
+    double *y = xmalloc((size_t)(S * C) * 8), *dx = xcalloc((size_t)(S * C), 8), *dw = xcalloc((size_t)(C * K), 8);
+    for (int64_t t = 0; t < S; t++)
+        for (int64_t c = 0; c < C; c++) {
+            double pre = 0;
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t back = K - 1 - j;
+                if (back <= t && back <= pos[t]) pre += (double)w[c * K + j] * x[(t - back) * C + c];
+            }
+            const double sg = 1 / (1 + exp(-pre)), dpre = dy[t * C + c] * sg * (1 + pre * (1 - sg));
+            y[t * C + c] = pre * sg;
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t back = K - 1 - j;
+                if (back > t || back > pos[t]) continue;
+                dx[(t - back) * C + c] += w[c * K + j] * dpre;
+                dw[c * K + j] += dpre * x[(t - back) * C + c];
+            }
+        }
+    char name[96];
+    float *o;
+    snprintf(name, sizeof name, "gdn_conv_fwd S %lld C %lld K %lld docs %lld", (long long)S, (long long)C, (long long)K,
+             (long long)nd);
+    REPORT(name, rel_d(o = down_bf16(y_d, S * C), y, S * C), TOL_BF16); free(o);
+    REPORT("gdn_conv_bwd dx", rel_d(o = down_bf16(dx_d, S * C), dx, S * C), TOL_BF16); free(o);
+    REPORT("gdn_conv_bwd dw (fp32)", rel_d(o = down_f32(dw_d, C * K), dw, C * K), TOL_BF16); free(o);
+    free(x); free(w); free(dy); free(pos); free(y); free(dx); free(dw);
+    cudaFree(x_d); cudaFree(w_d); cudaFree(dy_d); cudaFree(pos_d); cudaFree(y_d); cudaFree(dx_d); cudaFree(dw_d);
+}
+
+/* The gated delta rule through the GPU's whole path (l2 norms, rule forward, its backward, the norms'
+ * backward) against tests/ref_gdn.c in fp64, document by document: an initial state in and its
+ * gradient out, the final state out and its gradient in, GQA-like key heads shared by value heads. */
+static void test_gdn_rule(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk,
+                          const int64_t *start, int64_t nd) {
+    const int64_t C = 2 * Hk * dk + Hv * dv, G = Hv / Hk, ms = dv * dk;
+    bf16_t *qkv_d, *do_d;
+    float *qkv = rand_bf16(&qkv_d, S * C, 1.0), *dout = rand_bf16(&do_d, S * Hv * dv, 1.0);
+    float *g = xmalloc((size_t)(S * Hv) * 4), *beta = xmalloc((size_t)(S * Hv) * 4), *g_d, *beta_d;
+    for (int64_t i = 0; i < S * Hv; i++) g[i] = (float)(-0.3 * urand() - 0.01), beta[i] = (float)(0.05 + 0.9 * urand());
+    CUDA_CHECK(cudaMalloc((void **)&g_d, (size_t)(S * Hv) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&beta_d, (size_t)(S * Hv) * 4));
+    upload(g_d, g, (size_t)(S * Hv) * 4);
+    upload(beta_d, beta, (size_t)(S * Hv) * 4);
+    int32_t *pos_d, *pos = positions_of(start, nd, S, &pos_d);
+    float *S0_d, *dSf_d, *S0 = rand_f32(&S0_d, Hv * ms, 0.5), *dSf = rand_f32(&dSf_d, Hv * ms, 0.5);
+    const int64_t nck = (S + chunk - 1) / chunk;
+    float *rq_d = dalloc_poisoned(S * Hk * 4), *rk_d = dalloc_poisoned(S * Hk * 4);
+    float *states_d = dalloc_poisoned(nck * Hv * ms * 4), *scr_d = dalloc_poisoned(gdn_scratch_floats(Hv, dk, dv, chunk) * 4);
+    bf16_t *o_d = dalloc_poisoned(S * Hv * dv * 2), *dqkv_d = dalloc_poisoned(S * C * 2);
+    float *dq_d, *dk_d, *dg_d, *db_d;
+    CUDA_CHECK(cudaMalloc((void **)&dq_d, (size_t)(S * Hk * dk) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dk_d, (size_t)(S * Hk * dk) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dg_d, (size_t)(S * Hv) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&db_d, (size_t)(S * Hv) * 4));
+    CUDA_CHECK(cudaMemsetAsync(dq_d, 0, (size_t)(S * Hk * dk) * 4, st));
+    CUDA_CHECK(cudaMemsetAsync(dk_d, 0, (size_t)(S * Hk * dk) * 4, st));
+    CUDA_CHECK(cudaMemsetAsync(dg_d, 0, (size_t)(S * Hv) * 4, st));
+    CUDA_CHECK(cudaMemsetAsync(db_d, 0, (size_t)(S * Hv) * 4, st));
+    gdn_l2_fwd(rq_d, qkv_d, S, Hk, dk, C, 0, st);
+    gdn_l2_fwd(rk_d, qkv_d, S, Hk, dk, C, Hk * dk, st);
+    gdn_rule_fwd(o_d, states_d, S0_d, qkv_d, g_d, beta_d, rq_d, rk_d, pos_d, S, Hk, Hv, dk, dv, chunk, st); /* S0_d: final */
+    gdn_rule_bwd(dq_d, dk_d, dqkv_d, dg_d, db_d, dSf_d, do_d, states_d, scr_d, qkv_d, g_d, beta_d, rq_d, rk_d, pos_d, S,
+                 Hk, Hv, dk, dv, chunk, st);                                                                   /* dSf_d: dS0 */
+    gdn_l2_bwd(dqkv_d, dq_d, qkv_d, rq_d, 1.f / sqrtf((float)dk), S, Hk, dk, C, 0, st);
+    gdn_l2_bwd(dqkv_d, dk_d, qkv_d, rk_d, 1.f, S, Hk, dk, C, Hk * dk, st);
+
+    /* the reference: q and k repeated over their value heads, prepared, the rule per document */
+    const GdnHeads hh = {Hv, dk, dv};
+    double *q = xmalloc((size_t)(S * Hv * dk) * 8), *k = xmalloc((size_t)(S * Hv * dk) * 8), *v = xmalloc((size_t)(S * Hv * dv) * 8);
+    double *gd = xmalloc((size_t)(S * Hv) * 8), *bd = xmalloc((size_t)(S * Hv) * 8), *dod = xmalloc((size_t)(S * Hv * dv) * 8);
+    for (int64_t t = 0; t < S; t++)
+        for (int64_t h = 0; h < Hv; h++) {
+            const int64_t kh = h / G;
+            for (int64_t e = 0; e < dk; e++) {
+                q[(t * Hv + h) * dk + e] = qkv[t * C + kh * dk + e];
+                k[(t * Hv + h) * dk + e] = qkv[t * C + (Hk + kh) * dk + e];
+            }
+            for (int64_t e = 0; e < dv; e++) {
+                v[(t * Hv + h) * dv + e] = qkv[t * C + 2 * Hk * dk + h * dv + e];
+                dod[(t * Hv + h) * dv + e] = dout[(t * Hv + h) * dv + e];
+            }
+            gd[t * Hv + h] = g[t * Hv + h], bd[t * Hv + h] = beta[t * Hv + h];
+        }
+    double *qr = xmalloc((size_t)(S * Hv * dk) * 8), *kr = xmalloc((size_t)(S * Hv * dk) * 8);
+    memcpy(qr, q, (size_t)(S * Hv * dk) * 8);
+    memcpy(kr, k, (size_t)(S * Hv * dk) * 8);
+    ref_gdn_prepare(&hh, S, q, k);
+    double *o = xmalloc((size_t)(S * Hv * dv) * 8), *Sst = xmalloc((size_t)(Hv * ms) * 8), *S0d = xmalloc((size_t)(Hv * ms) * 8);
+    for (int64_t d = 0; d < nd; d++) {
+        const int64_t a = start[d], n = (d + 1 < nd ? start[d + 1] : S) - a;
+        for (int64_t e = 0; e < Hv * ms; e++) Sst[e] = d ? 0 : S0[e];
+        ref_gdn(&hh, n, q + a * Hv * dk, k + a * Hv * dk, v + a * Hv * dv, gd + a * Hv, bd + a * Hv, Sst, o + a * Hv * dv);
+    }
+    double *dqv = xcalloc((size_t)(S * Hv * dk), 8), *dkv = xcalloc((size_t)(S * Hv * dk), 8), *dvv = xcalloc((size_t)(S * Hv * dv), 8);
+    double *dg = xcalloc((size_t)(S * Hv), 8), *db = xcalloc((size_t)(S * Hv), 8), *dS = xmalloc((size_t)(Hv * ms) * 8);
+    for (int64_t d = nd - 1; d >= 0; d--) {
+        const int64_t a = start[d], n = (d + 1 < nd ? start[d + 1] : S) - a;
+        for (int64_t e = 0; e < Hv * ms; e++) { dS[e] = d == nd - 1 ? dSf[e] : 0; S0d[e] = d ? 0 : S0[e]; }
+        ref_gdn_bwd(&hh, n, q + a * Hv * dk, k + a * Hv * dk, v + a * Hv * dv, gd + a * Hv, bd + a * Hv, S0d,
+                    dod + a * Hv * dv, dS, dqv + a * Hv * dk, dkv + a * Hv * dk, dvv + a * Hv * dv, dg + a * Hv, db + a * Hv);
+        if (d == 0) memcpy(S0d, dS, (size_t)(Hv * ms) * 8); /* the initial state's gradient */
+    }
+    ref_gdn_prepare_bwd(&hh, S, qr, kr, dqv, dkv);
+    double *dqkv = xcalloc((size_t)(S * C), 8); /* raw q, k summed over their value heads; v */
+    for (int64_t t = 0; t < S; t++)
+        for (int64_t h = 0; h < Hv; h++) {
+            for (int64_t e = 0; e < dk; e++) {
+                dqkv[t * C + (h / G) * dk + e] += dqv[(t * Hv + h) * dk + e];
+                dqkv[t * C + (Hk + h / G) * dk + e] += dkv[(t * Hv + h) * dk + e];
+            }
+            for (int64_t e = 0; e < dv; e++) dqkv[t * C + 2 * Hk * dk + h * dv + e] = dvv[(t * Hv + h) * dv + e];
+        }
+    char name[128];
+    float *out;
+    snprintf(name, sizeof name, "gdn_rule_fwd o S %lld Hk %lld Hv %lld dk %lld dv %lld chunk %lld docs %lld", (long long)S,
+             (long long)Hk, (long long)Hv, (long long)dk, (long long)dv, (long long)chunk, (long long)nd);
+    REPORT(name, rel_d(out = down_bf16(o_d, S * Hv * dv), o, S * Hv * dv), TOL_BF16); free(out);
+    REPORT("gdn_rule_fwd final state (fp32)", rel_d(out = down_f32(S0_d, Hv * ms), Sst, Hv * ms), 1e-4); free(out);
+    REPORT("gdn_rule_bwd dq dk dv (raw, bf16)", rel_d(out = down_bf16(dqkv_d, S * C), dqkv, S * C), TOL_BF16); free(out);
+    REPORT("gdn_rule_bwd dg (fp32)", rel_d(out = down_f32(dg_d, S * Hv), dg, S * Hv), 1e-4); free(out);
+    REPORT("gdn_rule_bwd dbeta (fp32)", rel_d(out = down_f32(db_d, S * Hv), db, S * Hv), 1e-4); free(out);
+    REPORT("gdn_rule_bwd initial state's gradient (fp32)", rel_d(out = down_f32(dSf_d, Hv * ms), S0d, Hv * ms), 1e-4);
+    free(out);
+    free(qkv); free(dout); free(g); free(beta); free(pos); free(S0); free(dSf); free(q); free(k); free(v); free(gd);
+    free(bd); free(dod); free(qr); free(kr); free(o); free(Sst); free(S0d); free(dqv); free(dkv); free(dvv); free(dg);
+    free(db); free(dS); free(dqkv);
+    void *ptrs[] = {qkv_d, do_d, g_d, beta_d, pos_d, S0_d, dSf_d, rq_d, rk_d, states_d, scr_d, o_d, dqkv_d, dq_d, dk_d, dg_d, db_d};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
+}
+
+/* the gates and the gated RMSNorm against fp64 loops */
+static void test_gdn_gates_norm(int64_t S, int64_t Hv, int64_t dv) {
+    bf16_t *a_d, *b_d, *Al_d, *dt_d, *x_d, *z_d, *w_d, *dy_d;
+    float *a = rand_bf16(&a_d, S * Hv, 1.0), *b = rand_bf16(&b_d, S * Hv, 1.0), *Al = rand_bf16(&Al_d, Hv, 1.0),
+          *dt = rand_bf16(&dt_d, Hv, 1.0), *x = rand_bf16(&x_d, S * Hv * dv, 1.0), *z = rand_bf16(&z_d, S * Hv * dv, 1.0),
+          *w = rand_bf16(&w_d, dv, 1.0), *dy = rand_bf16(&dy_d, S * Hv * dv, 1.0);
+    float *dgf_d, *dbf_d, *dgf = rand_f32(&dgf_d, S * Hv, 1.0), *dbf = rand_f32(&dbf_d, S * Hv, 1.0);
+    float *g_d = dalloc_poisoned(S * Hv * 4), *be_d = dalloc_poisoned(S * Hv * 4), *rstd_d = dalloc_poisoned(S * Hv * 4);
+    bf16_t *da_d = dalloc_poisoned(S * Hv * 2), *db_d = dalloc_poisoned(S * Hv * 2), *y_d = dalloc_poisoned(S * Hv * dv * 2),
+           *dx_d = dalloc_poisoned(S * Hv * dv * 2), *dz_d = dalloc_poisoned(S * Hv * dv * 2);
+    float *dacc_d;
+    CUDA_CHECK(cudaMalloc((void **)&dacc_d, (size_t)(2 * Hv + dv) * 4));
+    CUDA_CHECK(cudaMemsetAsync(dacc_d, 0, (size_t)(2 * Hv + dv) * 4, st));
+    gdn_gates_fwd(g_d, be_d, a_d, b_d, Al_d, dt_d, S, Hv, st);
+    gdn_gates_bwd(da_d, db_d, dacc_d, dacc_d + Hv, dgf_d, dbf_d, g_d, be_d, a_d, Al_d, dt_d, S, Hv, st);
+    gdn_norm_fwd(y_d, rstd_d, x_d, z_d, w_d, S * Hv, dv, 1e-6f, st);
+    gdn_norm_bwd(dx_d, dz_d, dacc_d + 2 * Hv, dy_d, x_d, z_d, rstd_d, w_d, S * Hv, dv, st);
+    const int64_t n = S * Hv, m = S * Hv * dv;
+    double *g = xmalloc((size_t)n * 8), *be = xmalloc((size_t)n * 8), *da = xmalloc((size_t)n * 8), *db = xmalloc((size_t)n * 8);
+    double *dacc = xcalloc((size_t)(2 * Hv + dv), 8), *y = xmalloc((size_t)m * 8), *dx = xmalloc((size_t)m * 8), *dz = xmalloc((size_t)m * 8);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t h = i % Hv;
+        const double xx = (double)a[i] + dt[h], sp = log1p(exp(xx)), A = exp((double)Al[h]);
+        g[i] = -A * sp;
+        be[i] = 1 / (1 + exp(-(double)b[i]));
+        da[i] = dgf[i] * -A / (1 + exp(-xx));
+        db[i] = dbf[i] * be[i] * (1 - be[i]);
+        dacc[h] += dgf[i] * g[i];
+        dacc[Hv + h] += da[i];
+    }
+    for (int64_t r = 0; r < n; r++) {
+        double ss = 0, dot = 0;
+        for (int64_t e = 0; e < dv; e++) ss += (double)x[r * dv + e] * x[r * dv + e];
+        const double rs = 1 / sqrt(ss / dv + 1e-6);
+        for (int64_t e = 0; e < dv; e++) {
+            const int64_t i = r * dv + e;
+            const double sg = 1 / (1 + exp(-(double)z[i])), sz = z[i] * sg, xh = x[i] * rs, gg = dy[i] * (double)w[e];
+            y[i] = w[e] * xh * sz;
+            dz[i] = gg * xh * sg * (1 + z[i] * (1 - sg));
+            dacc[2 * Hv + e] += dy[i] * xh * sz;
+            dot += gg * sz * xh;
+        }
+        dot /= dv;
+        for (int64_t e = 0; e < dv; e++) {
+            const int64_t i = r * dv + e;
+            const double sz = z[i] / (1 + exp(-(double)z[i]));
+            dx[i] = rs * (dy[i] * (double)w[e] * sz - x[i] * rs * dot);
+        }
+    }
+    float *o;
+    REPORT("gdn_gates_fwd g (fp32)", rel_d(o = down_f32(g_d, n), g, n), 1e-5); free(o);
+    REPORT("gdn_gates_fwd beta (fp32)", rel_d(o = down_f32(be_d, n), be, n), 1e-5); free(o);
+    REPORT("gdn_gates_bwd da", rel_d(o = down_bf16(da_d, n), da, n), TOL_BF16); free(o);
+    REPORT("gdn_gates_bwd db", rel_d(o = down_bf16(db_d, n), db, n), TOL_BF16); free(o);
+    REPORT("gdn_gates_bwd dA_log, ddt_bias (fp32)", rel_d(o = down_f32(dacc_d, 2 * Hv), dacc, 2 * Hv), 1e-4); free(o);
+    REPORT("gdn_norm_fwd", rel_d(o = down_bf16(y_d, m), y, m), TOL_BF16); free(o);
+    REPORT("gdn_norm_bwd dx", rel_d(o = down_bf16(dx_d, m), dx, m), TOL_BF16); free(o);
+    REPORT("gdn_norm_bwd dz", rel_d(o = down_bf16(dz_d, m), dz, m), TOL_BF16); free(o);
+    REPORT("gdn_norm_bwd dw (fp32)", rel_d(o = down_f32(dacc_d + 2 * Hv, dv), dacc + 2 * Hv, dv), 1e-4); free(o);
+    free(a); free(b); free(Al); free(dt); free(x); free(z); free(w); free(dy); free(dgf); free(dbf);
+    free(g); free(be); free(da); free(db); free(dacc); free(y); free(dx); free(dz);
+    void *ptrs[] = {a_d, b_d, Al_d, dt_d, x_d, z_d, w_d, dy_d, dgf_d, dbf_d, g_d, be_d, rstd_d, da_d, db_d, y_d, dx_d, dz_d, dacc_d};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
+}
+
+/* the gated attention's pieces: q's head norm and partial RoPE read from q_proj's [S, H, 2 hd] rows
+ * (query, then gate), their backward written back there, and the output gate, against fp64 */
+static void test_gated_attn_pieces(int64_t S, int64_t H, int64_t hd, int64_t rot) {
+    const int64_t n = S * H * hd, half = rot / 2;
+    bf16_t *qr_d, *w_d, *d_d, *o_d, *dog_d;
+    float *qr = rand_bf16(&qr_d, 2 * n, 1.0), *w = rand_bf16(&w_d, hd, 1.0), *d = rand_bf16(&d_d, n, 1.0),
+          *o = rand_bf16(&o_d, n, 1.0), *dog = rand_bf16(&dog_d, n, 1.0);
+    int32_t *pos = xmalloc((size_t)S * 4), *pos_d;
+    for (int64_t t = 0; t < S; t++) pos[t] = (int32_t)(urand() * 262144);
+    float *inv = xmalloc((size_t)half * 4), *inv_d;
+    for (int64_t i = 0; i < half; i++) inv[i] = (float)(1.0 / pow(1e7, 2.0 * i / rot));
+    CUDA_CHECK(cudaMalloc((void **)&pos_d, (size_t)S * 4));
+    upload(pos_d, pos, (size_t)S * 4);
+    CUDA_CHECK(cudaMalloc((void **)&inv_d, (size_t)half * 4));
+    upload(inv_d, inv, (size_t)half * 4);
+    bf16_t *y_d = dalloc_poisoned(n * 2), *dq_d = dalloc_poisoned(2 * n * 2), *og_d = dalloc_poisoned(n * 2);
+    float *rstd_d = dalloc_poisoned(S * H * 4), *dw_d;
+    CUDA_CHECK(cudaMalloc((void **)&dw_d, (size_t)hd * 4));
+    CUDA_CHECK(cudaMemsetAsync(dw_d, 0, (size_t)hd * 4, st));
+    ga_qk_fwd(y_d, rstd_d, qr_d, H * 2 * hd, 2 * hd, w_d, pos_d, inv_d, 1.f, S, H, hd, rot, 1e-6f, st);
+    ga_qk_bwd(dq_d, dw_d, d_d, qr_d, H * 2 * hd, 2 * hd, rstd_d, w_d, pos_d, inv_d, 1.f, S, H, hd, rot, st);
+    ga_gate_fwd(og_d, o_d, qr_d, S, H, hd, st);
+    ga_gate_bwd(dog_d, dq_d, o_d, qr_d, S, H, hd, st);
+    double *y = xmalloc((size_t)n * 8), *dq = xmalloc((size_t)(2 * n) * 8), *dw = xcalloc((size_t)hd, 8);
+    double *og = xmalloc((size_t)n * 8), *dob = xmalloc((size_t)n * 8), *nv = xmalloc((size_t)hd * 8), *gg = xmalloc((size_t)hd * 8);
+    for (int64_t r = 0; r < S * H; r++) {
+        const float *x = qr + r * 2 * hd, *dr = d + r * hd;
+        double ss = 0;
+        for (int64_t i = 0; i < hd; i++) ss += (double)x[i] * x[i];
+        const double rs = 1 / sqrt(ss / hd + 1e-6);
+        for (int64_t i = 0; i < hd; i++) nv[i] = w[i] * x[i] * rs, gg[i] = dr[i], y[r * hd + i] = nv[i];
+        const float p = (float)pos[r / H];
+        for (int64_t i = 0; i < half; i++) {
+            const float ang = p * inv[i];
+            const double c = cos((double)ang), s = sin((double)ang);
+            y[r * hd + i] = nv[i] * c - nv[i + half] * s;
+            y[r * hd + i + half] = nv[i + half] * c + nv[i] * s;
+            gg[i] = dr[i] * c + dr[i + half] * s;
+            gg[i + half] = dr[i + half] * c - dr[i] * s;
+        }
+        double dot = 0;
+        for (int64_t i = 0; i < hd; i++) dw[i] += gg[i] * x[i] * rs, dot += gg[i] * w[i] * x[i] * rs;
+        dot /= hd;
+        for (int64_t i = 0; i < hd; i++) {
+            dq[r * 2 * hd + i] = rs * (gg[i] * w[i] - x[i] * rs * dot);
+            const int64_t e = r * hd + i;
+            const double sg = 1 / (1 + exp(-(double)x[hd + i]));
+            og[e] = o[e] * sg;
+            dob[e] = dog[e] * sg;
+            dq[r * 2 * hd + hd + i] = dog[e] * (double)o[e] * sg * (1 - sg);
+        }
+    }
+    char name[96];
+    float *out;
+    snprintf(name, sizeof name, "ga_qk_fwd S %lld H %lld hd %lld rot %lld", (long long)S, (long long)H, (long long)hd,
+             (long long)rot);
+    REPORT(name, rel_d(out = down_bf16(y_d, n), y, n), TOL_BF16); free(out);
+    REPORT("ga_qk_bwd + ga_gate_bwd: d(q_proj out)", rel_d(out = down_bf16(dq_d, 2 * n), dq, 2 * n), TOL_BF16); free(out);
+    REPORT("ga_qk_bwd dw (fp32)", rel_d(out = down_f32(dw_d, hd), dw, hd), 1e-3); free(out);
+    REPORT("ga_gate_fwd", rel_d(out = down_bf16(og_d, n), og, n), TOL_BF16); free(out);
+    REPORT("ga_gate_bwd d(o)", rel_d(out = down_bf16(dog_d, n), dob, n), TOL_BF16); free(out);
+    free(qr); free(w); free(d); free(o); free(dog); free(pos); free(inv); free(y); free(dq); free(dw); free(og); free(dob);
+    free(nv); free(gg);
+    void *ptrs[] = {qr_d, w_d, d_d, o_d, dog_d, pos_d, inv_d, y_d, dq_d, og_d, rstd_d, dw_d};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
+}
+
 int main(int argc, char **argv) {
     const int quick = argc > 1 && !strcmp(argv[1], "--quick");
     Gpu gpu;
@@ -953,6 +1239,20 @@ int main(int argc, char **argv) {
     test_cpu_adamw();
     test_ring_merge(1);
     test_ring_merge(0);
+    printf("[Qwen3.5 linear attention and gated attention]\n");
+    {
+        const int64_t one[] = {0}, docs[] = {0, 1, 2, 37, 64, 65, 150, 299};
+        test_gdn_conv(300, 96, 4, one, 1);
+        test_gdn_conv(300, 200, 4, docs, 8);
+        test_gdn_rule(150, 2, 4, 32, 64, 16, one, 1);     /* chunks of 16: the backward's chunk walk */
+        test_gdn_rule(300, 2, 4, 64, 32, 64, docs, 8);    /* documents: 1-token ones, starts on chunk edges */
+        test_gdn_rule(200, 1, 2, 128, 128, 64, one, 1);   /* the released models' head dims */
+        test_gdn_rule(257, 2, 6, 128, 128, 32, docs, 7);
+        test_gdn_gates_norm(300, 6, 128);
+        test_gdn_gates_norm(77, 4, 64);
+        test_gated_attn_pieces(100, 3, 256, 64);           /* the released models' head: 64 of 256 rotated */
+        test_gated_attn_pieces(77, 2, 64, 16);
+    }
     printf("[gemm]\n");
     void *ws;
     CUDA_CHECK(cudaMalloc(&ws, GEMM_WORKSPACE_BYTES));

@@ -1,0 +1,468 @@
+/* gdn.cu -- Qwen3.5's linear attention (Gated DeltaNet) on the GPU: the causal depthwise conv, the
+ * gates, the q/k l2 norms, the gated delta rule forward and backward, and the gated RMSNorm. The
+ * rule is written plainly: token by token, as tests/ref_gdn.c reads it (a learner's first read of
+ * linear attention, and the GPU's own reference for a chunked form later).
+ *
+ * Layouts (row-major, S tokens): qkv [S, C] with C = 2 Hk dk + Hv dv channels, q of key head kh at
+ * channel kh dk, k at Hk dk + kh dk, v of value head h at 2 Hk dk + h dv; g, beta [S, Hv] fp32; the
+ * state of value head h is S_h [dv, dk] fp32 (row i: value dim i). pos [S]: RoPE positions; a token
+ * at position 0 starts a document (--packing), so the state and the conv start from zero there.
+ *
+ * The rule, per value head, with q and k of its key head l2-normalised (q also by 1/sqrt(dk)):
+ *     S' = a_t S,  u = S' k_t,  d = b_t (v_t - u),  S = S' + d k_t^T,  o_t = S q_t,
+ * a_t = exp(g_t), b_t = beta_t. Row i of S needs only k_t, q_t and v_t[i]: a lane owns one row (dk
+ * floats in registers) and a warp 32 rows, so the forward has no reduction at all. */
+#include "common.cuh"
+
+/* ---------------------------------------------------------------- causal depthwise conv + SiLU */
+/* Channel c at token t: pre = sum_j w[c, j] x[t - (K-1) + j, c] over taps inside the document (t's
+ * document starts pos[t] tokens back; nothing before the sequence), out = silu(pre). A thread takes
+ * one channel over a tile of tokens. */
+#define CONV_TILE 64
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.f + __expf(-x)); }
+
+__device__ __forceinline__ float conv_pre(const bf16_t *x, const float *w, const int32_t *pos, int64_t t, int64_t c,
+                                          int64_t C, int K) {
+    float acc = 0.f;
+    for (int j = 0; j < K; j++) {
+        const int64_t back = K - 1 - j; /* tokens before t */
+        if (back <= t && back <= pos[t]) acc += w[j] * bf(x, (t - back) * C + c);
+    }
+    return acc;
+}
+
+__global__ void gdn_conv_fwd_kernel(bf16_t *out, const bf16_t *x, const bf16_t *wc, const int32_t *pos, int64_t S,
+                                    int64_t C, int K) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
+    if (c >= C) return;
+    float w[8];
+    for (int j = 0; j < K; j++) w[j] = bf(wc, c * K + j);
+    for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++) st_bf(out, t * C + c, silu_f(conv_pre(x, w, pos, t, c, C, K)));
+}
+
+extern "C" void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *w, const int32_t *pos, int64_t S, int64_t C,
+                             int64_t K, cudaStream_t st) {
+    if (K > 8) { fprintf(stderr, "error: gdn_conv_fwd takes a width of at most 8 (%lld)\n", (long long)K); exit(1); }
+    dim3 grid((unsigned)((C + 127) / 128), (unsigned)((S + CONV_TILE - 1) / CONV_TILE));
+    gdn_conv_fwd_kernel<<<grid, 128, 0, st>>>(out, x, w, pos, S, C, (int)K);
+    KCHECK();
+}
+
+/* d is d(out) in, d(pre) = d(out) silu'(pre) out (pre recomputed); one pass per token. */
+__global__ void gdn_conv_dpre_kernel(bf16_t *d, const bf16_t *x, const bf16_t *wc, const int32_t *pos, int64_t S,
+                                     int64_t C, int K) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
+    if (c >= C) return;
+    float w[8];
+    for (int j = 0; j < K; j++) w[j] = bf(wc, c * K + j);
+    for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++) {
+        const float p = conv_pre(x, w, pos, t, c, C, K), sg = 1.f / (1.f + __expf(-p));
+        st_bf(d, t * C + c, bf(d, t * C + c) * sg * (1.f + p * (1.f - sg)));
+    }
+}
+
+/* dx[t', c] = sum_j w[c, j] dpre[t' + (K-1) - j, c] over the taps that read t'; dw[c, j] += sum_t
+ * dpre[t, c] x[t - (K-1) + j, c]. A thread takes one channel over a tile: its dw partials stay in
+ * registers and are added once. */
+__global__ void gdn_conv_bwd_kernel(bf16_t *dx, float *dw, const bf16_t *dpre, const bf16_t *x, const bf16_t *wc,
+                                    const int32_t *pos, int64_t S, int64_t C, int K) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
+    if (c >= C) return;
+    float w[8], acc[8];
+    for (int j = 0; j < K; j++) { w[j] = bf(wc, c * K + j); acc[j] = 0.f; }
+    for (int64_t s = t0; s < t0 + CONV_TILE && s < S; s++) {
+        float sum = 0.f; /* token s as an input */
+        for (int j = 0; j < K; j++) {
+            const int64_t t = s + (K - 1 - j); /* the output that reads s through tap j */
+            if (t < S && K - 1 - j <= pos[t]) sum += w[j] * bf(dpre, t * C + c);
+        }
+        st_bf(dx, s * C + c, sum);
+        const float g = bf(dpre, s * C + c); /* token s as an output */
+        for (int j = 0; j < K; j++) {
+            const int64_t back = K - 1 - j;
+            if (back <= s && back <= pos[s]) acc[j] += g * bf(x, (s - back) * C + c);
+        }
+    }
+    for (int j = 0; j < K; j++) atomicAdd(&dw[c * K + j], acc[j]);
+}
+
+extern "C" void gdn_conv_bwd(bf16_t *dx, float *dw, bf16_t *d, const bf16_t *x, const bf16_t *w, const int32_t *pos,
+                             int64_t S, int64_t C, int64_t K, cudaStream_t st) {
+    dim3 grid((unsigned)((C + 127) / 128), (unsigned)((S + CONV_TILE - 1) / CONV_TILE));
+    gdn_conv_dpre_kernel<<<grid, 128, 0, st>>>(d, x, w, pos, S, C, (int)K);
+    KCHECK();
+    gdn_conv_bwd_kernel<<<grid, 128, 0, st>>>(dx, dw, d, x, w, pos, S, C, (int)K);
+    KCHECK();
+}
+
+/* ---------------------------------------------------------------- gates */
+/* g = -exp(A_log) softplus(a + dt_bias) (the log of the decay), beta = sigmoid(b); a, b [S, Hv] */
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
+
+__global__ void gdn_gates_fwd_kernel(float *g, float *beta, const bf16_t *a, const bf16_t *b, const bf16_t *A_log,
+                                     const bf16_t *dt_bias, int64_t n, int64_t Hv) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t h = i % Hv;
+        g[i] = -__expf(bf(A_log, h)) * softplus_f(bf(a, i) + bf(dt_bias, h));
+        beta[i] = 1.f / (1.f + __expf(-bf(b, i)));
+    }
+}
+
+extern "C" void gdn_gates_fwd(float *g, float *beta, const bf16_t *a, const bf16_t *b, const bf16_t *A_log,
+                              const bf16_t *dt_bias, int64_t S, int64_t Hv, cudaStream_t st) {
+    gdn_gates_fwd_kernel<<<grid_for(S * Hv, 256), 256, 0, st>>>(g, beta, a, b, A_log, dt_bias, S * Hv, Hv);
+    KCHECK();
+}
+
+/* From dg, dbeta [S, Hv] fp32: da, db [S, Hv] bf16 written, dA_log and ddt_bias [Hv] added into.
+ * dg/dA_log = g; dg/da = -exp(A_log) sigmoid(a + dt_bias) = dg/d dt_bias; dbeta/db = beta (1 - beta). */
+__global__ void gdn_gates_bwd_kernel(bf16_t *da, bf16_t *db, float *dA_log, float *ddt, const float *dg,
+                                     const float *dbeta, const float *g, const float *beta, const bf16_t *a,
+                                     const bf16_t *A_log, const bf16_t *dt_bias, int64_t S, int64_t Hv) {
+    const int64_t h = blockIdx.x;
+    float sA = 0.f, sdt = 0.f;
+    for (int64_t t = threadIdx.x; t < S; t += blockDim.x) {
+        const int64_t i = t * Hv + h;
+        const float x = bf(a, i) + bf(dt_bias, h), dd = -__expf(bf(A_log, h)) / (1.f + __expf(-x)) * dg[i];
+        st_bf(da, i, dd);
+        st_bf(db, i, dbeta[i] * beta[i] * (1.f - beta[i]));
+        sA += dg[i] * g[i];
+        sdt += dd;
+    }
+    __shared__ float red[32];
+    sA = block_sum(sA, red);
+    sdt = block_sum(sdt, red);
+    if (threadIdx.x == 0) { atomicAdd(&dA_log[h], sA); atomicAdd(&ddt[h], sdt); }
+}
+
+extern "C" void gdn_gates_bwd(bf16_t *da, bf16_t *db, float *dA_log, float *ddt_bias, const float *dg, const float *dbeta,
+                              const float *g, const float *beta, const bf16_t *a, const bf16_t *A_log,
+                              const bf16_t *dt_bias, int64_t S, int64_t Hv, cudaStream_t st) {
+    gdn_gates_bwd_kernel<<<(unsigned)Hv, 1024, 0, st>>>(da, db, dA_log, ddt_bias, dg, dbeta, g, beta, a, A_log, dt_bias,
+                                                       S, Hv);
+    KCHECK();
+}
+
+/* ---------------------------------------------------------------- l2 norms of q and k */
+/* r[t, h] = 1 / sqrt(|x_h|^2 + 1e-6) for the H heads of d channels from channel c0 of rows of ld
+ * (transformers' l2norm); one warp per (token, head). */
+#define L2_EPS 1e-6f
+__global__ void gdn_l2_fwd_kernel(float *r, const bf16_t *x, int64_t S, int64_t H, int64_t d, int64_t ld, int64_t c0) {
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= S * H) return;
+    const bf16_t *xr = x + (row / H) * ld + c0 + (row % H) * d;
+    float ss = 0.f;
+    for (int64_t i = lane; i < d; i += 32) { const float v = bf(xr, i); ss += v * v; }
+    ss = warp_sum(ss);
+    if (lane == 0) r[row] = rsqrtf(ss + L2_EPS);
+}
+
+extern "C" void gdn_l2_fwd(float *r, const bf16_t *x, int64_t S, int64_t H, int64_t d, int64_t ld, int64_t c0,
+                           cudaStream_t st) {
+    gdn_l2_fwd_kernel<<<grid_for(S * H, 8, 1LL << 31), 256, 0, st>>>(r, x, S, H, d, ld, c0);
+    KCHECK();
+}
+
+/* The gradient of the prepared head y = s x r (r as above) to the raw x: dx = s r (dy - u (u . dy)),
+ * u = x r. dy [S, H, d] fp32 (what the rule's backward added up); dx written into rows of ld from c0. */
+__global__ void gdn_l2_bwd_kernel(bf16_t *dx, const float *dy, const bf16_t *x, const float *r, float s, int64_t S,
+                                  int64_t H, int64_t d, int64_t ld, int64_t c0) {
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= S * H) return;
+    const int64_t at = (row / H) * ld + c0 + (row % H) * d;
+    const float rr = r[row];
+    float dot = 0.f;
+    for (int64_t i = lane; i < d; i += 32) dot += bf(x, at + i) * rr * dy[row * d + i];
+    dot = warp_sum(dot);
+    for (int64_t i = lane; i < d; i += 32) st_bf(dx, at + i, s * rr * (dy[row * d + i] - bf(x, at + i) * rr * dot));
+}
+
+extern "C" void gdn_l2_bwd(bf16_t *dx, const float *dy, const bf16_t *x, const float *r, float scale, int64_t S,
+                           int64_t H, int64_t d, int64_t ld, int64_t c0, cudaStream_t st) {
+    gdn_l2_bwd_kernel<<<grid_for(S * H, 8, 1LL << 31), 256, 0, st>>>(dx, dy, x, r, scale, S, H, d, ld, c0);
+    KCHECK();
+}
+
+/* ---------------------------------------------------------------- the gated delta rule */
+/* What both directions read of token t for value head h (key head kh): the prepared k and q (k unit,
+ * q unit / sqrt(dk)) and the gates. */
+typedef struct {
+    const bf16_t *qkv;        /* [S, C] the conv's output */
+    const float *g, *beta;    /* [S, Hv] */
+    const float *rq, *rk;     /* [S, Hk] inverse l2 norms */
+    const int32_t *pos;       /* [S] */
+    int64_t S, C;             /* tokens, channels (the row length of qkv) */
+    int Hk, Hv, dv;
+    float scale;              /* 1 / sqrt(dk) */
+} GdnArgs;
+
+/* token t's prepared k and q of key head kh into shared memory (every lane reads them all: a
+ * broadcast), each lane loading DK/32 of them */
+template <int DK>
+__device__ __forceinline__ void load_kq(float *k, float *q, const GdnArgs &A, int64_t t, int kh, int lane) {
+    const bf16_t *row = A.qkv + t * A.C;
+    const float fk = A.rk[t * A.Hk + kh], fq = A.rq[t * A.Hk + kh] * A.scale;
+    __syncwarp(); /* the previous token's are read */
+#pragma unroll
+    for (int m = 0; m < DK / 32; m++) {
+        const int j = m * 32 + lane;
+        k[j] = bf(row, (int64_t)(A.Hk + kh) * DK + j) * fk;
+        q[j] = bf(row, (int64_t)kh * DK + j) * fq;
+    }
+    __syncwarp();
+}
+
+/* one token through row i of the state: s = S_{t-1} (after a document's reset) in, S_t out; returns
+ * u = a S_{t-1} k, and d = b (v - u) the value written */
+template <int DK>
+__device__ __forceinline__ float rule_step(float *s, const float *k, float a, float b, float v, float *d_out) {
+    float u0 = 0.f, u1 = 0.f, u2 = 0.f, u3 = 0.f; /* four chains: the dot product is not one long dependency */
+#pragma unroll
+    for (int j = 0; j < DK; j += 4) { u0 += s[j] * k[j]; u1 += s[j + 1] * k[j + 1]; u2 += s[j + 2] * k[j + 2]; u3 += s[j + 3] * k[j + 3]; }
+    const float u = a * ((u0 + u1) + (u2 + u3)), d = b * (v - u);
+#pragma unroll
+    for (int j = 0; j < DK; j++) s[j] = a * s[j] + d * k[j];
+    *d_out = d;
+    return u;
+}
+
+/* Forward. Block (h, row group): 32 lanes, lane i of the group owns state row i. Writes o [S, Hv, dv];
+ * states [ceil(S/Cs), Hv, DK, dv]: the state at the start of every chunk of Cs tokens (what the backward
+ * starts from); S_io [Hv, dv, DK]: the initial state in (NULL: zero) and the final one out (NULL: not
+ * kept). */
+template <int DK>
+__global__ void __launch_bounds__(32) gdn_fwd_kernel(bf16_t *o, float *states, float *S_io, GdnArgs A, int64_t Cs) {
+    __shared__ float k[DK], q[DK];
+    const int h = blockIdx.x, lane = threadIdx.x, i = blockIdx.y * 32 + lane, kh = h / (A.Hv / A.Hk);
+    float s[DK];
+#pragma unroll
+    for (int j = 0; j < DK; j++) s[j] = S_io ? S_io[((int64_t)h * A.dv + i) * DK + j] : 0.f;
+    const int64_t vc = 2 * (int64_t)A.Hk * DK + (int64_t)h * A.dv + i;
+    for (int64_t t = 0; t < A.S; t++) {
+        if (states && t % Cs == 0) {
+            float *st = states + ((t / Cs) * A.Hv + h) * (int64_t)DK * A.dv + i;
+#pragma unroll
+            for (int j = 0; j < DK; j++) st[(int64_t)j * A.dv] = s[j];
+        }
+        if (A.pos[t] == 0) { /* a document starts: nothing before it is seen */
+#pragma unroll
+            for (int j = 0; j < DK; j++) s[j] = 0.f;
+        }
+        load_kq<DK>(k, q, A, t, kh, lane);
+        const int64_t th = t * A.Hv + h;
+        float d;
+        rule_step<DK>(s, k, __expf(A.g[th]), A.beta[th], bf(A.qkv, t * A.C + vc), &d);
+        float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+#pragma unroll
+        for (int j = 0; j < DK; j += 4) { o0 += s[j] * q[j]; o1 += s[j + 1] * q[j + 1]; o2 += s[j + 2] * q[j + 2]; o3 += s[j + 3] * q[j + 3]; }
+        st_bf(o, th * A.dv + i, (o0 + o1) + (o2 + o3));
+    }
+    if (S_io) {
+#pragma unroll
+        for (int j = 0; j < DK; j++) S_io[((int64_t)h * A.dv + i) * DK + j] = s[j];
+    }
+}
+
+#define DK_DISPATCH(dk, CALL)                                                                       \
+    switch (dk) {                                                                                   \
+    case 32: { constexpr int DK = 32; CALL; break; }                                                \
+    case 64: { constexpr int DK = 64; CALL; break; }                                                \
+    case 128: { constexpr int DK = 128; CALL; break; }                                              \
+    default: fprintf(stderr, "error: the gated delta rule takes dk 32, 64 or 128 (%lld)\n", (long long)dk); exit(1); \
+    }
+
+static GdnArgs args(const bf16_t *qkv, const float *g, const float *beta, const float *rq, const float *rk,
+                    const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv) {
+    if (dv % 32 || Hv % Hk) {
+        fprintf(stderr, "error: the gated delta rule takes dv a multiple of 32 (%lld) and Hv a multiple of Hk (%lld, %lld)\n",
+                (long long)dv, (long long)Hv, (long long)Hk);
+        exit(1);
+    }
+    return (GdnArgs){qkv, g, beta, rq, rk, pos, S, 2 * Hk * dk + Hv * dv, (int)Hk, (int)Hv, (int)dv,
+                     1.f / sqrtf((float)dk)};
+}
+
+extern "C" void gdn_rule_fwd(bf16_t *o, float *states, float *S_io, const bf16_t *qkv, const float *g,
+                             const float *beta, const float *rq, const float *rk, const int32_t *pos, int64_t S,
+                             int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk, cudaStream_t st) {
+    const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dk, dv);
+    dim3 grid((unsigned)Hv, (unsigned)(dv / 32));
+    DK_DISPATCH(dk, (gdn_fwd_kernel<DK><<<grid, 32, 0, st>>>(o, states, S_io, A, chunk)));
+    KCHECK();
+}
+
+/* the sums over a warp's 32 rows of red [32][DK + 1], added into out [DK] */
+template <int DK>
+__device__ __forceinline__ void add_rows(float *out, float (*red)[DK + 1], int lane) {
+    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < DK / 32; m++) {
+        const int j = m * 32 + lane;
+        float sum = 0.f;
+#pragma unroll 8
+        for (int r = 0; r < 32; r++) sum += red[r][j];
+        atomicAdd(&out[j], sum);
+    }
+    __syncwarp();
+}
+
+/* Backward, chunk by chunk from the last: the chunk's states run again from its saved start (each
+ * S_{t-1} kept in scratch), then its tokens in reverse. Per token, with dS the gradient of S_t:
+ *     dS += do q^T;  dq = S_t^T do;  dd = dS k;  dk = dS^T d + S'^T du;  dv = b dd;  du = -b dd;
+ *     db = dd . (v - u);  dS' = dS + du k^T;  dg = a <dS', S_{t-1}>;  dS_{t-1} = a dS'
+ * (S' = a S_{t-1}). Lane i's row of dS lives in shared memory (a row of the state in registers as
+ * well would not fit). The sums over rows (dq, dk over the warp's 32 rows; db, dg) go through shared
+ * memory and are added into fp32 dq, dk [S, Hk, DK] (of the prepared q and k) and dg, dbeta [S, Hv]
+ * (the row groups of a head and the value heads of a key head share them: zero them first). dv is
+ * one lane's alone and written into dqkv's v channels. */
+template <int DK>
+__global__ void __launch_bounds__(32) gdn_bwd_kernel(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta,
+                                                     float *dS_io, const bf16_t *dout, const float *states,
+                                                     float *scratch, GdnArgs A, int64_t Cs) {
+    __shared__ float k[DK], q[DK], ds[DK][32], red[32][DK + 1];
+    const int h = blockIdx.x, lane = threadIdx.x, i = blockIdx.y * 32 + lane, kh = h / (A.Hv / A.Hk);
+#pragma unroll
+    for (int j = 0; j < DK; j++) ds[j][lane] = dS_io ? dS_io[((int64_t)h * A.dv + i) * DK + j] : 0.f;
+    float *scr = scratch + ((int64_t)h * gridDim.y + blockIdx.y) * Cs * DK * 32 + lane; /* [Cs][DK][32 lanes] */
+    const int64_t vc = 2 * (int64_t)A.Hk * DK + (int64_t)h * A.dv + i;
+    for (int64_t c0 = (A.S - 1) / Cs * Cs; c0 >= 0; c0 -= Cs) {
+        const int64_t c1 = c0 + Cs < A.S ? c0 + Cs : A.S;
+        { /* the chunk's states again, from its start */
+            float s[DK];
+            const float *st = states + ((c0 / Cs) * A.Hv + h) * (int64_t)DK * A.dv + i;
+#pragma unroll
+            for (int j = 0; j < DK; j++) s[j] = st[(int64_t)j * A.dv];
+            for (int64_t t = c0; t < c1; t++) {
+                if (A.pos[t] == 0) {
+#pragma unroll
+                    for (int j = 0; j < DK; j++) s[j] = 0.f;
+                }
+#pragma unroll
+                for (int j = 0; j < DK; j++) scr[((t - c0) * DK + j) * 32] = s[j];
+                load_kq<DK>(k, q, A, t, kh, lane);
+                const int64_t th = t * A.Hv + h;
+                float d;
+                rule_step<DK>(s, k, __expf(A.g[th]), A.beta[th], bf(A.qkv, t * A.C + vc), &d);
+            }
+        }
+        for (int64_t t = c1 - 1; t >= c0; t--) {
+            load_kq<DK>(k, q, A, t, kh, lane);
+            const int64_t th = t * A.Hv + h;
+            const float a = __expf(A.g[th]), b = A.beta[th], v = bf(A.qkv, t * A.C + vc), gi = bf(dout, th * A.dv + i);
+            const float *sp = scr + (t - c0) * DK * 32; /* S_{t-1} */
+            float u = 0.f;
+#pragma unroll 8
+            for (int j = 0; j < DK; j++) u += sp[j * 32] * k[j];
+            u *= a;
+            const float d = b * (v - u);
+            float dd = 0.f;
+#pragma unroll 8
+            for (int j = 0; j < DK; j++) {
+                red[lane][j] = (a * sp[j * 32] + d * k[j]) * gi; /* dq's part of this row: S_t[i, j] do_i */
+                const float x = ds[j][lane] + gi * q[j];
+                ds[j][lane] = x;
+                dd += x * k[j];
+            }
+            add_rows<DK>(dq + (t * A.Hk + kh) * DK, red, lane);
+            const float du = -b * dd, dbe = dd * (v - u);
+            float dga = 0.f;
+#pragma unroll 8
+            for (int j = 0; j < DK; j++) {
+                const float sprev = sp[j * 32], x = ds[j][lane];
+                red[lane][j] = x * d + a * sprev * du; /* dk's part */
+                const float x1 = x + du * k[j];        /* dS' */
+                dga += x1 * sprev;
+                ds[j][lane] = A.pos[t] == 0 ? 0.f : a * x1; /* dS_{t-1}; none before a document's first token */
+            }
+            add_rows<DK>(dk + (t * A.Hk + kh) * DK, red, lane);
+            st_bf(dqkv, t * A.C + vc, b * dd);
+            const float sdb = warp_sum(dbe), sdg = warp_sum(a * dga);
+            if (lane == 0) { atomicAdd(&dbeta[th], sdb); atomicAdd(&dg[th], sdg); }
+        }
+    }
+    if (dS_io) {
+#pragma unroll
+        for (int j = 0; j < DK; j++) dS_io[((int64_t)h * A.dv + i) * DK + j] = ds[j][lane];
+    }
+}
+
+extern "C" int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_t chunk) {
+    return Hv * (dv / 32) * chunk * dk * 32;
+}
+
+extern "C" void gdn_rule_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta, float *dS_io,
+                             const bf16_t *dout, const float *states, float *scratch, const bf16_t *qkv, const float *g,
+                             const float *beta, const float *rq, const float *rk, const int32_t *pos, int64_t S,
+                             int64_t Hk, int64_t Hv, int64_t dkh, int64_t dv, int64_t chunk, cudaStream_t st) {
+    const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dkh, dv);
+    dim3 grid((unsigned)Hv, (unsigned)(dv / 32));
+    DK_DISPATCH(dkh, (gdn_bwd_kernel<DK><<<grid, 32, 0, st>>>(dq, dk, dqkv, dg, dbeta, dS_io, dout, states, scratch, A,
+                                                              chunk)));
+    KCHECK();
+}
+
+/* ---------------------------------------------------------------- gated RMSNorm */
+/* Per (token, value head) row of dv: y = w (x / rms(x)) silu(z) (transformers' Qwen3_5RMSNormGated:
+ * plain w, not 1 + w); one warp a row. rstd [S Hv] kept for the backward. */
+__global__ void gdn_norm_fwd_kernel(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w,
+                                    int64_t rows, int64_t n, float eps) {
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const int64_t at = row * n;
+    float ss = 0.f;
+    for (int64_t i = lane; i < n; i += 32) { const float v = bf(x, at + i); ss += v * v; }
+    const float r = rsqrtf(warp_sum(ss) / (float)n + eps);
+    if (lane == 0) rstd[row] = r;
+    for (int64_t i = lane; i < n; i += 32) st_bf(y, at + i, bf(w, i) * bf(x, at + i) * r * silu_f(bf(z, at + i)));
+}
+
+extern "C" void gdn_norm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w, int64_t rows,
+                             int64_t n, float eps, cudaStream_t st) {
+    gdn_norm_fwd_kernel<<<grid_for(rows, 8, 1LL << 31), 256, 0, st>>>(y, rstd, x, z, w, rows, n, eps);
+    KCHECK();
+}
+
+/* From dy: dx and dz written (bf16), dw [n] added into. With xh = x r and sz = silu(z):
+ * dz = dy w xh silu'(z); dxh = dy w sz; dw += dy xh sz; dx = r (dxh - xh mean(dxh xh)). */
+__global__ void gdn_norm_bwd_kernel(bf16_t *dx, bf16_t *dz, float *dw, const bf16_t *dy, const bf16_t *x,
+                                    const bf16_t *z, const float *rstd, const bf16_t *w, int64_t rows, int64_t n) {
+    extern __shared__ float dw_s[];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dw_s[i] = 0.f;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+    for (int64_t row = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows; row += (int64_t)gridDim.x * wpb) {
+        const int64_t at = row * n;
+        const float r = rstd[row];
+        float dot = 0.f;
+        for (int64_t i = lane; i < n; i += 32) {
+            const float zz = bf(z, at + i), sg = 1.f / (1.f + __expf(-zz)), xh = bf(x, at + i) * r;
+            const float g = bf(dy, at + i) * bf(w, i);
+            dot += g * zz * sg * xh;
+        }
+        dot = warp_sum(dot) / (float)n;
+        for (int64_t i = lane; i < n; i += 32) {
+            const float zz = bf(z, at + i), sg = 1.f / (1.f + __expf(-zz)), sz = zz * sg, xh = bf(x, at + i) * r;
+            const float gy = bf(dy, at + i), g = gy * bf(w, i);
+            st_bf(dz, at + i, g * xh * sg * (1.f + zz * (1.f - sg)));
+            st_bf(dx, at + i, r * (g * sz - xh * dot));
+            atomicAdd(&dw_s[i], gy * xh * sz);
+        }
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&dw[i], dw_s[i]);
+}
+
+extern "C" void gdn_norm_bwd(bf16_t *dx, bf16_t *dz, float *dw, const bf16_t *dy, const bf16_t *x, const bf16_t *z,
+                             const float *rstd, const bf16_t *w, int64_t rows, int64_t n, cudaStream_t st) {
+    int dev, sms;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    int64_t blocks = (rows + 7) / 8;
+    if (blocks > 4LL * sms) blocks = 4LL * sms;
+    gdn_norm_bwd_kernel<<<(unsigned)blocks, 256, (size_t)n * sizeof(float), st>>>(dx, dz, dw, dy, x, z, rstd, w, rows, n);
+    KCHECK();
+}
