@@ -33,7 +33,7 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 B := build
 HOST_SRC := common/tensor.c common/files.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c common/docs.c \
             common/memplan.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c common/inputs.c
-GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/advice.c
+GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/hybrid.c common/advice.c
 KERN_SRC := $(wildcard kernels/*.cu)
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 GPU_OBJ  := $(GPU_SRC:%.c=$(B)/%.o) $(KERN_SRC:%.cu=$(B)/%.o)
@@ -76,7 +76,7 @@ $(B)/test_ranks: $(B)/tests/test_ranks.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 $(B)/test_advice: $(B)/tests/test_advice.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
-$(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(B)/tests/ref_gdn.o $(HOST_OBJ) $(GPU_OBJ)
+$(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(B)/tests/ref_gdn.o $(B)/tests/ref_qwen35.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 
 # CPU tests: the C suites, check_stage on planted bugs, data, CLI and refusals; tests/run_cpu.sh prints the combined count
@@ -117,7 +117,7 @@ $(B)/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
-$(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(HOST_OBJ)
+$(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(B)/tests/ref_gdn.o $(B)/tests/ref_qwen35.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 
 # ---------------------------------------------------------------- fuzzing (tests/fuzz/README.md)

@@ -56,6 +56,8 @@ static inline int64_t config_conv_channels(const Qwen3Config *c) {
     return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
 }
 static inline int config_is_linear(const Qwen3Config *c, int64_t l) { return c->lin_v_heads && c->linear[l]; }
+/* Qwen3's attention heads: no output gate, every dim rotated (Qwen3.5's take kernels/gated_attn.cu) */
+static inline int config_plain_heads(const Qwen3Config *c) { return !c->attn_gate && c->rot == c->head_dim; }
 /* q_proj's rows per head: the query, and with attn_output_gate its gate beside it */
 static inline int64_t config_q_rows(const Qwen3Config *c) { return c->heads * c->head_dim * (c->attn_gate ? 2 : 1); }
 

@@ -65,6 +65,13 @@
 #define LOSS_TOL 1e-3
 #define GRAD_MIN_COSINE 0.999
 #define NORM_RATIO_TOL 1e-2
+/* DECAY_RATIO_TOL 5e-2: Qwen3.5's decay parameters (linear_attn.A_log, dt_bias; Hv numbers a layer)
+ * have gradients sum_t dg_t g_t, sums of many terms of both signs, so their norms move more under
+ * bf16 than any other tensor's: transformers itself, run in bf16 against its own fp32, puts them at
+ * 0.987 and 1.026 on the hybrid fixtures (python3 tests/bf16_floor.py tests/golden/q35_l2_s97, and
+ * q35_yarn4_l2_s97), where the trainers measured 0.989 and 1.029 (call M). A constant factor (0.5, 2)
+ * is still far outside it, and every other tensor keeps NORM_RATIO_TOL. */
+#define DECAY_RATIO_TOL 5e-2
 
 /* a candidate tensor a against a reference b, in fp64 */
 typedef struct {
@@ -228,8 +235,9 @@ static int cmd_grads(int argc, char **argv) {
         const ParamInfo *p = &pt.p[i];
         char name[160];
         snprintf(name, sizeof name, "gradient %s", p->name);
+        const int decay = p->kind == P_LIN_ALOG || p->kind == P_LIN_DT;
         check_tensor(name, "dump", g + p->offset, "reference", ref_g + p->offset, p->numel, GRAD_MIN_COSINE,
-                     NORM_RATIO_TOL, &w);
+                     decay ? DECAY_RATIO_TOL : NORM_RATIO_TOL, &w);
     }
     print_worst(pt.n, &w);
     if (argc >= 11) {

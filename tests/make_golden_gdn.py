@@ -24,7 +24,10 @@ And the whole hybrid text model (tests/golden/qwen35_tiny.safetensors): transfor
 Qwen3_5ForCausalLM of that config, 4 layers (3 linear attention, then full attention), vocabulary 128,
 untied, random weights; tokens [24]: the mean next-token NLL over 23 labels, the logits, and the
 gradient of every parameter (conv1d's squeezed).
-  python3 tests/make_golden_gdn.py        # regenerate tests/golden/gdn_rule.safetensors
+And three fixture directories the trainers run (tests/golden/q35_l2_s97/, q35_yarn4_l2_s97/,
+q35_packed_l2_s97/: fixture()).
+  python3 tests/make_golden_gdn.py            # regenerate them all
+  python3 tests/make_golden_gdn.py fixtures   # only the fixture directories
 """
 import os
 
@@ -145,8 +148,70 @@ def model():
     print(f"qwen35_tiny: {cfg.layer_types}, loss {loss.item():.6f}, {sum(n.startswith('grad.') for n in out)} grads -> {d}")
 
 
+def fixture(name="q35_l2_s97", yarn=None, ends=None):
+    """A fixture directory the trainers run (tests/golden/<name>/, as tests/make_golden.py writes them:
+    config.json and model.safetensors by save_pretrained, golden.safetensors with tokens, loss, logits
+    and grad.<HF name>): sizes the GPU kernels take (linear head dims 32, head dim 64 of which 16
+    rotated), 2 layers (linear, then full attention: as deep as the Qwen3 fixtures, whose bf16 noise the
+    bands were measured on), 97 tokens; the (1 + w) norms' w drawn around 0.
+    yarn: a YaRN factor (rope_parameters rope_type "yarn" from 32 original positions). ends: packed
+    documents ending (token 7) at these positions, each run alone (tests/make_golden.py's packed(): the
+    truth --packing is held to), with a prompt span whose labels do not count."""
+    torch.manual_seed(9 if yarn is None else 10 if ends is None else 12)
+    kw = dict(hidden_size=128, intermediate_size=256, vocab_size=256, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+              linear_value_head_dim=32, max_position_embeddings=4096, tie_word_embeddings=False,
+              num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
+    if yarn:
+        kw["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": float(yarn),
+                                 "original_max_position_embeddings": 32, "partial_rotary_factor": 0.25}
+    cfg = tiny_config(**kw)
+    cfg._attn_implementation = "eager"
+    mod = m.Qwen3_5ForCausalLM(cfg).float()
+    with torch.no_grad():
+        for n, p in mod.named_parameters():
+            if n.endswith("linear_attn.norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif n.endswith("A_log"):
+                p.copy_(torch.log(torch.rand_like(p) * 0.48 + 0.02))  # A in (0.02, 0.5): decays near 1, a long memory
+            elif p.ndim == 1:
+                p.copy_(0.2 * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) * 0.05)  # initializer_range 0.05, as tests/make_golden.py
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", name)
+    os.makedirs(d, exist_ok=True)
+    mod.save_pretrained(d, safe_serialization=True)
+    S = 97
+    tokens = torch.randint(0, cfg.vocab_size, (S + 1,), generator=torch.Generator().manual_seed(11))
+    out = {}
+    if ends:
+        from make_golden import packed
+        logits, loss, weights = packed(mod, {"eot": 7, "seq": S, "ends": ends, "mask": [(20, 26)]}, tokens)
+        out.update(weights=weights, eot=torch.tensor([7], dtype=torch.int32))
+    else:
+        logits = mod(input_ids=tokens[None, :-1]).logits[0].float()
+        loss = torch.nn.functional.cross_entropy(logits, tokens[1:])
+    loss.backward()
+    out.update({"tokens": tokens.to(torch.int32), "logits": logits.detach().contiguous(), "loss": loss.detach().reshape(1)})
+    out.update({"grad." + n: p.grad.detach().float().contiguous() for n, p in mod.named_parameters()})
+    save_file(out, os.path.join(d, "golden.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                        "loss": "mean NLL over S predicted tokens, eager attention, fp32"})
+    print(f"{name}: {cfg.layer_types}, seq {S}, loss {loss.item():.6f} "
+          f"({sum(k.startswith('grad.') for k in out)} grads) -> {d}")
+
+
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["fixtures"]:  # only the trainers' fixture directories
+        fixture()
+        fixture("q35_yarn4_l2_s97", yarn=4)
+        fixture("q35_packed_l2_s97", ends=[0, 13, 47, 48, 95])
+        sys.exit(0)
     main()
     layer()
     attn()
     model()
+    fixture()
+    fixture("q35_yarn4_l2_s97", yarn=4)
+    fixture("q35_packed_l2_s97", ends=[0, 13, 47, 48, 95])

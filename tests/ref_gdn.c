@@ -475,10 +475,18 @@ void ref_rms_1p(double *x, const double *w, int64_t n, double eps) { /* x <- x /
     const double r = 1 / sqrt(ms / (double)n + eps);
     for (int64_t e = 0; e < n; e++) x[e] = x[e] * r * (1 + w[e]);
 }
-/* the first rot dims: halves (a, b) -> (a cos - b sin, b cos + a sin), inv_freq_i = theta^(-2i/rot) */
-static void rope_partial(double *x, int64_t rot, double theta, int64_t p) {
+/* pair i's angle at position p and the factor cos and sin take: theta^(-2i/rot), or A's own
+ * frequencies (YaRN's) with their attention factor */
+static double rope_angle(const GatedAttn *A, int64_t i, int64_t p, double *af) {
+    *af = A->inv_freq ? A->attn_factor : 1.0;
+    return (double)p * (A->inv_freq ? A->inv_freq[i] : pow(A->theta, -2.0 * (double)i / (double)A->rot));
+}
+/* the first rot dims: halves (a, b) -> (a cos - b sin, b cos + a sin) */
+static void rope_partial(double *x, const GatedAttn *A, int64_t p) {
+    const int64_t rot = A->rot;
     for (int64_t i = 0; i < rot / 2; i++) {
-        const double f = (double)p * pow(theta, -2.0 * (double)i / (double)rot), c = cos(f), s = sin(f);
+        double af;
+        const double f = rope_angle(A, i, p, &af), c = cos(f) * af, s = sin(f) * af;
         const double a = x[i], b = x[i + rot / 2];
         x[i] = a * c - b * s;
         x[i + rot / 2] = b * c + a * s;
@@ -509,13 +517,13 @@ static void attn_fwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, c
             double *qq = f->q + (t * Hq + j) * hd;
             memcpy(qq, f->qg + (t * Hq + j) * 2 * hd, (size_t)hd * 8);
             ref_rms_1p(qq, w->q_norm, hd, A->eps);
-            rope_partial(qq, A->rot, A->theta, pos[t]);
+            rope_partial(qq, A, pos[t]);
         }
         for (int64_t j = 0; j < Hk; j++) {
             double *kk = f->k + (t * Hk + j) * hd;
             memcpy(kk, f->kraw + (t * Hk + j) * hd, (size_t)hd * 8);
             ref_rms_1p(kk, w->k_norm, hd, A->eps);
-            rope_partial(kk, A->rot, A->theta, pos[t]);
+            rope_partial(kk, A, pos[t]);
         }
     }
     const double scale = 1 / sqrt((double)hd);
@@ -553,9 +561,11 @@ void ref_gated_attn(const GatedAttn *A, const GatedAttnWeights *w, int64_t T, co
 }
 
 /* rope_partial's transpose: the rotation by -f */
-static void rope_partial_bwd(double *d, int64_t rot, double theta, int64_t p) {
+static void rope_partial_bwd(double *d, const GatedAttn *A, int64_t p) {
+    const int64_t rot = A->rot;
     for (int64_t i = 0; i < rot / 2; i++) {
-        const double f = (double)p * pow(theta, -2.0 * (double)i / (double)rot), c = cos(f), s = sin(f);
+        double af;
+        const double f = rope_angle(A, i, p, &af), c = cos(f) * af, s = sin(f) * af;
         const double a = d[i], b = d[i + rot / 2];
         d[i] = a * c + b * s;
         d[i + rot / 2] = b * c - a * s;
@@ -615,13 +625,13 @@ void ref_gated_attn_bwd(const GatedAttn *A, const GatedAttnWeights *w, int64_t T
     for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < Hq; j++) {
             double *d = dq + (t * Hq + j) * hd;
-            rope_partial_bwd(d, A->rot, A->theta, pos[t]);
+            rope_partial_bwd(d, A, pos[t]);
             ref_rms_1p_bwd(qg + (t * Hq + j) * 2 * hd, w->q_norm, d, gw->q_norm, hd, A->eps);
             memcpy(dqg + (t * Hq + j) * 2 * hd, d, (size_t)hd * 8);
         }
         for (int64_t j = 0; j < Hk; j++) {
             double *d = dk + (t * Hk + j) * hd;
-            rope_partial_bwd(d, A->rot, A->theta, pos[t]);
+            rope_partial_bwd(d, A, pos[t]);
             ref_rms_1p_bwd(kraw + (t * Hk + j) * hd, w->k_norm, d, gw->k_norm, hd, A->eps);
         }
     }

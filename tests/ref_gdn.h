@@ -126,6 +126,8 @@ typedef struct {
     int64_t D, Hq, Hkv, hd; /* hidden, query and K/V heads, head dim */
     int64_t rot;            /* rotated dims of a head (hd x partial_rotary_factor) */
     double theta, eps;
+    const double *inv_freq; /* [rot/2] the frequencies (YaRN's), times attn_factor; NULL: theta^(-2i/rot) */
+    double attn_factor;
 } GatedAttn;
 typedef struct {
     const double *q;        /* [Hq 2 hd, D]: per head its query rows, then its gate rows */

@@ -1,5 +1,6 @@
 /* ref_model.c -- Qwen3 forward and backward, the plainest way. */
 #include "ref_model.h"
+#include "ref_qwen35.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -310,6 +311,7 @@ RefResult ref_forward_backward_packed(const Qwen3Config *c, const ParamTable *pt
 RefResult ref_forward_backward_docs(const Qwen3Config *c, const ParamTable *pt, const float *params,
                                     const uint32_t *tokens, const uint8_t *weights, const int64_t *pos,
                                     const int64_t *first, int64_t S, int64_t loss_chunk, float *logits, float *grads) {
+    if (c->lin_v_heads) return ref_q35_table(c, pt, params, tokens, weights, pos, first, S, logits, grads); /* Qwen3.5 */
     const int64_t D = c->hidden, Hq = c->heads, Hkv = c->kv_heads, hd = c->head_dim, I = c->intermediate,
                   V = c->vocab, L = c->layers, Q = Hq * hd, KV = Hkv * hd;
 #define W(kind, l) (params + params_get(pt, kind, l)->offset)

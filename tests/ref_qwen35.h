@@ -8,7 +8,10 @@
 
 #include <stdint.h>
 
+#include "../common/config.h"
+#include "../common/model.h"
 #include "ref_gdn.h"
+#include "ref_model.h"
 
 #define Q35_MAX_LAYERS 64
 
@@ -47,5 +50,18 @@ typedef struct {                       /* the weights' shapes; added into */
 /* tokens [T+1]: inputs tokens[0..T), labels tokens[1..T], positions 0..T-1. Returns the mean NLL;
  * logits [T, V] if not NULL; the gradients of every weight added into g if not NULL. */
 double ref_q35(const Q35Config *c, const Q35Weights *w, int64_t T, const uint32_t *tokens, double *logits, Q35Grads *g);
+/* The same with a loss mask: weights [T+1] aligned with tokens (label tokens[t+1] counts where
+ * weights[t+1] is 1; NULL: every label), the NLL summed over the labels that count (their number in
+ * *counted), the gradients of scale x that sum added into g. */
+double ref_q35_sum(const Q35Config *c, const Q35Weights *w, int64_t T, const uint32_t *tokens, const uint8_t *weights,
+                   double scale, int64_t *counted, double *logits, Q35Grads *g);
+
+/* The hybrid as ref_forward_backward_docs (tests/ref_model.h) takes a model: the trainers' parameter
+ * table (Qwen3.5's norms held as 1 + w), weights (NULL: all), documents as the runs of equal first[t]
+ * (NULL: one), each from position 0 (pos, if given, must say so); the mean over every label that
+ * counts. logits [S, V] and grads (flat, the table's layout) overwritten when not NULL. */
+RefResult ref_q35_table(const Qwen3Config *c, const ParamTable *pt, const float *params, const uint32_t *tokens,
+                        const uint8_t *weights, const int64_t *pos, const int64_t *first, int64_t S, float *logits,
+                        float *grads);
 
 #endif

@@ -12,6 +12,7 @@
 # SKIP_KEEP=1 leaves out tests/keep_gpu.sh (kept attention on the GPU, on the host, recomputed);
 # SKIP_MOE=1 leaves out tests/moe_stages_gpu.sh (the MoE golden config in stages 1-4);
 # SKIP_PACKING=1 leaves out tests/packing_gpu.sh (--packing in every stage, ~2 minutes);
+# SKIP_HYBRID=1 leaves out tests/hybrid_gpu.sh (the Qwen3.5 hybrid fixtures, save, resume, transformers);
 # SKIP_PREEMPT=1 leaves out tests/preempt_gpu.sh (SIGTERM/SIGUSR1 save and stop) and tests/refusals.sh;
 # SKIP_LONG=1 leaves out tests/long_grad_gpu.sh (stage 5's gradients at 64K and 128K against fp32; ~2 minutes);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
@@ -37,7 +38,7 @@ HPV="1e-3 0.1 0.9 0.95 1e-8 1.0"
 for g in tests/golden/*/; do
     early || break
     g=${g%/}; name=$(basename "$g")
-    case $name in moe*) continue ;; esac # MoE: tests/moe_stages_gpu.sh
+    case $name in moe*|q35*) continue ;; esac # MoE: tests/moe_stages_gpu.sh; Qwen3.5: tests/hybrid_gpu.sh
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
     echo "== stage 1 vs reference: $name (seq $S)"
     for keep in "" "--keep-attn"; do
@@ -121,7 +122,7 @@ if [ -x ./stage3 ] && early; then
     echo "== stage 3 (ring attention) on P local ranks against the reference on the same full sequence"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
-        case $name in moe*) continue ;; esac # MoE: tests/moe_stages_gpu.sh
+        case $name in moe*|q35*) continue ;; esac # MoE: tests/moe_stages_gpu.sh; Qwen3.5: tests/hybrid_gpu.sh
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
         for P in 1 2 4 8; do
             [ $((S % (2 * P))) -eq 0 ] || { echo "  (seq $S is not divisible by 2 x $P: P=$P skipped)"; continue; }
@@ -169,7 +170,7 @@ if [ -x ./stage4 ] && early; then
     echo "== stage 4 (offload) against stage 3: the loss bit for bit, gradients within that noise, host AdamW within 1e-7"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
-        case $name in moe*) continue ;; esac # MoE: tests/moe_stages_gpu.sh
+        case $name in moe*|q35*) continue ;; esac # MoE: tests/moe_stages_gpu.sh; Qwen3.5: tests/hybrid_gpu.sh
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
         for P in 1 2 4; do
             [ $((S % (2 * P))) -eq 0 ] || continue
@@ -227,6 +228,10 @@ fi
 if [ -x ./stage5 ] && [ -z "${SKIP_MASK:-}" ]; then
     echo "== loss masks and evaluation (tests/mask_eval_gpu.sh)"
     bash tests/mask_eval_gpu.sh 2>&1 | tee "$tmp/mask.txt"; count "$tmp/mask.txt" "masks and evaluation"
+fi
+if [ -z "${SKIP_HYBRID:-}" ]; then
+    echo "== Qwen3.5 hybrids: linear and gated attention against the reference (tests/hybrid_gpu.sh)"
+    bash tests/hybrid_gpu.sh 2>&1 | tee "$tmp/hybrid.txt"; count "$tmp/hybrid.txt" "Qwen3.5 hybrids"
 fi
 if [ -z "${SKIP_MOE:-}" ]; then
     echo "== MoE in every stage: the MoE golden config in stages 1-4 against the reference and stage 5 (tests/moe_stages_gpu.sh)"
