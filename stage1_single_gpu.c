@@ -314,7 +314,7 @@ static void carve(Model *M) {
         w->blk = arena_take(W, BF(S * Q), "packed: block O/dQ");
         w->lse_blk = arena_take(W, F32(c->heads * S), "packed: block LSE");
     }
-    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, 0); /* Qwen3.5: a linear layer's instead */
+    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S, 0); /* Qwen3.5: a linear layer's instead */
     const int64_t region_b = arena_mark(W);
     /* B1 */
     w->xn2 = arena_take(W, BF(S * D), "xn2");
@@ -338,7 +338,7 @@ static void carve(Model *M) {
     w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
     if (M->eot >= 0) w->dkv_blk = arena_take(W, BF(2 * S * KV), "packed: block dK, dV");
     if (c->attn_gate) w->dq_raw = arena_take(W, BF(S * QR), "dq_raw (query and gate)");
-    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, 1); /* Qwen3.5: a linear layer's backward instead */
+    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S, 1); /* Qwen3.5: a linear layer's backward instead */
     arena_release(W, persistent);
     /* C */
     w->hf = arena_take(W, BF(S * D), "hf");
@@ -366,6 +366,7 @@ static void load_config(Model *M) {
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
+    if (M->kept && M->c.lin_v_heads) STOP("--keep-attn %s with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)", o->keep_attn);
     if ((M->eot = docs_eot_option(o->packing, M->c.vocab, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     M->S = M->o.seq;
@@ -428,8 +429,28 @@ static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->
                                    G(M, P_LIN_OUT, l)})
 
 /* ============================================================ forward */
+/* Qwen3.5's linear attention layer: x -> x_mid = x + out_proj(the gated delta rule's output, normed
+ * and gated), in the steps of common/hybrid.h */
+static void linear_forward(Model *M, int64_t l, const bf16_t *x) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    cudaStream_t st = M->gpu.stream;
+    mark(st, K_ELEM);
+    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), M->S, M->c.hidden, (float)M->c.eps, st);
+    hybrid_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
+    hybrid_conv(g, &M->c, Wl, w->pos, 0, NULL, st);
+    hybrid_gates(g, &M->c, Wl, M->S, st);
+    hybrid_rule(g, &M->c, w->pos, 0, NULL, st); /* from a zero state */
+    hybrid_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
+}
+
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
+    if (config_is_linear(&M->c, l)) { /* Qwen3.5: a linear attention layer instead */
+        linear_forward(M, l, x);
+        return;
+    }
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
@@ -440,24 +461,20 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     }
     mark(st, K_ELEM);
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
-    if (config_is_linear(c, l)) { /* Qwen3.5: linear attention (common/hybrid.h) */
-        hybrid_linear_forward(&M->gemm, &w->gdn, c, GDN_W(M, l), w->xn, x, w->x_mid, w->pos, S, st);
-        return;
-    }
     mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l), S, D, config_q_rows(c), 0.f, st);
     linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
     linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
     mark(st, K_ELEM);
-    hybrid_qk_fwd(c, w->q, w->rstd_q, w->k, w->rstd_k, w->q_raw, w->k_raw, W(M, P_Q_NORM, l), W(M, P_K_NORM, l), w->pos,
-                  w->inv_freq, M->attn_factor, S, st);
+    hybrid_q_fwd(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq, M->attn_factor, S, st);
+    hybrid_k_fwd(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
     mark(st, K_ATTN);
     if (run_attn && M->eot >= 0) /* --packing: the window's documents' blocks (common/sdpa.h) */
         sdpa_packed_fwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->q, w->k, w->v, w->blk,
                         w->lse_blk, w->o, w->lse, w->sdpa_ws, w->sdpa_ws_bytes, st);
     else if (run_attn) sdpa_fwd(&M->sdpa, &M->attn, w->o, w->lse, w->q, w->k, w->v, w->sdpa_ws, w->sdpa_ws_bytes);
     mark(st, K_ELEM);
-    const bf16_t *o_in = hybrid_gate_fwd(c, w->og, w->o, w->q_raw, S, st); /* Qwen3.5: o sigmoid(gate) */
+    const bf16_t *o_in = hybrid_gate_fwd(c, w->og, w->o, w->q_raw, c->heads, S, st); /* Qwen3.5: o sigmoid(gate) */
     mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, o_in, W(M, P_O, l), S, Q, D, st);
 }
@@ -589,7 +606,7 @@ static void attention_backward(Model *M, int64_t l) {
     linear_dw(gm, G(M, P_O, l), w->dx, c->attn_gate ? w->og : w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
     mark(st, K_ELEM);
-    hybrid_gate_bwd(c, w->d_o, w->dq_raw, w->o, w->q_raw, S, st);
+    hybrid_gate_bwd(c, w->d_o, w->dq_raw, w->o, w->q_raw, c->heads, S, st);
     mark(st, K_ATTN);
     if (M->eot >= 0)
         sdpa_packed_bwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->dq, w->dk, w->dv, w->q, w->k,
@@ -598,8 +615,10 @@ static void attention_backward(Model *M, int64_t l) {
     else sdpa_bwd(&M->sdpa, &M->attn, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse, w->softmax_sum,
                   w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
     mark(st, K_ELEM);
-    hybrid_qk_bwd(c, dqr, w->dq, w->dk, G(M, P_Q_NORM, l), G(M, P_K_NORM, l), w->q_raw, w->k_raw, w->rstd_q, w->rstd_k,
-                  W(M, P_Q_NORM, l), W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
+    hybrid_q_bwd(c, dqr, w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq,
+                 M->attn_factor, S, st);
+    hybrid_k_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor,
+                 S, st);
     mark(st, K_GEMM);
     linear_dw(gm, G(M, P_Q, l), dqr, w->xn, S, D, QR, st);
     linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
@@ -607,6 +626,21 @@ static void attention_backward(Model *M, int64_t l) {
     linear_dx(gm, w->dxn, dqr, W(M, P_Q, l), S, D, QR, 0.f, st);
     linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
     linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
+}
+
+/* Qwen3.5's linear attention layer backward: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
+ * w.dxn. Its forward has just run again. */
+static void linear_backward(Model *M, int64_t l) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    const GdnGrads32 *Gl = GDN_G(M, l);
+    cudaStream_t st = M->gpu.stream;
+    hybrid_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
+    hybrid_rule_bwd(g, &M->c, w->pos, 0, NULL, 0, st); /* the final state's gradient is zero */
+    hybrid_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
+    hybrid_conv_bwd(g, &M->c, Wl, Gl, w->pos, 0, NULL, NULL, st);
+    hybrid_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
 }
 
 /* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
@@ -619,8 +653,7 @@ static void layer_backward(Model *M, int64_t l) {
     /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
     attention_forward(M, l, x, !M->kept);
     mlp_backward(M, l);
-    if (config_is_linear(c, l)) /* Qwen3.5: linear attention (common/hybrid.h) */
-        hybrid_linear_backward(&M->gemm, &w->gdn, c, GDN_W(M, l), GDN_G(M, l), w->xn, w->dx, w->dxn, w->pos, S, st);
+    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5 */
     else attention_backward(M, l);
     mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);

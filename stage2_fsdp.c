@@ -45,6 +45,7 @@
 #include "common/inputs.h"
 #include "common/memplan.h"
 #include "common/model.h"
+#include "common/hybrid.h"
 #include "common/moe.h"
 #include "common/ranks.h"
 #include "common/sdpa.h"
@@ -203,7 +204,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     /* A: attention half of a layer */
     bf16_t *xn;         /* [S, D] input_layernorm(x) */
     float *rstd1;       /* [S] */
-    bf16_t *q_raw;      /* [S, Hq*hd] q_proj(xn) */
+    bf16_t *q_raw;      /* [S, Hq*hd] q_proj(xn) (Qwen3.5: [S, Hq, 2 hd], each head's query and gate) */
     bf16_t *k_raw;      /* [S, Hkv*hd] */
     bf16_t *v;          /* [S, Hkv*hd] */
     bf16_t *q, *k;      /* q/k after head norm + RoPE */
@@ -211,6 +212,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     float *rstd_k;      /* [S*Hkv] */
     bf16_t *o;          /* [S, Hq*hd] attention output (or Saved.o + l) */
     float *lse;         /* [Hq, S] (or Saved.lse + l) */
+    bf16_t *og;         /* [S, Hq*hd] Qwen3.5: o sigmoid(gate), o_proj's input */
     bf16_t *x_mid;      /* [S, D] x + o_proj(o) */
     bf16_t *blk;        /* [S, Hq*hd] --packing: a block's O, then its dQ (scratch) */
     float *lse_blk;     /* [Hq, S] --packing: a block's LSE (scratch) */
@@ -222,6 +224,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     /* B2: attention backward (overlays B1) */
     bf16_t *d_o;        /* [S, Hq*hd] */
     bf16_t *dq;         /* [S, Hq*hd] */
+    bf16_t *dq_raw;     /* [S, Hq, 2 hd] Qwen3.5: d(q_proj's output), query and gate */
     bf16_t *dk, *dv;    /* [S, Hkv*hd] each, side by side: [2, S, Hkv*hd] */
     bf16_t *dxn;        /* [S, D] */
     float *softmax_sum; /* [Hq, S] cuDNN scratch */
@@ -234,6 +237,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *dlogits;    /* [chunk, V] */
     bf16_t *dhf;        /* [S, D] */
     MoeTile moe;        /* MoE: B1 for an MoE model's MLP, and the step's statistics (common/moe.h) */
+    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/hybrid.h) */
     /* library workspaces */
     void *sdpa_ws;
     int64_t sdpa_ws_bytes;
@@ -286,7 +290,7 @@ typedef struct {
 static void carve(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
-                  I = c->intermediate, V = c->vocab, NP = M->p.total,
+                  I = c->intermediate, V = c->vocab, NP = M->p.total, QR = config_q_rows(c),
                   C = M->o.loss_chunk < S ? M->o.loss_chunk : S;
     Arena *A = M->arena;
     Params *p = &M->p;
@@ -335,7 +339,9 @@ static void carve(Model *M) {
     /* A */
     w->xn = arena_take(W, BF(S * D), "xn");
     w->rstd1 = arena_take(W, F32(S), "rstd1");
-    w->q_raw = arena_take(W, BF(S * Q), "q_raw");
+    w->x_mid = arena_take(W, BF(S * D), "x_mid");
+    const int64_t mixer_a = arena_mark(W);
+    w->q_raw = arena_take(W, BF(S * QR), "q_raw");
     w->k_raw = arena_take(W, BF(S * KV), "k_raw");
     w->v = arena_take(W, BF((S + R) * KV), "v");
     w->q = arena_take(W, BF((S + R) * Q), "q");
@@ -346,11 +352,12 @@ static void carve(Model *M) {
         w->o = arena_take(W, BF((S + R) * Q), "o");
         w->lse = arena_take(W, F32(c->heads * S), "lse");
     }
-    w->x_mid = arena_take(W, BF(S * D), "x_mid");
+    if (c->attn_gate) w->og = arena_take(W, BF(S * Q), "gated o");
     if (M->eot >= 0) {
         w->blk = arena_take(W, BF(S * Q), "packed: block O/dQ");
         w->lse_blk = arena_take(W, F32(c->heads * S), "packed: block LSE");
     }
+    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S, 0); /* Qwen3.5: a linear layer's instead */
     const int64_t region_b = arena_mark(W);
     /* B1 */
     w->xn2 = arena_take(W, BF(S * D), "xn2");
@@ -364,14 +371,17 @@ static void carve(Model *M) {
     w->dxn2 = arena_take(W, BF(S * D), "dxn2");
     arena_release(W, region_b);
     /* B2 */
+    w->dxn = arena_take(W, BF(S * D), "dxn");
+    const int64_t mixer_b = arena_mark(W);
     w->d_o = arena_take(W, BF((S + R) * Q), "d_o");
     w->dq = arena_take(W, BF(S * Q), "dq");
     w->dk = arena_take(W, BF(2 * S * KV), "dk, dv");
     w->dv = w->dk ? w->dk + S * KV : NULL;
-    w->dxn = arena_take(W, BF(S * D), "dxn");
     w->softmax_sum = arena_take(W, F32(c->heads * S), "softmax_sum");
     w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
     if (M->eot >= 0) w->dkv_blk = arena_take(W, BF(2 * S * KV), "packed: block dK, dV");
+    if (c->attn_gate) w->dq_raw = arena_take(W, BF(S * QR), "dq_raw (query and gate)");
+    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S, 1); /* Qwen3.5: a linear layer's backward instead */
     arena_release(W, persistent);
     /* C */
     w->hf = arena_take(W, BF(S * D), "hf");
@@ -403,6 +413,7 @@ static void load_config(Model *M) {
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
+    if (M->kept && M->c.lin_v_heads) STOP("--keep-attn %s with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)", o->keep_attn);
     if ((M->eot = docs_eot_option(o->packing, M->c.vocab, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     M->S = M->o.seq;
@@ -440,9 +451,9 @@ static void setup_rope(Model *M) {
     double inv[512], af;
     float invf[512];
     rope_inv_freq(&M->c, inv, &af);
-    for (int64_t i = 0; i < M->c.head_dim / 2; i++) invf[i] = (float)inv[i];
+    for (int64_t i = 0; i < M->c.rot / 2; i++) invf[i] = (float)inv[i];
     M->attn_factor = (float)af;
-    gpu_upload(M->w.inv_freq, invf, F32(M->c.head_dim / 2), M->gpu.stream);
+    gpu_upload(M->w.inv_freq, invf, F32(M->c.rot / 2), M->gpu.stream);
     int32_t *pos = xmalloc((size_t)(4 * M->S));
     for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)t;
     gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
@@ -512,10 +523,37 @@ static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->
 /* an MoE layer's router and experts, as common/moe.c takes them */
 #define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
 #define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
+/* a Qwen3.5 linear layer's, as common/hybrid.c takes them */
+#define GDN_W(M, l) (&(GdnWeights16){W(M, P_LIN_QKV, l), W(M, P_LIN_Z, l), W(M, P_LIN_B, l), W(M, P_LIN_A, l),     \
+                                     W(M, P_LIN_CONV, l), W(M, P_LIN_DT, l), W(M, P_LIN_ALOG, l), W(M, P_LIN_NORM, l), \
+                                     W(M, P_LIN_OUT, l)})
+#define GDN_G(M, l) (&(GdnGrads32){G(M, P_LIN_QKV, l), G(M, P_LIN_Z, l), G(M, P_LIN_B, l), G(M, P_LIN_A, l),       \
+                                   G(M, P_LIN_CONV, l), G(M, P_LIN_DT, l), G(M, P_LIN_ALOG, l), G(M, P_LIN_NORM, l),   \
+                                   G(M, P_LIN_OUT, l)})
 
 /* ============================================================ forward */
+/* Qwen3.5's linear attention layer: x -> x_mid = x + out_proj(the gated delta rule's output, normed
+ * and gated), in the steps of common/hybrid.h */
+static void linear_forward(Model *M, int64_t l, const bf16_t *x) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    cudaStream_t st = M->gpu.stream;
+    mark(st, K_ELEM);
+    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), M->S, M->c.hidden, (float)M->c.eps, st);
+    hybrid_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
+    hybrid_conv(g, &M->c, Wl, w->pos, 0, NULL, st);
+    hybrid_gates(g, &M->c, Wl, M->S, st);
+    hybrid_rule(g, &M->c, w->pos, 0, NULL, st); /* from a zero state */
+    hybrid_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
+}
+
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
+    if (config_is_linear(&M->c, l)) { /* Qwen3.5: a linear attention layer instead */
+        linear_forward(M, l, x);
+        return;
+    }
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
@@ -527,21 +565,21 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     mark(st, K_ELEM);
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
     mark(st, K_GEMM);
-    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l), S, D, Q, 0.f, st);
+    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l), S, D, config_q_rows(c), 0.f, st);
     linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
     linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
     mark(st, K_ELEM);
-    qk_norm_rope_fwd(w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, c->heads,
-                     c->head_dim, (float)c->eps, st);
-    qk_norm_rope_fwd(w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S,
-                     c->kv_heads, c->head_dim, (float)c->eps, st);
+    hybrid_q_fwd(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq, M->attn_factor, S, st);
+    hybrid_k_fwd(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
     mark(st, K_ATTN);
     if (run_attn && M->eot >= 0) /* --packing: the window's documents' blocks (common/sdpa.h) */
         sdpa_packed_fwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->q, w->k, w->v, w->blk,
                         w->lse_blk, w->o, w->lse, w->sdpa_ws, w->sdpa_ws_bytes, st);
     else if (run_attn) sdpa_fwd(&M->sdpa, &M->attn, w->o, w->lse, w->q, w->k, w->v, w->sdpa_ws, w->sdpa_ws_bytes);
+    mark(st, K_ELEM);
+    const bf16_t *o_in = hybrid_gate_fwd(c, w->og, w->o, w->q_raw, c->heads, S, st); /* Qwen3.5: o sigmoid(gate) */
     mark(st, K_GEMM);
-    linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
+    linear_fwd_add(&M->gemm, w->x_mid, x, o_in, W(M, P_O, l), S, Q, D, st);
 }
 
 /* rows [t0, t0+n) of x_mid -> xn2, g, u and h (and rstd2 at those rows), or an MoE model's routed
@@ -668,22 +706,22 @@ static void mlp_backward(Model *M, int64_t l) {
     mlp_rows_backward(M, l, 0, M->S);
 }
 
-/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
-static void layer_backward(Model *M, int64_t l) {
+/* w.dx holds d(loss)/d(x_mid of layer l) (the MLP's part joined); its attention's part of
+ * d(loss)/d(xn) lands in w.dxn. The forward has just run again: q, k, v, O (or the kept O) are there. */
+static void attention_backward(Model *M, int64_t l) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
-    const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
-    const bf16_t *x = ckpt(M, l);
+    const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
+                  QR = config_q_rows(c);
+    bf16_t *dqr = config_plain_heads(c) ? w->dq : w->dq_raw; /* d(q_proj's output) */
     cudaStream_t st = M->gpu.stream;
-    /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
-    attention_forward(M, l, x, !M->kept);
-    mlp_backward(M, l);
-
-    /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
+    /* d(o) = dx Wo, then (Qwen3.5) the gate's backward, attention's backward, head norms + RoPE, projections */
     mark(st, K_GEMM);
-    linear_dw(gm, G(M, P_O, l), w->dx, w->o, S, Q, D, st);
+    linear_dw(gm, G(M, P_O, l), w->dx, c->attn_gate ? w->og : w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
+    mark(st, K_ELEM);
+    hybrid_gate_bwd(c, w->d_o, w->dq_raw, w->o, w->q_raw, c->heads, S, st);
     mark(st, K_ATTN);
     if (M->eot >= 0)
         sdpa_packed_bwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->dq, w->dk, w->dv, w->q, w->k,
@@ -692,17 +730,46 @@ static void layer_backward(Model *M, int64_t l) {
     else sdpa_bwd(&M->sdpa, &M->attn, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse, w->softmax_sum,
                   w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
     mark(st, K_ELEM);
-    qk_norm_rope_bwd(w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), w->pos, w->inv_freq,
-                     M->attn_factor, S, c->heads, c->head_dim, st);
-    qk_norm_rope_bwd(w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
-                     M->attn_factor, S, c->kv_heads, c->head_dim, st);
+    hybrid_q_bwd(c, dqr, w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq,
+                 M->attn_factor, S, st);
+    hybrid_k_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor,
+                 S, st);
     mark(st, K_GEMM);
-    linear_dw(gm, G(M, P_Q, l), w->dq, w->xn, S, D, Q, st);
+    linear_dw(gm, G(M, P_Q, l), dqr, w->xn, S, D, QR, st);
     linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
     linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
-    linear_dx(gm, w->dxn, w->dq, W(M, P_Q, l), S, D, Q, 0.f, st);
+    linear_dx(gm, w->dxn, dqr, W(M, P_Q, l), S, D, QR, 0.f, st);
     linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
     linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
+}
+
+/* Qwen3.5's linear attention layer backward: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
+ * w.dxn. Its forward has just run again. */
+static void linear_backward(Model *M, int64_t l) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    const GdnGrads32 *Gl = GDN_G(M, l);
+    cudaStream_t st = M->gpu.stream;
+    hybrid_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
+    hybrid_rule_bwd(g, &M->c, w->pos, 0, NULL, 0, st); /* the final state's gradient is zero */
+    hybrid_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
+    hybrid_conv_bwd(g, &M->c, Wl, Gl, w->pos, 0, NULL, NULL, st);
+    hybrid_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
+static void layer_backward(Model *M, int64_t l) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden;
+    const bf16_t *x = ckpt(M, l);
+    cudaStream_t st = M->gpu.stream;
+    /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
+    attention_forward(M, l, x, !M->kept);
+    mlp_backward(M, l);
+    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5 */
+    else attention_backward(M, l);
     mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
 }

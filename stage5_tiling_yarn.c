@@ -47,6 +47,7 @@
 #include "common/inputs.h"
 #include "common/memplan.h"
 #include "common/model.h"
+#include "common/hybrid.h"
 #include "common/moe.h"
 #include "common/ranks.h"
 #include "common/sdpa.h"
@@ -245,7 +246,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     /* A: attention half of a layer */
     bf16_t *xn;         /* [S, D] input_layernorm(x) */
     float *rstd1;       /* [S] */
-    bf16_t *q_raw;      /* [S, Qg] q_proj(xn) of one head group (stage 5) */
+    bf16_t *q_raw;      /* [S, Qg] q_proj(xn) of one head group (stage 5) (Qwen3.5: [S, hg, 2 hd], query and gate) */
     bf16_t *k_raw;      /* [S, Hkv*hd] */
     bf16_t *v;          /* [S, Hkv*hd] */
     bf16_t *q, *k;      /* q/k after head norm + RoPE (q: [S, Qg], one head group) */
@@ -255,6 +256,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     float *lse;         /* [Hq, S] (or Saved.lse + l); a head group's rows are contiguous */
     bf16_t *o_own;      /* stage 4: w.o of the layers whose O is not kept */
     float *lse_own;
+    bf16_t *og;         /* [S, Hq*hd] Qwen3.5: o sigmoid(gate), o_proj's input */
     bf16_t *x_mid;      /* [S, D] x + o_proj(o) */
     /* B1: MLP half (forward, recompute and its backward); stage 5: one tile of T rows */
     bf16_t *xn2;        /* [T, D] post_attention_layernorm(x_mid) */
@@ -264,6 +266,8 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     /* B2: attention backward (overlays B1) */
     bf16_t *d_o;        /* [S, Hq*hd] */
     bf16_t *dq;         /* [S, Hq*hd] stage 5: d_o's memory, each group's columns once its backward is done */
+    bf16_t *dq_raw;     /* [S, Hq, 2 hd] Qwen3.5: d(q_proj's output), query and gate */
+    bf16_t *dq_raw_g;   /* [S, hg, 2 hd] Qwen3.5: one head group's (stage 5) */
     bf16_t *dk, *dv;    /* [S, Hkv*hd] each, side by side: [2, S, Hkv*hd] */
     bf16_t *dxn;        /* [S, D] */
     float *softmax_sum; /* [Hg, S] cuDNN scratch */
@@ -285,6 +289,18 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     void *o_acc;        /* [S, Qg] running output in fp32 (--merge fp32; bf16 merges into o_g) */
     void *dq_acc;       /* [S, Qg] dQ accumulator (merge precision) */
     void *dkv_ring[2];  /* [2, S, KVg] travelling dK/dV (merge precision) */
+    /* Qwen3.5's linear layers: what crosses ranks is each chunk's conv tail and state map, whatever S
+     * (K = conv width, C = conv channels, ms = Hv dv dk, one state; slot (rank, k): rank's chunk k) */
+    bf16_t *tails;      /* [2, K-1, C] our chunks' last conv inputs; tails_all [2P, K-1, C] every chunk's */
+    bf16_t *tails_all;
+    bf16_t *dhalo;      /* [2, K-1, C] what our chunks' first tokens send back to their halos; dhalo_all: every chunk's */
+    bf16_t *dhalo_all;
+    float *maps;        /* [2, Hv, dv + dk, dk] our chunks' state maps (B, then M); maps_all [2P, ...] */
+    float *maps_all;
+    float *cmaps;       /* [2, ms] our chunks' backward from a zero final gradient (C); cmaps_all [2P, ms] */
+    float *cmaps_all;
+    float *s_start;     /* [2, ms] our chunks' true initial states (forward), final states' gradients (backward) */
+    float *compose;     /* [2, ms] the running composition, in turn */
     /* ---- end stage 3 ---- */
     /* ---- stage 5: head groups ---- */
     bf16_t *kv_g;       /* [2, S, KVg] one group's K then V: one ring message */
@@ -292,6 +308,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *d_o_g;      /* [S, Qg] one group's dO; then its dQ */
     /* ---- end stage 5 ---- */
     MoeTile moe;        /* MoE: B1 for an MoE model's MLP (stage 5: a tile of T rows), and the step's statistics (common/moe.h) */
+    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/hybrid.h) */
     /* library workspaces */
     void *sdpa_ws;
     int64_t sdpa_ws_bytes;
@@ -373,7 +390,8 @@ static void carve(Model *M) {
     const int64_t S = M->S, D = c->hidden, L = c->layers, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
                   I = c->intermediate, V = c->vocab, NP = M->p.total,
                   C = M->o.loss_chunk < S ? M->o.loss_chunk : S,
-                  Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim, T = M->tile; /* stage 5 */
+                  Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim, T = M->tile, /* stage 5 */
+                  QR = config_q_rows(c), QRg = QR / M->groups;
     Arena *A = M->arena;
     Params *p = &M->p;
     Work *w = &M->w;
@@ -426,6 +444,22 @@ static void carve(Model *M) {
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
     if (c->experts) moe_carve_step(&w->moe, W, c); /* MoE: the step's router statistics */
+    /* ---- stage 3: context parallelism for linear attention ---- */
+    if (c->lin_v_heads) {
+        const int64_t P2 = 2 * M->P, hl = (c->conv_width - 1) * config_conv_channels(c),
+                      ms = c->lin_v_heads * c->lin_v_dim * c->lin_k_dim, mm = ms + c->lin_v_heads * c->lin_k_dim * c->lin_k_dim;
+        w->tails = arena_take(W, BF(2 * hl), "linear: our conv tails");
+        w->tails_all = arena_take(W, BF(P2 * hl), "linear: every conv tail");
+        w->dhalo = arena_take(W, BF(2 * hl), "linear: our halo gradients");
+        w->dhalo_all = arena_take(W, BF(P2 * hl), "linear: every halo gradient");
+        w->maps = arena_take(W, F32(2 * mm), "linear: our state maps");
+        w->maps_all = arena_take(W, F32(P2 * mm), "linear: every state map");
+        w->cmaps = arena_take(W, F32(2 * ms), "linear: our backward maps");
+        w->cmaps_all = arena_take(W, F32(P2 * ms), "linear: every backward map");
+        w->s_start = arena_take(W, F32(2 * ms), "linear: our initial states");
+        w->compose = arena_take(W, F32(2 * ms), "linear: composition");
+    }
+    /* ---- end stage 3 ---- */
     const int64_t persistent = arena_mark(W);
     /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
      * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
@@ -437,7 +471,9 @@ static void carve(Model *M) {
     /* A */
     w->xn = arena_take(W, BF(S * D), "xn");
     w->rstd1 = arena_take(W, F32(S), "rstd1");
-    w->q_raw = arena_take(W, BF(S * Qg), "q_raw");
+    w->x_mid = arena_take(W, BF(S * D), "x_mid");
+    const int64_t mixer_a = arena_mark(W);
+    w->q_raw = arena_take(W, BF(S * QRg), "q_raw");
     w->k_raw = arena_take(W, BF(S * KV), "k_raw");
     w->q = arena_take(W, BF((S + R) * Qg), "q");
     /* ---- stage 3: ring attention ---- */
@@ -460,7 +496,8 @@ static void carve(Model *M) {
         w->o = w->o_own = arena_take(W, BF((S + R) * Q), "o");
         w->lse = w->lse_own = arena_take(W, F32(c->heads * S), "lse");
     }
-    w->x_mid = arena_take(W, BF(S * D), "x_mid");
+    if (c->attn_gate) w->og = arena_take(W, BF(S * Q), "gated o");
+    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S / 2, 0); /* Qwen3.5: a linear layer's instead */
     const int64_t region_b = arena_mark(W);
     /* B1 (stage 5: one MLP tile) */
     w->xn2 = arena_take(W, BF(T * D), "xn2");
@@ -474,11 +511,12 @@ static void carve(Model *M) {
     w->dxn2 = arena_take(W, BF(T * D), "dxn2");
     arena_release(W, region_b);
     /* B2 */
+    w->dxn = arena_take(W, BF(S * D), "dxn");
+    const int64_t mixer_b = arena_mark(W);
     w->d_o = arena_take(W, BF((S + R) * Q), "d_o");
     w->dq = w->d_o; /* stage 5: a group's dQ goes where its dO was */
     w->dk = arena_take(W, BF(2 * S * KV), "dk, dv");
     w->dv = w->dk ? w->dk + S * KV : NULL;
-    w->dxn = arena_take(W, BF(S * D), "dxn");
     w->softmax_sum = arena_take(W, F32(M->hg * S), "softmax_sum");
     w->dq_accum = arena_take(W, F32(M->hg * S * c->head_dim), "dq_accum");
     w->d_o_g = arena_take(W, BF((S + R) * Qg), "group dO"); /* stage 5 */
@@ -488,6 +526,11 @@ static void carve(Model *M) {
     w->dq_acc = arena_take(W, acc * S * Qg, "dQ accumulator");
     for (int i = 0; i < 2; i++) w->dkv_ring[i] = arena_take(W, acc * 2 * S * KVg, "travelling dK/dV");
     /* ---- end stage 3 ---- */
+    if (c->attn_gate) {
+        w->dq_raw = arena_take(W, BF(S * QR), "dq_raw (query and gate)");
+        w->dq_raw_g = arena_take(W, BF(S * QRg), "group dq_raw"); /* stage 5 */
+    }
+    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S / 2, 1); /* Qwen3.5: a linear layer's backward instead */
     M->b2_bytes = arena_mark(W) - region_b; /* stage 5: the MLP's tiles may use as much */
     arena_release(W, persistent);
     /* C */
@@ -523,7 +566,8 @@ static void load_config(Model *M) {
     if (config_check_yarn(&M->c, err, sizeof err)) STOP("%s", err);         /* stage 5 */
     if ((M->eot = docs_eot_option(o->packing, M->c.vocab, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
-    if (zigzag_check(M->o.seq, M->P, err, sizeof err)) STOP("%s", err); /* stage 3 */
+    if (zigzag_check(M->o.seq, M->P, err, sizeof err) || hybrid_chunk_ok(&M->c, M->o.seq / (2 * M->P), err, sizeof err))
+        STOP("%s", err); /* stage 3 */
     M->S = M->o.seq / M->P;                                             /* this rank's tokens */
     /* ---- stage 5: head groups ---- */
     M->groups = o->attn_groups ? o->attn_groups : M->c.kv_heads;
@@ -620,6 +664,10 @@ static void choose_kept(Model *M) {
     M->kept = M->kept_gpu = 0;
     const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, &asked, err, sizeof err); /* memplan.c */
     if (split < 0) STOP("%s", err);
+    if (want && M->c.lin_v_heads) { /* Qwen3.5: kept layers would count its linear ones too; auto keeps none */
+        if (strcmp(o->keep_attn, "auto")) STOP("--keep-attn %s with a Qwen3.5 hybrid: not yet", o->keep_attn);
+        want = 0;
+    }
     if (asked && !M->off.attn) STOP("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
         const MemPlan mp = plan_memory(M); /* with nothing kept */
@@ -650,9 +698,9 @@ static void setup_rope(Model *M) {
     double inv[512], af;
     float invf[512];
     rope_inv_freq(&M->c, inv, &af);
-    for (int64_t i = 0; i < M->c.head_dim / 2; i++) invf[i] = (float)inv[i];
+    for (int64_t i = 0; i < M->c.rot / 2; i++) invf[i] = (float)inv[i];
     M->attn_factor = (float)af;
-    gpu_upload(M->w.inv_freq, invf, F32(M->c.head_dim / 2), M->gpu.stream);
+    gpu_upload(M->w.inv_freq, invf, F32(M->c.rot / 2), M->gpu.stream);
     int32_t *pos = xmalloc((size_t)(4 * M->S));
     int64_t *zz = xmalloc((size_t)(8 * M->S)); /* stage 3: the global positions of this rank's tokens */
     zigzag_positions(M->o.seq, M->P, M->rank, zz);
@@ -739,6 +787,99 @@ static void ring_pass(Model *M, const void *send, void *recv, int64_t bytes, int
 }
 static void ring_wait(Model *M, int ev) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ring_ev[ev + 1], 0)); }
 
+/* Linear attention (Qwen3.5) crosses ranks as state, not K/V (../shared/DESIGN.md section 9). A chunk
+ * maps its initial state to its final one affinely, S_end = S_start M + B, M and B its own; the ranks
+ * exchange their chunks' maps (a few MB a layer whatever the sequence length), every rank composes
+ * them in sequence order and runs its chunks from their true initial states. No rank waits on a
+ * chain of the others. The backward mirrors it: dS_start = dS_end M^T + C. The conv (width K) reads
+ * K-1 tokens before a chunk: its halo, the previous chunk's last inputs, crosses too. */
+/* every rank's `bytes` of in into out [P, bytes] (rank-major), on the communication stream */
+static void cp_gather(Model *M, void *out, const void *in, int64_t bytes) {
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[0], M->gpu.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[0], 0));
+    comm_all_gather_bf16(M->comm, out, in, bytes / 2, M->comm_st);
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[1], M->comm_st));
+    ring_wait(M, 0);
+}
+/* zigzag: chunk ch of 2P is rank ch's first (k 0), or rank 2P-1-ch's second (k 1); its slot rank*2 + k */
+static int64_t chunk_slot(const Model *M, int64_t ch) { return ch < M->P ? 2 * ch : 2 * (2 * M->P - 1 - ch) + 1; }
+static int64_t our_chunk(const Model *M, int k) { return k ? 2 * M->P - 1 - M->rank : M->rank; }
+
+/* every chunk's last K-1 conv inputs (mix rows) into w.tails_all */
+static void linear_halos(Model *M) {
+    Work *w = &M->w;
+    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
+    for (int k = 0; k < 2; k++)
+        CUDA_CHECK(cudaMemcpyAsync(w->tails + k * h * C, w->gdn.mix + ((k + 1) * n - h) * C, (size_t)BF(h * C),
+                                   cudaMemcpyDeviceToDevice, M->gpu.stream));
+    cp_gather(M, w->tails_all, w->tails, BF(2 * h * C));
+}
+/* our chunk k's halo: the previous chunk's tail (none before the sequence) */
+static const bf16_t *halo_of(const Model *M, int k) {
+    const int64_t ch = our_chunk(M, k), hl = (M->c.conv_width - 1) * config_conv_channels(&M->c);
+    return ch ? M->w.tails_all + chunk_slot(M, ch - 1) * hl : NULL;
+}
+
+/* our chunks' maps, exchanged; composed in sequence order into our chunks' initial states, w.s_start */
+static void linear_states(Model *M) {
+    Work *w = &M->w;
+    const Qwen3Config *c = &M->c;
+    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
+    cudaStream_t st = M->gpu.stream;
+    for (int k = 0; k < 2; k++) hybrid_maps(&w->gdn, c, w->pos, k, w->maps + k * mm, st);
+    cp_gather(M, w->maps_all, w->maps, F32(2 * mm));
+    const float *cur = NULL; /* the state before chunk ch; NULL: zero */
+    for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
+        for (int k = 0; k < 2; k++) {
+            if (our_chunk(M, k) != ch) continue;
+            float *s0 = w->s_start + k * ms;
+            if (cur) CUDA_CHECK(cudaMemcpyAsync(s0, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));
+            else CUDA_CHECK(cudaMemsetAsync(s0, 0, (size_t)F32(ms), st));
+        }
+        float *next = w->compose + (ch % 2) * ms;
+        gdn_compose(next, cur, w->maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
+        cur = next;
+    }
+}
+
+/* the backward's: our chunks' C, exchanged; composed from the last chunk back into the gradients of our
+ * chunks' final states (w.s_start, reused) */
+static void linear_state_grads(Model *M) {
+    Work *w = &M->w;
+    const Qwen3Config *c = &M->c;
+    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
+    cudaStream_t st = M->gpu.stream;
+    CUDA_CHECK(cudaMemsetAsync(w->cmaps, 0, (size_t)F32(2 * ms), st));
+    for (int k = 0; k < 2; k++) hybrid_rule_bwd(&w->gdn, c, w->pos, k, w->cmaps + k * ms, 1, st);
+    cp_gather(M, w->cmaps_all, w->cmaps, F32(2 * ms));
+    const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
+    for (int64_t ch = 2 * M->P - 1; ch >= our_chunk(M, 0); ch--) {
+        for (int k = 0; k < 2; k++) {
+            if (our_chunk(M, k) != ch) continue;
+            float *ds = w->s_start + k * ms;
+            if (cur) CUDA_CHECK(cudaMemcpyAsync(ds, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));
+            else CUDA_CHECK(cudaMemsetAsync(ds, 0, (size_t)F32(ms), st));
+        }
+        float *next = w->compose + (ch % 2) * ms;
+        gdn_compose_bwd(next, cur, w->maps_all + chunk_slot(M, ch) * mm, w->cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
+                        st);
+        cur = next;
+    }
+}
+
+/* what each chunk's first tokens sent back to its halo, exchanged, added to the previous chunk's dmix */
+static void linear_dhalos(Model *M) {
+    Work *w = &M->w;
+    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
+    cp_gather(M, w->dhalo_all, w->dhalo, BF(2 * h * C));
+    for (int k = 0; k < 2; k++) {
+        const int64_t next = our_chunk(M, k) + 1;
+        if (next < 2 * M->P)
+            add_bf16_into(w->gdn.dmix + ((k + 1) * n - h) * C, 0, w->dhalo_all + chunk_slot(M, next) * h * C, h * C,
+                          M->gpu.stream);
+    }
+}
+
 /* ---- end stage 3 ---- */
 
 /* ---- stage 5: head groups ---- */
@@ -803,6 +944,13 @@ static bf16_t *ckpt(const Model *M, int64_t l) {
 /* an MoE layer's router and experts, as common/moe.c takes them */
 #define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
 #define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
+/* a Qwen3.5 linear layer's, as common/hybrid.c takes them */
+#define GDN_W(M, l) (&(GdnWeights16){W(M, P_LIN_QKV, l), W(M, P_LIN_Z, l), W(M, P_LIN_B, l), W(M, P_LIN_A, l),     \
+                                     W(M, P_LIN_CONV, l), W(M, P_LIN_DT, l), W(M, P_LIN_ALOG, l), W(M, P_LIN_NORM, l), \
+                                     W(M, P_LIN_OUT, l)})
+#define GDN_G(M, l) (&(GdnGrads32){G(M, P_LIN_QKV, l), G(M, P_LIN_Z, l), G(M, P_LIN_B, l), G(M, P_LIN_A, l),       \
+                                   G(M, P_LIN_CONV, l), G(M, P_LIN_DT, l), G(M, P_LIN_ALOG, l), G(M, P_LIN_NORM, l),   \
+                                   G(M, P_LIN_OUT, l)})
 
 /* ============================================================ forward */
 /* ---- stage 3: ring attention ---- */
@@ -863,18 +1011,41 @@ static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, floa
 static void group_q(Model *M, int64_t l, int64_t g) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
-    const int64_t S = M->S, D = c->hidden, Qg = M->hg * c->head_dim;
+    const int64_t S = M->S, D = c->hidden, QRg = config_q_rows(c) / M->groups; /* its rows of q_proj */
     cudaStream_t st = M->gpu.stream;
     mark(st, K_GEMM);
-    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l) + g * Qg * D, S, D, Qg, 0.f, st);
+    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l) + g * QRg * D, S, D, QRg, 0.f, st);
     mark(st, K_ELEM);
-    qk_norm_rope_fwd(w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, M->hg,
-                     c->head_dim, (float)c->eps, st);
+    hybrid_q_fwd(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), M->hg, w->pos, w->inv_freq, M->attn_factor, S, st);
 }
 /* ---- end stage 5 ---- */
 
+/* Qwen3.5's linear attention layer: x -> x_mid = x + out_proj(the gated delta rule's output, normed
+ * and gated), in the steps of common/hybrid.h */
+static void linear_forward(Model *M, int64_t l, const bf16_t *x) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    cudaStream_t st = M->gpu.stream;
+    mark(st, K_ELEM);
+    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), M->S, M->c.hidden, (float)M->c.eps, st);
+    hybrid_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
+    /* ---- stage 3: context parallelism for linear attention ---- */
+    linear_halos(M);
+    for (int k = 0; k < 2; k++) hybrid_conv(g, &M->c, Wl, w->pos, k, halo_of(M, k), st);
+    hybrid_gates(g, &M->c, Wl, M->S, st);
+    linear_states(M);
+    for (int k = 0; k < 2; k++) hybrid_rule(g, &M->c, w->pos, k, w->s_start + k * hybrid_state_size(&M->c), st);
+    /* ---- end stage 3 ---- */
+    hybrid_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
+}
+
 /* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
+    if (config_is_linear(&M->c, l)) { /* Qwen3.5: a linear attention layer instead */
+        linear_forward(M, l, x);
+        return;
+    }
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
@@ -893,8 +1064,7 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
     linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
     mark(st, K_ELEM);
-    qk_norm_rope_fwd(w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S,
-                     c->kv_heads, c->head_dim, (float)c->eps, st);
+    hybrid_k_fwd(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
     /* ---- stage 5: head groups: a group's queries, its ring, its columns of O ---- */
     const int64_t Qg = M->hg * c->head_dim;
     for (int64_t g = 0; run_attn && g < M->groups; g++) {
@@ -902,11 +1072,13 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
         group_kv(M, g);
         ring_forward(M, l + g * c->layers, w->kv_g, w->o_g, w->lse + g * M->hg * S); /* stage 3: group g's */
         copy_cols(w->o + g * Qg, Q, w->o_g, Qg, Qg, S, st);
+        if (c->attn_gate) /* Qwen3.5: its columns of o sigmoid(gate) */
+            copy_cols(w->og + g * Qg, Q, hybrid_gate_fwd(c, w->o_g, w->o_g, w->q_raw, M->hg, S, st), Qg, Qg, S, st);
     }
     /* ---- end stage 5 ---- */
     if (down) copy_down(M, &M->sv.hol, h); /* stage 4 */
     mark(st, K_GEMM);
-    linear_fwd_add(&M->gemm, w->x_mid, x, w->o, W(M, P_O, l), S, Q, D, st);
+    linear_fwd_add(&M->gemm, w->x_mid, x, c->attn_gate ? w->og : w->o, W(M, P_O, l), S, Q, D, st);
 }
 
 /* rows [t0, t0+n) of x_mid -> xn2, g, u and h (and rstd2 at those rows), or an MoE model's routed
@@ -1103,22 +1275,20 @@ static void mlp_backward(Model *M, int64_t l) {
     }
 }
 
-/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
-static void layer_backward(Model *M, int64_t l) {
+/* w.dx holds d(loss)/d(x_mid of layer l) (the MLP's part joined); its attention's part of
+ * d(loss)/d(xn) lands in w.dxn. The forward has just run again: q, k, v, O (or the kept O) are there. */
+static void attention_backward(Model *M, int64_t l) {
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     Gemm *gm = &M->gemm;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim,
-                  Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim; /* stage 5 */
-    const bf16_t *x = ckpt(M, l);
+                  QR = config_q_rows(c), Qg = M->hg * c->head_dim, KVg = M->kg * c->head_dim, /* stage 5 */
+                  QRg = QR / M->groups;
+    bf16_t *dqr = config_plain_heads(c) ? w->dq : w->dq_raw; /* d(q_proj's output) */
     cudaStream_t st = M->gpu.stream;
-    /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
-    attention_forward(M, l, x, !kept(M, l)); /* stage 4: only some layers may be kept */
-    mlp_backward(M, l);
-
-    /* attention: d(o) = dx Wo, then flash attention backward, head norms + RoPE, projections */
+    /* d(o) = dx Wo, then (Qwen3.5) the gate's backward, attention's backward, head norms + RoPE, projections */
     mark(st, K_GEMM);
-    linear_dw(gm, G(M, P_O, l), w->dx, w->o, S, Q, D, st);
+    linear_dw(gm, G(M, P_O, l), w->dx, c->attn_gate ? w->og : w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
     /* ---- stage 5: head groups: a group's queries again, its ring backward, its q norm + RoPE backward;
      * its dQ, dK, dV go to their columns (dQ's are the ones of dO it has just read) ---- */
@@ -1127,26 +1297,64 @@ static void layer_backward(Model *M, int64_t l) {
         group_kv(M, g);
         copy_cols(w->o_g, Qg, w->o + g * Qg, Q, Qg, S, st);
         copy_cols(w->d_o_g, Qg, w->d_o + g * Qg, Q, Qg, S, st);
+        mark(st, K_ELEM);
+        hybrid_gate_bwd(c, w->d_o_g, w->dq_raw_g, w->o_g, w->q_raw, M->hg, S, st); /* Qwen3.5 */
         ring_backward(M, l + g * c->layers, w->kv_g, w->o_g, w->d_o_g, w->lse + g * M->hg * S, w->d_o_g, /* stage 3 */
                       w->dkv_blk); /* its dQ where its dO was, its dK and dV in dkv_blk */
         mark(st, K_ELEM);
-        qk_norm_rope_bwd(w->d_o_g, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), w->pos, w->inv_freq,
-                         M->attn_factor, S, M->hg, c->head_dim, st);
+        hybrid_q_bwd(c, w->dq_raw_g, w->d_o_g, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), M->hg, w->pos,
+                     w->inv_freq, M->attn_factor, S, st);
         mark(st, K_ATTN);
-        copy_cols(w->dq + g * Qg, Q, w->d_o_g, Qg, Qg, S, st);
+        if (config_plain_heads(c)) copy_cols(w->dq + g * Qg, Q, w->d_o_g, Qg, Qg, S, st);
+        else copy_cols(w->dq_raw + g * QRg, QR, w->dq_raw_g, QRg, QRg, S, st); /* Qwen3.5: query and gate */
         copy_cols(w->dk + g * KVg, KV, w->dkv_blk, KVg, KVg, 2 * S, st); /* dK then dV: [2S, KV] rows */
     }
     /* ---- end stage 5 ---- */
     mark(st, K_ELEM);
-    qk_norm_rope_bwd(w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
-                     M->attn_factor, S, c->kv_heads, c->head_dim, st);
+    hybrid_k_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor,
+                 S, st);
     mark(st, K_GEMM);
-    linear_dw(gm, G(M, P_Q, l), w->dq, w->xn, S, D, Q, st);
+    linear_dw(gm, G(M, P_Q, l), dqr, w->xn, S, D, QR, st);
     linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
     linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
-    linear_dx(gm, w->dxn, w->dq, W(M, P_Q, l), S, D, Q, 0.f, st);
+    linear_dx(gm, w->dxn, dqr, W(M, P_Q, l), S, D, QR, 0.f, st);
     linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
     linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
+}
+
+/* Qwen3.5's linear attention layer backward: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
+ * w.dxn. Its forward has just run again. */
+static void linear_backward(Model *M, int64_t l) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    const GdnGrads32 *Gl = GDN_G(M, l);
+    cudaStream_t st = M->gpu.stream;
+    hybrid_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
+    /* ---- stage 3: context parallelism for linear attention ---- */
+    linear_state_grads(M);
+    for (int k = 0; k < 2; k++) hybrid_rule_bwd(g, &M->c, w->pos, k, w->s_start + k * hybrid_state_size(&M->c), 0, st);
+    hybrid_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
+    for (int k = 0; k < 2; k++)
+        hybrid_conv_bwd(g, &M->c, Wl, Gl, w->pos, k, halo_of(M, k),
+                        w->dhalo + k * (M->c.conv_width - 1) * config_conv_channels(&M->c), st);
+    linear_dhalos(M);
+    /* ---- end stage 3 ---- */
+    hybrid_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
+}
+
+/* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
+static void layer_backward(Model *M, int64_t l) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden;
+    const bf16_t *x = ckpt(M, l);
+    cudaStream_t st = M->gpu.stream;
+    /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
+    attention_forward(M, l, x, !kept(M, l)); /* stage 4: only some layers may be kept */
+    mlp_backward(M, l);
+    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5 */
+    else attention_backward(M, l);
     mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
 }

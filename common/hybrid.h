@@ -32,8 +32,10 @@ typedef struct {
     bf16_t *o;          /* [S, VD] the rule's output */
     float *rstd;        /* [S Hv] the gated norm's */
     bf16_t *y;          /* [S, VD] the gated norm's output, out_proj's input */
-    float *states;      /* [ceil(S / chunk), Hv, dk, dv] the state at each chunk's start */
-    int64_t chunk;      /* tokens between kept states (hybrid_chunk) */
+    float *states;      /* [segments, ceil(seg / chunk), Hv, dk, dv] the state at each chunk's start */
+    int64_t seg;        /* tokens of a segment: the rule runs each alone from its own initial state
+                         * (S in stages 1-2; a zigzag chunk, S / 2, under context parallelism) */
+    int64_t chunk;      /* tokens between kept states (hybrid_chunk(seg)) */
     /* backward */
     bf16_t *dy;         /* [S, VD] d(y) */
     bf16_t *d_o, *dz;   /* [S, VD] */
@@ -49,43 +51,82 @@ typedef struct {
 typedef struct { const bf16_t *qkv, *z, *b, *a, *conv, *dt_bias, *A_log, *norm, *out; } GdnWeights16;
 typedef struct { float *qkv, *z, *b, *a, *conv, *dt_bias, *A_log, *norm, *out; } GdnGrads32;
 
-/* tokens between the states the forward keeps: a power of two near sqrt(S), so the kept states
- * (S / chunk of them) and the backward's scratch (chunk per row group) are both ~sqrt(S) */
-int64_t hybrid_chunk(int64_t S);
-/* carve the forward's (kept) and the backward's buffers for S tokens (a NULL arena base only measures) */
-void hybrid_carve_fwd(GdnWork *g, Arena *a, const Qwen3Config *c, int64_t S);
-void hybrid_carve_bwd(GdnWork *g, Arena *a, const Qwen3Config *c, int64_t S);
+/* 0, or -1 with err when a chunk of n tokens is shorter than the conv's halo (context parallelism:
+ * a chunk's conv reads the K-1 tokens before it from the previous chunk alone) */
+int hybrid_chunk_ok(const Qwen3Config *c, int64_t n, char *err, size_t errlen);
+/* floats of one state, Hv dv dk */
+static inline int64_t hybrid_state_size(const Qwen3Config *c) { return c->lin_v_heads * c->lin_v_dim * c->lin_k_dim; }
+/* tokens between the states the forward keeps: a power of two near sqrt(seg), so the kept states
+ * (seg / chunk of them) and the backward's scratch (chunk per row group) are both ~sqrt(seg) */
+int64_t hybrid_chunk(int64_t seg);
+/* carve the forward's (kept) and the backward's buffers for S tokens in segments of seg (a NULL arena
+ * base only measures) */
+void hybrid_carve_fwd(GdnWork *g, Arena *a, const Qwen3Config *c, int64_t S, int64_t seg);
+void hybrid_carve_bwd(GdnWork *g, Arena *a, const Qwen3Config *c, int64_t S, int64_t seg);
 /* A layer is one kind or the other, so a hybrid's linear buffers share memory with the attention's:
  * the forward's (bwd 0) or the backward's (1) carved from mark `from`, where the attention's began,
  * and the arena's top left at the larger of the two. Nothing for a model without linear layers. */
-void hybrid_carve_over(GdnWork *g, Arena *a, int64_t from, const Qwen3Config *c, int64_t S, int bwd);
+void hybrid_carve_over(GdnWork *g, Arena *a, int64_t from, const Qwen3Config *c, int64_t S, int64_t seg, int bwd);
 
-/* xn [S, D] (the input norm's output) -> x_mid = x + the mixer's output */
-void hybrid_linear_forward(Gemm *gm, GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const bf16_t *xn,
-                           const bf16_t *x, bf16_t *x_mid, const int32_t *pos, int64_t S, cudaStream_t st);
-/* after hybrid_linear_forward of the same tokens: dy [S, D] (d of x_mid) -> d(xn) into dxn
- * (overwritten); the weights' gradients added into G */
-void hybrid_linear_backward(Gemm *gm, GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const GdnGrads32 *G,
-                            const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, const int32_t *pos, int64_t S,
-                            cudaStream_t st);
+/* The forward, in its steps (a stage runs them in this order; context parallelism adds its exchanges
+ * between them). S tokens; segment k is rows [k seg, (k + 1) seg). */
+/* xn [S, D] -> mix, z, a, b: the four projections */
+void hybrid_project(Gemm *gm, GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const bf16_t *xn, int64_t S,
+                    cudaStream_t st);
+/* segment k's conv: mix -> qkv; halo [K-1, C] the mix rows before it (NULL: none) */
+void hybrid_conv(GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const int32_t *pos, int64_t k,
+                 const bf16_t *halo, cudaStream_t st);
+/* the gates g, beta and the q/k norms, every row */
+void hybrid_gates(GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, int64_t S, cudaStream_t st);
+/* segment k's rule from initial state S0 [Hv, dv, dk] (NULL: zero), keeping its chunks' states */
+void hybrid_rule(GdnWork *g, const Qwen3Config *c, const int32_t *pos, int64_t k, const float *S0, cudaStream_t st);
+/* segment k's state map (maps [Hv, dv + dk, dk]: S_end = S_start M + B; kernels.h gdn_rule_maps) */
+void hybrid_maps(GdnWork *g, const Qwen3Config *c, const int32_t *pos, int64_t k, float *maps, cudaStream_t st);
+/* o -> the gated norm -> x_mid = x + out_proj(y) */
+void hybrid_output(Gemm *gm, GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const bf16_t *x, bf16_t *x_mid,
+                   int64_t S, cudaStream_t st);
+
+/* The backward, after the forward of the same tokens ran again, in its steps. */
+/* dy [S, D] (d of x_mid) -> d_o, dz; the sums the rule adds into zeroed */
+void hybrid_output_bwd(Gemm *gm, GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const GdnGrads32 *G,
+                       const bf16_t *dy, int64_t S, cudaStream_t st);
+/* segment k's rule backward: dS [Hv, dv, dk] the final state's gradient in (NULL: zero), the initial
+ * state's out (NULL: not kept); c_only: that alone (the segment's own part of it, dS zero in) */
+void hybrid_rule_bwd(GdnWork *g, const Qwen3Config *c, const int32_t *pos, int64_t k, float *dS, int c_only,
+                     cudaStream_t st);
+/* the q/k norms' and the gates' backward, every row: dqkv's q, k channels, da, db; dA_log, ddt_bias */
+void hybrid_gates_bwd(GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const GdnGrads32 *G, int64_t S,
+                      cudaStream_t st);
+/* segment k's conv backward: dqkv -> dmix rows, the conv's gradient; dhalo [K-1, C] (NULL: not
+ * wanted) what its first tokens send back to the halo */
+void hybrid_conv_bwd(GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const GdnGrads32 *G, const int32_t *pos,
+                     int64_t k, const bf16_t *halo, bf16_t *dhalo, cudaStream_t st);
+/* the projections' backward: dmix, dz, da, db -> d(xn) into dxn (overwritten); the four matrices' gradients */
+void hybrid_project_bwd(Gemm *gm, GdnWork *g, const Qwen3Config *c, const GdnWeights16 *W, const GdnGrads32 *G,
+                        const bf16_t *xn, bf16_t *dxn, int64_t S, cudaStream_t st);
 
 /* ---- the full attention layers: q/k head norms and RoPE, the output gate. Qwen3 (no gate, every
- * dim rotated) takes its own kernel; Qwen3.5 reads q from q_proj's [S, Hq, 2 hd] rows. */
-/* q_raw [S, config_q_rows], k_raw [S, Hkv hd] -> q, k [S, H, hd] and their rstd */
-void hybrid_qk_fwd(const Qwen3Config *c, bf16_t *q, float *rstd_q, bf16_t *k, float *rstd_k, const bf16_t *q_raw,
-                   const bf16_t *k_raw, const bf16_t *wq, const bf16_t *wk, const int32_t *pos, const float *inv_freq,
-                   float attn_factor, int64_t S, cudaStream_t st);
-/* dq, dk [S, H, hd] (the attention's backward) -> d(q_raw) into dq_raw (Qwen3: dq itself, in place)
- * and d(k_raw) in place of dk; dwq, dwk added into */
-void hybrid_qk_bwd(const Qwen3Config *c, bf16_t *dq_raw, bf16_t *dq, bf16_t *dk, float *dwq, float *dwk,
-                   const bf16_t *q_raw, const bf16_t *k_raw, const float *rstd_q, const float *rstd_k, const bf16_t *wq,
-                   const bf16_t *wk, const int32_t *pos, const float *inv_freq, float attn_factor, int64_t S,
-                   cudaStream_t st);
-/* what o_proj reads: o, or with the gate og = o sigmoid(gate) (written) */
-const bf16_t *hybrid_gate_fwd(const Qwen3Config *c, bf16_t *og, const bf16_t *o, const bf16_t *q_raw, int64_t S,
-                              cudaStream_t st);
-/* d_o: d(o_proj's input) in, d(o) out; d(gate) into dq_raw's gate half (nothing without a gate) */
-void hybrid_gate_bwd(const Qwen3Config *c, bf16_t *d_o, bf16_t *dq_raw, const bf16_t *o, const bf16_t *q_raw, int64_t S,
-                     cudaStream_t st);
+ * dim rotated) takes its own kernel; Qwen3.5 reads a head's query from q_proj's [S, H, 2 hd] rows.
+ * H: the query heads of the call (all, or stage 5's head group). */
+/* q_raw [S, H * q_proj's rows per head] -> q [S, H, hd] and its rstd */
+void hybrid_q_fwd(const Qwen3Config *c, bf16_t *q, float *rstd, const bf16_t *q_raw, const bf16_t *w, int64_t H,
+                  const int32_t *pos, const float *inv_freq, float attn_factor, int64_t S, cudaStream_t st);
+/* k_raw [S, Hkv hd] -> k [S, Hkv, hd] and its rstd */
+void hybrid_k_fwd(const Qwen3Config *c, bf16_t *k, float *rstd, const bf16_t *k_raw, const bf16_t *w, const int32_t *pos,
+                  const float *inv_freq, float attn_factor, int64_t S, cudaStream_t st);
+/* dq [S, H, hd] (the attention's backward) -> d(q_raw)'s query rows into dq_raw (Qwen3: dq itself, in
+ * place); dw added into */
+void hybrid_q_bwd(const Qwen3Config *c, bf16_t *dq_raw, bf16_t *dq, float *dw, const bf16_t *q_raw, const float *rstd,
+                  const bf16_t *w, int64_t H, const int32_t *pos, const float *inv_freq, float attn_factor, int64_t S,
+                  cudaStream_t st);
+/* dk [S, Hkv, hd] -> d(k_raw) in place; dw added into */
+void hybrid_k_bwd(const Qwen3Config *c, bf16_t *dk, float *dw, const bf16_t *k_raw, const float *rstd, const bf16_t *w,
+                  const int32_t *pos, const float *inv_freq, float attn_factor, int64_t S, cudaStream_t st);
+/* what o_proj reads: o, or with the gate og = o sigmoid(gate) (written; og may be o) */
+const bf16_t *hybrid_gate_fwd(const Qwen3Config *c, bf16_t *og, const bf16_t *o, const bf16_t *q_raw, int64_t H,
+                              int64_t S, cudaStream_t st);
+/* d_o: d(o_proj's input) in, d(o) out; d(gate) into dq_raw's gate rows (nothing without a gate) */
+void hybrid_gate_bwd(const Qwen3Config *c, bf16_t *d_o, bf16_t *dq_raw, const bf16_t *o, const bf16_t *q_raw, int64_t H,
+                     int64_t S, cudaStream_t st);
 
 #endif

@@ -22,77 +22,91 @@
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.f + __expf(-x)); }
 
-__device__ __forceinline__ float conv_pre(const bf16_t *x, const float *w, const int32_t *pos, int64_t t, int64_t c,
-                                          int64_t C, int K) {
+/* input token t - back of channel c: x's row, or before x (t < back) the halo's, the K-1 tokens before
+ * x (another rank's chunk under context parallelism; NULL: none) */
+__device__ __forceinline__ float conv_in(const bf16_t *x, const bf16_t *halo, int64_t t, int64_t back, int64_t c,
+                                         int64_t C, int K) {
+    if (back <= t) return bf(x, (t - back) * C + c);
+    return halo ? bf(halo, (K - 1 + t - back) * C + c) : 0.f;
+}
+
+__device__ __forceinline__ float conv_pre(const bf16_t *x, const bf16_t *halo, const float *w, const int32_t *pos,
+                                          int64_t t, int64_t c, int64_t C, int K) {
     float acc = 0.f;
     for (int j = 0; j < K; j++) {
         const int64_t back = K - 1 - j; /* tokens before t */
-        if (back <= t && back <= pos[t]) acc += w[j] * bf(x, (t - back) * C + c);
+        if (back <= pos[t]) acc += w[j] * conv_in(x, halo, t, back, c, C, K);
     }
     return acc;
 }
 
-__global__ void gdn_conv_fwd_kernel(bf16_t *out, const bf16_t *x, const bf16_t *wc, const int32_t *pos, int64_t S,
-                                    int64_t C, int K) {
+__global__ void gdn_conv_fwd_kernel(bf16_t *out, const bf16_t *x, const bf16_t *halo, const bf16_t *wc,
+                                    const int32_t *pos, int64_t S, int64_t C, int K) {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
     if (c >= C) return;
     float w[8];
     for (int j = 0; j < K; j++) w[j] = bf(wc, c * K + j);
-    for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++) st_bf(out, t * C + c, silu_f(conv_pre(x, w, pos, t, c, C, K)));
+    for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++)
+        st_bf(out, t * C + c, silu_f(conv_pre(x, halo, w, pos, t, c, C, K)));
 }
 
-extern "C" void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *w, const int32_t *pos, int64_t S, int64_t C,
-                             int64_t K, cudaStream_t st) {
+extern "C" void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *halo, const bf16_t *w, const int32_t *pos,
+                             int64_t S, int64_t C, int64_t K, cudaStream_t st) {
     if (K > 8) { fprintf(stderr, "error: gdn_conv_fwd takes a width of at most 8 (%lld)\n", (long long)K); exit(1); }
     dim3 grid((unsigned)((C + 127) / 128), (unsigned)((S + CONV_TILE - 1) / CONV_TILE));
-    gdn_conv_fwd_kernel<<<grid, 128, 0, st>>>(out, x, w, pos, S, C, (int)K);
+    gdn_conv_fwd_kernel<<<grid, 128, 0, st>>>(out, x, halo, w, pos, S, C, (int)K);
     KCHECK();
 }
 
 /* d is d(out) in, d(pre) = d(out) silu'(pre) out (pre recomputed); one pass per token. */
-__global__ void gdn_conv_dpre_kernel(bf16_t *d, const bf16_t *x, const bf16_t *wc, const int32_t *pos, int64_t S,
-                                     int64_t C, int K) {
+__global__ void gdn_conv_dpre_kernel(bf16_t *d, const bf16_t *x, const bf16_t *halo, const bf16_t *wc,
+                                     const int32_t *pos, int64_t S, int64_t C, int K) {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
     if (c >= C) return;
     float w[8];
     for (int j = 0; j < K; j++) w[j] = bf(wc, c * K + j);
     for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++) {
-        const float p = conv_pre(x, w, pos, t, c, C, K), sg = 1.f / (1.f + __expf(-p));
+        const float p = conv_pre(x, halo, w, pos, t, c, C, K), sg = 1.f / (1.f + __expf(-p));
         st_bf(d, t * C + c, bf(d, t * C + c) * sg * (1.f + p * (1.f - sg)));
     }
 }
 
 /* dx[t', c] = sum_j w[c, j] dpre[t' + (K-1) - j, c] over the taps that read t'; dw[c, j] += sum_t
  * dpre[t, c] x[t - (K-1) + j, c]. A thread takes one channel over a tile: its dw partials stay in
- * registers and are added once. */
-__global__ void gdn_conv_bwd_kernel(bf16_t *dx, float *dw, const bf16_t *dpre, const bf16_t *x, const bf16_t *wc,
-                                    const int32_t *pos, int64_t S, int64_t C, int K) {
+ * registers and are added once. The tile starting at token 0 also writes dhalo [K-1, C], what the
+ * first tokens' taps send back to the halo (its owner adds it to its own dx; NULL: not wanted). */
+__global__ void gdn_conv_bwd_kernel(bf16_t *dx, bf16_t *dhalo, float *dw, const bf16_t *dpre, const bf16_t *x,
+                                    const bf16_t *halo, const bf16_t *wc, const int32_t *pos, int64_t S, int64_t C,
+                                    int K) {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
     if (c >= C) return;
     float w[8], acc[8];
     for (int j = 0; j < K; j++) { w[j] = bf(wc, c * K + j); acc[j] = 0.f; }
-    for (int64_t s = t0; s < t0 + CONV_TILE && s < S; s++) {
+    const int64_t s0 = t0 == 0 ? -(int64_t)(K - 1) : t0; /* the first tile takes the halo's rows too */
+    for (int64_t s = s0; s < t0 + CONV_TILE && s < S; s++) {
         float sum = 0.f; /* token s as an input */
         for (int j = 0; j < K; j++) {
             const int64_t t = s + (K - 1 - j); /* the output that reads s through tap j */
-            if (t < S && K - 1 - j <= pos[t]) sum += w[j] * bf(dpre, t * C + c);
+            if (t >= 0 && t < S && K - 1 - j <= pos[t]) sum += w[j] * bf(dpre, t * C + c);
         }
-        st_bf(dx, s * C + c, sum);
+        if (s >= 0) st_bf(dx, s * C + c, sum);
+        else if (dhalo) st_bf(dhalo, (K - 1 + s) * C + c, sum);
+        if (s < 0) continue;
         const float g = bf(dpre, s * C + c); /* token s as an output */
         for (int j = 0; j < K; j++) {
             const int64_t back = K - 1 - j;
-            if (back <= s && back <= pos[s]) acc[j] += g * bf(x, (s - back) * C + c);
+            if (back <= pos[s]) acc[j] += g * conv_in(x, halo, s, back, c, C, K);
         }
     }
     for (int j = 0; j < K; j++) atomicAdd(&dw[c * K + j], acc[j]);
 }
 
-extern "C" void gdn_conv_bwd(bf16_t *dx, float *dw, bf16_t *d, const bf16_t *x, const bf16_t *w, const int32_t *pos,
-                             int64_t S, int64_t C, int64_t K, cudaStream_t st) {
+extern "C" void gdn_conv_bwd(bf16_t *dx, bf16_t *dhalo, float *dw, bf16_t *d, const bf16_t *x, const bf16_t *halo,
+                             const bf16_t *w, const int32_t *pos, int64_t S, int64_t C, int64_t K, cudaStream_t st) {
     dim3 grid((unsigned)((C + 127) / 128), (unsigned)((S + CONV_TILE - 1) / CONV_TILE));
-    gdn_conv_dpre_kernel<<<grid, 128, 0, st>>>(d, x, w, pos, S, C, (int)K);
+    gdn_conv_dpre_kernel<<<grid, 128, 0, st>>>(d, x, halo, w, pos, S, C, (int)K);
     KCHECK();
-    gdn_conv_bwd_kernel<<<grid, 128, 0, st>>>(dx, dw, d, x, w, pos, S, C, (int)K);
+    gdn_conv_bwd_kernel<<<grid, 128, 0, st>>>(dx, dhalo, dw, d, x, halo, w, pos, S, C, (int)K);
     KCHECK();
 }
 
@@ -232,29 +246,34 @@ __device__ __forceinline__ float rule_step(float *s, const float *k, float a, fl
 /* Forward. Block (h, row group): 32 lanes, lane i of the group owns state row i. Writes o [S, Hv, dv];
  * states [ceil(S/Cs), Hv, DK, dv]: the state at the start of every chunk of Cs tokens (what the backward
  * starts from); S_io [Hv, dv, DK]: the initial state in (NULL: zero) and the final one out (NULL: not
- * kept). */
-template <int DK>
+ * kept).
+ * MAPS: the chunk's state map instead (ref_gdn.h): S_end = S_start M + B. B is the chunk run from a
+ * zero state; M = A_1 ... A_n, whose row j is the same recurrence with no value written (v = 0) from
+ * the unit row e_j. So dv + DK rows run: B's, then M's, into S_io [Hv, dv + DK, DK]; nothing else. */
+template <int DK, bool MAPS>
 __global__ void __launch_bounds__(32) gdn_fwd_kernel(bf16_t *o, float *states, float *S_io, GdnArgs A, int64_t Cs) {
     __shared__ float k[DK], q[DK];
     const int h = blockIdx.x, lane = threadIdx.x, i = blockIdx.y * 32 + lane, kh = h / (A.Hv / A.Hk);
+    const int rows = MAPS ? A.dv + DK : A.dv, m = i - A.dv; /* MAPS: row m of M when m >= 0 */
     float s[DK];
 #pragma unroll
-    for (int j = 0; j < DK; j++) s[j] = S_io ? S_io[((int64_t)h * A.dv + i) * DK + j] : 0.f;
+    for (int j = 0; j < DK; j++) s[j] = MAPS ? (m == j ? 1.f : 0.f) : S_io ? S_io[((int64_t)h * rows + i) * DK + j] : 0.f;
     const int64_t vc = 2 * (int64_t)A.Hk * DK + (int64_t)h * A.dv + i;
     for (int64_t t = 0; t < A.S; t++) {
-        if (states && t % Cs == 0) {
+        if (!MAPS && states && t % Cs == 0) {
             float *st = states + ((t / Cs) * A.Hv + h) * (int64_t)DK * A.dv + i;
 #pragma unroll
             for (int j = 0; j < DK; j++) st[(int64_t)j * A.dv] = s[j];
         }
-        if (A.pos[t] == 0) { /* a document starts: nothing before it is seen */
+        if (A.pos[t] == 0) { /* a document starts: nothing before it is seen (M too: S_end no longer depends on S_start) */
 #pragma unroll
             for (int j = 0; j < DK; j++) s[j] = 0.f;
         }
         load_kq<DK>(k, q, A, t, kh, lane);
         const int64_t th = t * A.Hv + h;
         float d;
-        rule_step<DK>(s, k, __expf(A.g[th]), A.beta[th], bf(A.qkv, t * A.C + vc), &d);
+        rule_step<DK>(s, k, __expf(A.g[th]), A.beta[th], MAPS && m >= 0 ? 0.f : bf(A.qkv, t * A.C + vc), &d);
+        if (MAPS) continue;
         float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
 #pragma unroll
         for (int j = 0; j < DK; j += 4) { o0 += s[j] * q[j]; o1 += s[j + 1] * q[j + 1]; o2 += s[j + 2] * q[j + 2]; o3 += s[j + 3] * q[j + 3]; }
@@ -262,7 +281,7 @@ __global__ void __launch_bounds__(32) gdn_fwd_kernel(bf16_t *o, float *states, f
     }
     if (S_io) {
 #pragma unroll
-        for (int j = 0; j < DK; j++) S_io[((int64_t)h * A.dv + i) * DK + j] = s[j];
+        for (int j = 0; j < DK; j++) S_io[((int64_t)h * rows + i) * DK + j] = s[j];
     }
 }
 
@@ -290,7 +309,56 @@ extern "C" void gdn_rule_fwd(bf16_t *o, float *states, float *S_io, const bf16_t
                              int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk, cudaStream_t st) {
     const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dk, dv);
     dim3 grid((unsigned)Hv, (unsigned)(dv / 32));
-    DK_DISPATCH(dk, (gdn_fwd_kernel<DK><<<grid, 32, 0, st>>>(o, states, S_io, A, chunk)));
+    DK_DISPATCH(dk, (gdn_fwd_kernel<DK, false><<<grid, 32, 0, st>>>(o, states, S_io, A, chunk)));
+    KCHECK();
+}
+
+extern "C" void gdn_rule_maps(float *maps, const bf16_t *qkv, const float *g, const float *beta, const float *rq,
+                              const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk,
+                              int64_t dv, cudaStream_t st) {
+    const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dk, dv);
+    dim3 grid((unsigned)Hv, (unsigned)((dv + dk) / 32));
+    DK_DISPATCH(dk, (gdn_fwd_kernel<DK, true><<<grid, 32, 0, st>>>(NULL, NULL, maps, A, 1)));
+    KCHECK();
+}
+
+/* S_out [Hv, dv, dk] = S_in M + B, the maps [Hv, dv + dk, dk] (B's rows, then M's) of gdn_rule_maps:
+ * the state after a chunk from the state before it. S_in NULL: zero (S_out = B). */
+__global__ void gdn_compose_kernel(float *S_out, const float *S_in, const float *maps, int64_t Hv, int dv, int dk) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= Hv * dv * dk) return;
+    const int64_t h = e / ((int64_t)dv * dk), i = (e / dk) % dv, j = e % dk;
+    const float *mp = maps + h * (int64_t)(dv + dk) * dk;
+    float acc = mp[i * (int64_t)dk + j];
+    if (S_in)
+        for (int k = 0; k < dk; k++) acc += S_in[(h * dv + i) * (int64_t)dk + k] * mp[(dv + k) * (int64_t)dk + j];
+    S_out[e] = acc;
+}
+
+extern "C" void gdn_compose(float *S_out, const float *S_in, const float *maps, int64_t Hv, int64_t dk, int64_t dv,
+                            cudaStream_t st) {
+    gdn_compose_kernel<<<grid_for(Hv * dv * dk, 256), 256, 0, st>>>(S_out, S_in, maps, Hv, (int)dv, (int)dk);
+    KCHECK();
+}
+
+/* the backward's: dS_out = dS_in M^T + Cb, dS_in the gradient of the state after a chunk, Cb [Hv, dv, dk]
+ * the chunk's backward from a zero one (gdn_rule_bwd with c_only), dS_out the gradient of the state
+ * before it. dS_in NULL: zero. */
+__global__ void gdn_compose_bwd_kernel(float *dS_out, const float *dS_in, const float *maps, const float *Cb, int64_t Hv,
+                                       int dv, int dk) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= Hv * dv * dk) return;
+    const int64_t h = e / ((int64_t)dv * dk), i = (e / dk) % dv, j = e % dk;
+    const float *M = maps + (h * (int64_t)(dv + dk) + dv) * dk; /* M's rows */
+    float acc = Cb[e];
+    if (dS_in)
+        for (int k = 0; k < dk; k++) acc += dS_in[(h * dv + i) * (int64_t)dk + k] * M[j * (int64_t)dk + k];
+    dS_out[e] = acc;
+}
+
+extern "C" void gdn_compose_bwd(float *dS_out, const float *dS_in, const float *maps, const float *Cb, int64_t Hv,
+                                int64_t dk, int64_t dv, cudaStream_t st) {
+    gdn_compose_bwd_kernel<<<grid_for(Hv * dv * dk, 256), 256, 0, st>>>(dS_out, dS_in, maps, Cb, Hv, (int)dv, (int)dk);
     KCHECK();
 }
 
@@ -318,7 +386,7 @@ __device__ __forceinline__ void add_rows(float *out, float (*red)[DK + 1], int l
  * memory and are added into fp32 dq, dk [S, Hk, DK] (of the prepared q and k) and dg, dbeta [S, Hv]
  * (the row groups of a head and the value heads of a key head share them: zero them first). dv is
  * one lane's alone and written into dqkv's v channels. */
-template <int DK>
+template <int DK, bool C_ONLY>
 __global__ void __launch_bounds__(32) gdn_bwd_kernel(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta,
                                                      float *dS_io, const bf16_t *dout, const float *states,
                                                      float *scratch, GdnArgs A, int64_t Cs) {
@@ -366,7 +434,7 @@ __global__ void __launch_bounds__(32) gdn_bwd_kernel(float *dq, float *dk, bf16_
                 ds[j][lane] = x;
                 dd += x * k[j];
             }
-            add_rows<DK>(dq + (t * A.Hk + kh) * DK, red, lane);
+            if (!C_ONLY) add_rows<DK>(dq + (t * A.Hk + kh) * DK, red, lane);
             const float du = -b * dd, dbe = dd * (v - u);
             float dga = 0.f;
 #pragma unroll 8
@@ -377,6 +445,7 @@ __global__ void __launch_bounds__(32) gdn_bwd_kernel(float *dq, float *dk, bf16_
                 dga += x1 * sprev;
                 ds[j][lane] = A.pos[t] == 0 ? 0.f : a * x1; /* dS_{t-1}; none before a document's first token */
             }
+            if (C_ONLY) continue; /* only dS: the chunk's map of the state's gradient */
             add_rows<DK>(dk + (t * A.Hk + kh) * DK, red, lane);
             st_bf(dqkv, t * A.C + vc, b * dd);
             const float sdb = warp_sum(dbe), sdg = warp_sum(a * dga);
@@ -396,11 +465,16 @@ extern "C" int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_
 extern "C" void gdn_rule_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta, float *dS_io,
                              const bf16_t *dout, const float *states, float *scratch, const bf16_t *qkv, const float *g,
                              const float *beta, const float *rq, const float *rk, const int32_t *pos, int64_t S,
-                             int64_t Hk, int64_t Hv, int64_t dkh, int64_t dv, int64_t chunk, cudaStream_t st) {
+                             int64_t Hk, int64_t Hv, int64_t dkh, int64_t dv, int64_t chunk, int c_only,
+                             cudaStream_t st) {
     const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dkh, dv);
     dim3 grid((unsigned)Hv, (unsigned)(dv / 32));
-    DK_DISPATCH(dkh, (gdn_bwd_kernel<DK><<<grid, 32, 0, st>>>(dq, dk, dqkv, dg, dbeta, dS_io, dout, states, scratch, A,
-                                                              chunk)));
+    if (c_only)
+        DK_DISPATCH(dkh, (gdn_bwd_kernel<DK, true><<<grid, 32, 0, st>>>(dq, dk, dqkv, dg, dbeta, dS_io, dout, states,
+                                                                        scratch, A, chunk)))
+    else
+        DK_DISPATCH(dkh, (gdn_bwd_kernel<DK, false><<<grid, 32, 0, st>>>(dq, dk, dqkv, dg, dbeta, dS_io, dout, states,
+                                                                         scratch, A, chunk)))
     KCHECK();
 }
 

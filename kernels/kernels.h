@@ -129,12 +129,14 @@ void segment_ptrs(void **ptrs, const int32_t *r, int64_t E, const void *A, int64
 
 /* ---- Qwen3.5 linear attention (gdn.cu). qkv [S, C]: C = 2 Hk dk + Hv dv channels (q, k, v); pos [S]:
  * a token at position 0 starts a document (the conv and the state start from zero there). */
-/* out [S, C] = silu(causal depthwise conv of x [S, C] with w [C, K]) */
-void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *w, const int32_t *pos, int64_t S, int64_t C, int64_t K,
-                  cudaStream_t st);
-/* d: d(out) in, overwritten with d(pre-SiLU); dx [S, C] written; dw [C, K] added into */
-void gdn_conv_bwd(bf16_t *dx, float *dw, bf16_t *d, const bf16_t *x, const bf16_t *w, const int32_t *pos, int64_t S,
+/* out [S, C] = silu(causal depthwise conv of x [S, C] with w [C, K]); halo [K-1, C]: the tokens before
+ * x (context parallelism: the previous chunk's last; NULL: none) */
+void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *halo, const bf16_t *w, const int32_t *pos, int64_t S,
                   int64_t C, int64_t K, cudaStream_t st);
+/* d: d(out) in, overwritten with d(pre-SiLU); dx [S, C] written; dhalo [K-1, C] (NULL: not wanted) the
+ * halo's gradient written; dw [C, K] added into */
+void gdn_conv_bwd(bf16_t *dx, bf16_t *dhalo, float *dw, bf16_t *d, const bf16_t *x, const bf16_t *halo, const bf16_t *w,
+                  const int32_t *pos, int64_t S, int64_t C, int64_t K, cudaStream_t st);
 /* g [S, Hv] = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (a, b [S, Hv] the projections) */
 void gdn_gates_fwd(float *g, float *beta, const bf16_t *a, const bf16_t *b, const bf16_t *A_log, const bf16_t *dt_bias,
                    int64_t S, int64_t Hv, cudaStream_t st);
@@ -159,7 +161,19 @@ void gdn_rule_fwd(bf16_t *o, float *states, float *S_io, const bf16_t *qkv, cons
 void gdn_rule_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta, float *dS_io, const bf16_t *dout,
                   const float *states, float *scratch, const bf16_t *qkv, const float *g, const float *beta,
                   const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv,
-                  int64_t dk_head, int64_t dv, int64_t chunk, cudaStream_t st);
+                  int64_t dk_head, int64_t dv, int64_t chunk, int c_only, cudaStream_t st);
+/* c_only: only dS_io (the chunk's backward map, with dS_io in zero: what it sends back from its own
+ * outputs' gradients); nothing else written */
+/* context parallelism's state maps: a chunk of S tokens maps its initial state to its final one,
+ * S_end = S_start M + B; maps [Hv, dv + dk, dk] gets B's dv rows, then M's dk rows */
+void gdn_rule_maps(float *maps, const bf16_t *qkv, const float *g, const float *beta, const float *rq, const float *rk,
+                   const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, cudaStream_t st);
+/* S_out [Hv, dv, dk] = S_in M + B (S_in NULL: zero) */
+void gdn_compose(float *S_out, const float *S_in, const float *maps, int64_t Hv, int64_t dk, int64_t dv,
+                 cudaStream_t st);
+/* dS_out = dS_in M^T + Cb (dS_in NULL: zero): the gradient of a chunk's initial state from its final one's */
+void gdn_compose_bwd(float *dS_out, const float *dS_in, const float *maps, const float *Cb, int64_t Hv, int64_t dk,
+                     int64_t dv, cudaStream_t st);
 int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_t chunk);
 /* the gated RMSNorm over rows of n: y = w (x / rms(x)) silu(z); rstd [rows] kept */
 void gdn_norm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w, int64_t rows, int64_t n,

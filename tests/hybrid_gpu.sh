@@ -3,6 +3,9 @@
 #  - stage 1 against the reference (tests/ref_qwen35.c, itself equal to transformers: test_cpu) on the
 #    three hybrid fixtures: plain, YaRN over the rotated quarter of each head, and packed documents
 #    (the state and the conv restart at each document); one AdamW step checked (check_stage grads);
+#  - stages 2-5 on the same fixtures: stage 2 on 1 and 2 ranks (data parallel), stages 3-5 on P = 1,
+#    2, 4, 8 local ranks, the linear layers' state maps and conv halos crossing ranks; each against the
+#    reference on the whole sequence;
 #  - save + resume gives the uninterrupted run's next loss bit for bit, and transformers loads the
 #    save and agrees on the loss (tests/hf_check.py).
 # The kernels' own tests are in build/test_gpu. Prints "N passed, M failed".
@@ -25,9 +28,35 @@ for g in tests/golden/q35_*/; do
     count "$tmp/c.txt" "check_stage $name"
 done
 
-echo "== save + resume: the uninterrupted run's next loss, bit for bit"
-g=tests/golden/q35_l2_s97
+# run NAME STAGE ARGS...: one step on fixture $g into $tmp/NAME.{grads,ck}, checked against the reference
+# (CHECK_EXTRA: check_stage's options after the hyper-parameters)
+run() {
+    local tag=$1 bin=$2; shift 2
+    $T ./$bin "$@" --model "$g" --seq "$S" --steps 1 --loss-chunk 7 $HP $pk --dump-grads "$tmp/$tag.grads" \
+        --save "$tmp/$tag.ck" > "$tmp/$tag.log" 2>&1
+    ok "$tag runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/$tag.log"; return; }
+    ./build/check_stage grads "$g" "$tmp/$tag.grads" "$tmp/$tag.ck" $HPV ${CHECK_EXTRA:-} > "$tmp/c.txt" 2>&1
+    grep -E "^FAIL|worst|^  loss" "$tmp/c.txt" | sed "s/^/  $tag: /" | head -6
+    count "$tmp/c.txt" "$tag"
+    rm -rf "$tmp/$tag.ck"
+}
 ./build/check_stage random 256 20000 7 "$tmp/rand.tok"
+for g in tests/golden/q35_*/; do
+    g=${g%/}; name=$(basename "$g")
+    S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
+    pk=; case $name in *packed*) pk="--packing 7" ;; esac
+    echo "== stages 2-5 vs reference: $name"
+    run "$name.s2.P1" stage2 --local-ranks 1 --data "$tmp/$name.tok"
+    [ -z "$pk" ] && CHECK_EXTRA="--tokens $tmp/rand.tok --windows 2 --seq $S" run "$name.s2.P2" stage2 --local-ranks 2 --data "$tmp/rand.tok"
+    for P in 1 2 4 8; do
+        run "$name.s3.P$P" stage3 --local-ranks $P --merge fp32 --data "$tmp/$name.tok"
+        run "$name.s5.P$P" stage5 --local-ranks $P --mlp-tile 7 --data "$tmp/$name.tok"
+    done
+    for P in 1 2 4; do run "$name.s4.P$P" stage4 --local-ranks $P --data "$tmp/$name.tok"; done
+done
+
+echo "== save + resume: the uninterrupted run's next loss, bit for bit"
+g=tests/golden/q35_l2_s112
 R="--model $g --data $tmp/rand.tok --seq 1000 --lr 1e-3 --warmup 2 --steps 4"
 $T ./stage1 $R --log "$tmp/a.jsonl" > "$tmp/a.log" 2>&1
 ok "stage1 hybrid 4 steps run" "[ $? -eq 0 ]" || tail -5 "$tmp/a.log"

@@ -24,8 +24,8 @@ And the whole hybrid text model (tests/golden/qwen35_tiny.safetensors): transfor
 Qwen3_5ForCausalLM of that config, 4 layers (3 linear attention, then full attention), vocabulary 128,
 untied, random weights; tokens [24]: the mean next-token NLL over 23 labels, the logits, and the
 gradient of every parameter (conv1d's squeezed).
-And three fixture directories the trainers run (tests/golden/q35_l2_s97/, q35_yarn4_l2_s97/,
-q35_packed_l2_s97/: fixture()).
+And three fixture directories the trainers run (tests/golden/q35_l2_s112/, q35_yarn4_l2_s112/,
+q35_packed_l2_s112/: fixture()).
   python3 tests/make_golden_gdn.py            # regenerate them all
   python3 tests/make_golden_gdn.py fixtures   # only the fixture directories
 """
@@ -148,12 +148,12 @@ def model():
     print(f"qwen35_tiny: {cfg.layer_types}, loss {loss.item():.6f}, {sum(n.startswith('grad.') for n in out)} grads -> {d}")
 
 
-def fixture(name="q35_l2_s97", yarn=None, ends=None):
+def fixture(name="q35_l2_s112", yarn=None, ends=None):
     """A fixture directory the trainers run (tests/golden/<name>/, as tests/make_golden.py writes them:
     config.json and model.safetensors by save_pretrained, golden.safetensors with tokens, loss, logits
     and grad.<HF name>): sizes the GPU kernels take (linear head dims 32, head dim 64 of which 16
     rotated), 2 layers (linear, then full attention: as deep as the Qwen3 fixtures, whose bf16 noise the
-    bands were measured on), 97 tokens; the (1 + w) norms' w drawn around 0.
+    bands were measured on), 112 tokens (16 x 7: zigzag chunks of 7 at P = 8); the (1 + w) norms' w drawn around 0.
     yarn: a YaRN factor (rope_parameters rope_type "yarn" from 32 original positions). ends: packed
     documents ending (token 7) at these positions, each run alone (tests/make_golden.py's packed(): the
     truth --packing is held to), with a prompt span whose labels do not count."""
@@ -181,7 +181,7 @@ def fixture(name="q35_l2_s97", yarn=None, ends=None):
     d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", name)
     os.makedirs(d, exist_ok=True)
     mod.save_pretrained(d, safe_serialization=True)
-    S = 97
+    S = 112
     tokens = torch.randint(0, cfg.vocab_size, (S + 1,), generator=torch.Generator().manual_seed(11))
     out = {}
     if ends:
@@ -205,13 +205,13 @@ if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["fixtures"]:  # only the trainers' fixture directories
         fixture()
-        fixture("q35_yarn4_l2_s97", yarn=4)
-        fixture("q35_packed_l2_s97", ends=[0, 13, 47, 48, 95])
+        fixture("q35_yarn4_l2_s112", yarn=4)
+        fixture("q35_packed_l2_s112", ends=[0, 13, 47, 48, 83, 95])
         sys.exit(0)
     main()
     layer()
     attn()
     model()
     fixture()
-    fixture("q35_yarn4_l2_s97", yarn=4)
-    fixture("q35_packed_l2_s97", ends=[0, 13, 47, 48, 95])
+    fixture("q35_yarn4_l2_s112", yarn=4)
+    fixture("q35_packed_l2_s112", ends=[0, 13, 47, 48, 83, 95])

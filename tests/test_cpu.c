@@ -37,8 +37,8 @@
 #include "test.h"
 
 static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128",
-                               "packed_gqa4_s128", "q35_l2_s97", "q35_yarn4_l2_s97",
-                               "q35_packed_l2_s97"};
+                               "packed_gqa4_s128", "q35_l2_s112", "q35_yarn4_l2_s112",
+                               "q35_packed_l2_s112"};
 static char tmpdir[256];
 
 /* ------------------------------------------------------------------ golden files */

@@ -955,8 +955,8 @@ static void test_gdn_conv(int64_t S, int64_t C, int64_t K, const int64_t *start,
     float *dw_d;
     CUDA_CHECK(cudaMalloc((void **)&dw_d, (size_t)C * K * 4));
     CUDA_CHECK(cudaMemsetAsync(dw_d, 0, (size_t)C * K * 4, st));
-    gdn_conv_fwd(y_d, x_d, w_d, pos_d, S, C, K, st);
-    gdn_conv_bwd(dx_d, dw_d, dy_d, x_d, w_d, pos_d, S, C, K, st);
+    gdn_conv_fwd(y_d, x_d, NULL, w_d, pos_d, S, C, K, st);
+    gdn_conv_bwd(dx_d, NULL, dw_d, dy_d, x_d, NULL, w_d, pos_d, S, C, K, st);
     double *y = xmalloc((size_t)(S * C) * 8), *dx = xcalloc((size_t)(S * C), 8), *dw = xcalloc((size_t)(C * K), 8);
     for (int64_t t = 0; t < S; t++)
         for (int64_t c = 0; c < C; c++) {
@@ -983,6 +983,48 @@ static void test_gdn_conv(int64_t S, int64_t C, int64_t K, const int64_t *start,
     REPORT("gdn_conv_bwd dw (fp32)", rel_d(o = down_f32(dw_d, C * K), dw, C * K), TOL_BF16); free(o);
     free(x); free(w); free(dy); free(pos); free(y); free(dx); free(dw);
     cudaFree(x_d); cudaFree(w_d); cudaFree(dy_d); cudaFree(pos_d); cudaFree(y_d); cudaFree(dx_d); cudaFree(dw_d);
+}
+
+/* The conv over a sequence cut in two (context parallelism): the second half with the first's last K-1
+ * rows as its halo equals the whole; its dhalo, added to the first half's dx, gives the whole's */
+static void test_gdn_conv_halo(int64_t S, int64_t C, int64_t K, int64_t cut) {
+    bf16_t *x_d, *w_d, *dy_d;
+    int32_t *pos_d;
+    const int64_t one[] = {0};
+    float *x = rand_bf16(&x_d, S * C, 1.0), *w = rand_bf16(&w_d, C * K, 0.5), *dy = rand_bf16(&dy_d, S * C, 1.0);
+    int32_t *pos = positions_of(one, 1, S, &pos_d);
+    bf16_t *y_d = dalloc_poisoned(S * C * 2), *y2_d = dalloc_poisoned(S * C * 2), *dx_d = dalloc_poisoned(S * C * 2),
+           *dx2_d = dalloc_poisoned(S * C * 2), *dh_d = dalloc_poisoned((K - 1) * C * 2), *dy2_d;
+    float *dw_d, *dw2_d;
+    CUDA_CHECK(cudaMalloc((void **)&dy2_d, (size_t)(S * C) * 2));
+    CUDA_CHECK(cudaMemcpyAsync(dy2_d, dy_d, (size_t)(S * C) * 2, cudaMemcpyDeviceToDevice, st));
+    CUDA_CHECK(cudaMalloc((void **)&dw_d, (size_t)(C * K) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dw2_d, (size_t)(C * K) * 4));
+    CUDA_CHECK(cudaMemsetAsync(dw_d, 0, (size_t)(C * K) * 4, st));
+    CUDA_CHECK(cudaMemsetAsync(dw2_d, 0, (size_t)(C * K) * 4, st));
+    gdn_conv_fwd(y_d, x_d, NULL, w_d, pos_d, S, C, K, st);
+    gdn_conv_bwd(dx_d, NULL, dw_d, dy_d, x_d, NULL, w_d, pos_d, S, C, K, st);
+    const bf16_t *halo = x_d + (cut - (K - 1)) * C; /* the first half's last K-1 rows */
+    gdn_conv_fwd(y2_d, x_d, NULL, w_d, pos_d, cut, C, K, st);
+    gdn_conv_fwd(y2_d + cut * C, x_d + cut * C, halo, w_d, pos_d + cut, S - cut, C, K, st);
+    gdn_conv_bwd(dx2_d, NULL, dw2_d, dy2_d, x_d, NULL, w_d, pos_d, cut, C, K, st);
+    gdn_conv_bwd(dx2_d + cut * C, dh_d, dw2_d, dy2_d + cut * C, x_d + cut * C, halo, w_d, pos_d + cut, S - cut, C, K, st);
+    float *a = down_bf16(y_d, S * C), *b = down_bf16(y2_d, S * C), *da = down_bf16(dx_d, S * C), *db = down_bf16(dx2_d, S * C);
+    float *dh = down_bf16(dh_d, (K - 1) * C), *wa = down_f32(dw_d, C * K), *wb = down_f32(dw2_d, C * K);
+    double *want = xmalloc((size_t)(S * C) * 8), *wantw = xmalloc((size_t)(C * K) * 8);
+    for (int64_t i = 0; i < S * C; i++) want[i] = a[i];
+    char name[96];
+    snprintf(name, sizeof name, "gdn_conv halo: cut at %lld of %lld, forward", (long long)cut, (long long)S);
+    REPORT(name, rel_d(b, want, S * C), 1e-6);
+    for (int64_t i = 0; i < (K - 1) * C; i++) db[(cut - (K - 1)) * C + i] += dh[i]; /* the halo's share, sent back */
+    for (int64_t i = 0; i < S * C; i++) want[i] = da[i];
+    REPORT("gdn_conv halo: dx with dhalo added back", rel_d(db, want, S * C), 1e-2); /* two bf16 roundings */
+    for (int64_t i = 0; i < C * K; i++) wantw[i] = wa[i];
+    REPORT("gdn_conv halo: dw (fp32)", rel_d(wb, wantw, C * K), 1e-5);
+    free(x); free(w); free(dy); free(pos); free(a); free(b); free(da); free(db); free(dh); free(wa); free(wb);
+    free(want); free(wantw);
+    void *ptrs[] = {x_d, w_d, dy_d, dy2_d, pos_d, y_d, y2_d, dx_d, dx2_d, dh_d, dw_d, dw2_d};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
 }
 
 /* The gated delta rule through the GPU's whole path (l2 norms, rule forward, its backward, the norms'
@@ -1017,8 +1059,9 @@ static void test_gdn_rule(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t
     gdn_l2_fwd(rq_d, qkv_d, S, Hk, dk, C, 0, st);
     gdn_l2_fwd(rk_d, qkv_d, S, Hk, dk, C, Hk * dk, st);
     gdn_rule_fwd(o_d, states_d, S0_d, qkv_d, g_d, beta_d, rq_d, rk_d, pos_d, S, Hk, Hv, dk, dv, chunk, st); /* S0_d: final */
+    float *dS_last = down_f32(dSf_d, Hv * ms); /* before the backward overwrites it */
     gdn_rule_bwd(dq_d, dk_d, dqkv_d, dg_d, db_d, dSf_d, do_d, states_d, scr_d, qkv_d, g_d, beta_d, rq_d, rk_d, pos_d, S,
-                 Hk, Hv, dk, dv, chunk, st);                                                                   /* dSf_d: dS0 */
+                 Hk, Hv, dk, dv, chunk, 0, st);                                                                /* dSf_d: dS0 */
     gdn_l2_bwd(dqkv_d, dq_d, qkv_d, rq_d, 1.f / sqrtf((float)dk), S, Hk, dk, C, 0, st);
     gdn_l2_bwd(dqkv_d, dk_d, qkv_d, rk_d, 1.f, S, Hk, dk, C, Hk * dk, st);
 
@@ -1079,6 +1122,32 @@ static void test_gdn_rule(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t
     REPORT("gdn_rule_bwd dbeta (fp32)", rel_d(out = down_f32(db_d, S * Hv), db, S * Hv), 1e-4); free(out);
     REPORT("gdn_rule_bwd initial state's gradient (fp32)", rel_d(out = down_f32(dSf_d, Hv * ms), S0d, Hv * ms), 1e-4);
     free(out);
+    { /* the segment's state maps (context parallelism): S_final = S0 M + B forward; dS0 = dS_final M^T + C
+       * backward, C its backward from a zero final gradient */
+        float *maps_d = dalloc_poisoned(Hv * (dv + dk) * dk * 4), *S0c_d, *Sf_d = dalloc_poisoned(Hv * ms * 4);
+        float *C_d, *dSl_d, *dS0_d = dalloc_poisoned(Hv * ms * 4);
+        float *zero = xcalloc((size_t)(Hv * ms), 4);
+        CUDA_CHECK(cudaMalloc((void **)&S0c_d, (size_t)(Hv * ms) * 4));
+        CUDA_CHECK(cudaMalloc((void **)&C_d, (size_t)(Hv * ms) * 4));
+        CUDA_CHECK(cudaMalloc((void **)&dSl_d, (size_t)(Hv * ms) * 4));
+        upload(S0c_d, S0, (size_t)(Hv * ms) * 4);
+        upload(C_d, zero, (size_t)(Hv * ms) * 4);
+        upload(dSl_d, dS_last, (size_t)(Hv * ms) * 4);
+        gdn_rule_maps(maps_d, qkv_d, g_d, beta_d, rq_d, rk_d, pos_d, S, Hk, Hv, dk, dv, st);
+        gdn_compose(Sf_d, S0c_d, maps_d, Hv, dk, dv, st);
+        REPORT("gdn_rule_maps: S0 M + B = the final state", rel_d(out = down_f32(Sf_d, Hv * ms), Sst, Hv * ms), 1e-4);
+        free(out);
+        gdn_rule_bwd(dq_d, dk_d, dqkv_d, dg_d, db_d, C_d, do_d, states_d, scr_d, qkv_d, g_d, beta_d, rq_d, rk_d, pos_d, S,
+                     Hk, Hv, dk, dv, chunk, 1, st); /* c_only: writes nothing else */
+        gdn_compose_bwd(dS0_d, dSl_d, maps_d, C_d, Hv, dk, dv, st);
+        REPORT("gdn_compose_bwd: dS M^T + C = the initial state's gradient", rel_d(out = down_f32(dS0_d, Hv * ms), S0d,
+                                                                                  Hv * ms), 1e-4);
+        free(out);
+        REPORT("gdn_rule_bwd c_only left dq dk dv as they were", rel_d(out = down_bf16(dqkv_d, S * C), dqkv, S * C), TOL_BF16);
+        free(out); free(zero);
+        cudaFree(maps_d); cudaFree(S0c_d); cudaFree(Sf_d); cudaFree(C_d); cudaFree(dSl_d); cudaFree(dS0_d);
+    }
+    free(dS_last);
     free(qkv); free(dout); free(g); free(beta); free(pos); free(S0); free(dSf); free(q); free(k); free(v); free(gd);
     free(bd); free(dod); free(qr); free(kr); free(o); free(Sst); free(S0d); free(dqv); free(dkv); free(dvv); free(dg);
     free(db); free(dS); free(dqkv);
@@ -1244,6 +1313,8 @@ int main(int argc, char **argv) {
         const int64_t one[] = {0}, docs[] = {0, 1, 2, 37, 64, 65, 150, 299};
         test_gdn_conv(300, 96, 4, one, 1);
         test_gdn_conv(300, 200, 4, docs, 8);
+        test_gdn_conv_halo(300, 96, 4, 150);
+        test_gdn_conv_halo(64, 200, 4, 7);
         test_gdn_rule(150, 2, 4, 32, 64, 16, one, 1);     /* chunks of 16: the backward's chunk walk */
         test_gdn_rule(300, 2, 4, 64, 32, 64, docs, 8);    /* documents: 1-token ones, starts on chunk edges */
         test_gdn_rule(200, 1, 2, 128, 128, 64, one, 1);   /* the released models' head dims */
