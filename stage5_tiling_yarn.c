@@ -1726,7 +1726,7 @@ static void rank_main(const Rank *r, void *arg) {
     CUDA_CHECK(cudaEventCreateWithFlags(&M->comm_done, cudaEventDisableTiming));
     /* ---- stage 3: ring attention ---- */
     for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&M->ring_ev[s], cudaEventDisableTiming));
-    blocks_init(&M->blocks, M->P, M->o.ranks.rehearse >= 0 ? M->c.layers / 2 : -1);
+    blocks_init(&M->blocks, M->P, M->o.ranks.rehearse >= 0 ? config_attn_layer(&M->c, M->c.layers / 2) : -1);
     /* ---- end stage 3 ---- */
     /* ---- stage 4: offload ---- */
     CUDA_CHECK(cudaStreamCreateWithFlags(&M->copy_st, cudaStreamNonBlocking));

@@ -56,6 +56,14 @@ static inline int64_t config_conv_channels(const Qwen3Config *c) {
     return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
 }
 static inline int config_is_linear(const Qwen3Config *c, int64_t l) { return c->lin_v_heads && c->linear[l]; }
+/* the first full attention layer from l on (else the last before it): what a ring's timer can time */
+static inline int64_t config_attn_layer(const Qwen3Config *c, int64_t l) {
+    for (int64_t i = l; i < c->layers; i++)
+        if (!config_is_linear(c, i)) return i;
+    for (int64_t i = l - 1; i >= 0; i--)
+        if (!config_is_linear(c, i)) return i;
+    return -1;
+}
 /* Qwen3's attention heads: no output gate, every dim rotated (Qwen3.5's take kernels/gated_attn.cu) */
 static inline int config_plain_heads(const Qwen3Config *c) { return !c->attn_gate && c->rot == c->head_dim; }
 /* q_proj's rows per head: the query, and with attn_output_gate its gate beside it */

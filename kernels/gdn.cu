@@ -10,8 +10,9 @@
  *
  * The rule, per value head, with q and k of its key head l2-normalised (q also by 1/sqrt(dk)):
  *     S' = a_t S,  u = S' k_t,  d = b_t (v_t - u),  S = S' + d k_t^T,  o_t = S q_t,
- * a_t = exp(g_t), b_t = beta_t. Row i of S needs only k_t, q_t and v_t[i]: a lane owns one row (dk
- * floats in registers) and a warp 32 rows, so the forward has no reduction at all. */
+ * a_t = exp(g_t), b_t = beta_t. Row i of S needs only k_t, q_t and v_t[i], so rows run side by side:
+ * a row's dk floats are split over a quad of 4 lanes (registers), a warp holds 8 rows, and the only
+ * sums are a row's dot products (two shuffles within the quad). */
 #include "common.cuh"
 
 /* ---------------------------------------------------------------- causal depthwise conv + SiLU */
@@ -213,75 +214,94 @@ typedef struct {
     float scale;              /* 1 / sqrt(dk) */
 } GdnArgs;
 
-/* token t's prepared k and q of key head kh into shared memory (every lane reads them all: a
- * broadcast), each lane loading DK/32 of them */
+/* A row's DK entries are split over a quad: lane = 4 r + p holds row r (of the warp's 8) and entries
+ * [p P, (p + 1) P), P = DK / 4. k and q sit in shared memory padded per part, so the 4 parts of one
+ * load fall in 4 banks. */
+#define QUAD 4
+#define ROWS_PER_WARP 8
+template <int DK> struct Part { static constexpr int P = DK / QUAD, LD = DK / QUAD + 1; };
+
+/* token t's prepared k and q of key head kh into shared memory, each lane loading DK/32 of them */
 template <int DK>
 __device__ __forceinline__ void load_kq(float *k, float *q, const GdnArgs &A, int64_t t, int kh, int lane) {
+    constexpr int P = Part<DK>::P, LD = Part<DK>::LD;
     const bf16_t *row = A.qkv + t * A.C;
     const float fk = A.rk[t * A.Hk + kh], fq = A.rq[t * A.Hk + kh] * A.scale;
     __syncwarp(); /* the previous token's are read */
 #pragma unroll
     for (int m = 0; m < DK / 32; m++) {
-        const int j = m * 32 + lane;
-        k[j] = bf(row, (int64_t)(A.Hk + kh) * DK + j) * fk;
-        q[j] = bf(row, (int64_t)kh * DK + j) * fq;
+        const int j = m * 32 + lane, at = (j / P) * LD + j % P;
+        k[at] = bf(row, (int64_t)(A.Hk + kh) * DK + j) * fk;
+        q[at] = bf(row, (int64_t)kh * DK + j) * fq;
     }
     __syncwarp();
 }
 
-/* one token through row i of the state: s = S_{t-1} (after a document's reset) in, S_t out; returns
- * u = a S_{t-1} k, and d = b (v - u) the value written */
+/* the sum over a row's quad */
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* one token through this lane's part of a row: s = S_{t-1} (after a document's reset) in, S_t out;
+ * returns u = a S_{t-1} k; d = b (v - u), the value written */
 template <int DK>
-__device__ __forceinline__ float rule_step(float *s, const float *k, float a, float b, float v, float *d_out) {
-    float u0 = 0.f, u1 = 0.f, u2 = 0.f, u3 = 0.f; /* four chains: the dot product is not one long dependency */
+__device__ __forceinline__ float rule_step(float *s, const float *kp, float a, float b, float v, float *d_out) {
+    constexpr int P = Part<DK>::P;
+    float u0 = 0.f, u1 = 0.f; /* two chains */
 #pragma unroll
-    for (int j = 0; j < DK; j += 4) { u0 += s[j] * k[j]; u1 += s[j + 1] * k[j + 1]; u2 += s[j + 2] * k[j + 2]; u3 += s[j + 3] * k[j + 3]; }
-    const float u = a * ((u0 + u1) + (u2 + u3)), d = b * (v - u);
+    for (int e = 0; e < P; e += 2) { u0 += s[e] * kp[e]; u1 += s[e + 1] * kp[e + 1]; }
+    const float u = a * quad_sum(u0 + u1), d = b * (v - u);
 #pragma unroll
-    for (int j = 0; j < DK; j++) s[j] = a * s[j] + d * k[j];
+    for (int e = 0; e < P; e++) s[e] = a * s[e] + d * kp[e];
     *d_out = d;
     return u;
 }
 
-/* Forward. Block (h, row group): 32 lanes, lane i of the group owns state row i. Writes o [S, Hv, dv];
- * states [ceil(S/Cs), Hv, DK, dv]: the state at the start of every chunk of Cs tokens (what the backward
- * starts from); S_io [Hv, dv, DK]: the initial state in (NULL: zero) and the final one out (NULL: not
- * kept).
+/* Forward. Block (h, row group of 8): lane 4 r + p holds part p of state row i = 8 blockIdx.y + r.
+ * Writes o [S, Hv, dv]; states [ceil(S/Cs), Hv, DK, dv]: the state at the start of every chunk of Cs
+ * tokens (what the backward starts from); S_io [Hv, dv, DK]: the initial state in (NULL: zero) and the
+ * final one out (NULL: not kept).
  * MAPS: the chunk's state map instead (ref_gdn.h): S_end = S_start M + B. B is the chunk run from a
  * zero state; M = A_1 ... A_n, whose row j is the same recurrence with no value written (v = 0) from
  * the unit row e_j. So dv + DK rows run: B's, then M's, into S_io [Hv, dv + DK, DK]; nothing else. */
 template <int DK, bool MAPS>
 __global__ void __launch_bounds__(32) gdn_fwd_kernel(bf16_t *o, float *states, float *S_io, GdnArgs A, int64_t Cs) {
-    __shared__ float k[DK], q[DK];
-    const int h = blockIdx.x, lane = threadIdx.x, i = blockIdx.y * 32 + lane, kh = h / (A.Hv / A.Hk);
+    constexpr int P = Part<DK>::P, LD = Part<DK>::LD;
+    __shared__ float k[QUAD * LD], q[QUAD * LD];
+    const int h = blockIdx.x, lane = threadIdx.x, p = lane % QUAD, i = blockIdx.y * ROWS_PER_WARP + lane / QUAD,
+              kh = h / (A.Hv / A.Hk), j0 = p * P;
     const int rows = MAPS ? A.dv + DK : A.dv, m = i - A.dv; /* MAPS: row m of M when m >= 0 */
-    float s[DK];
+    const float *kp = k + p * LD, *qp = q + p * LD;
+    float s[P];
 #pragma unroll
-    for (int j = 0; j < DK; j++) s[j] = MAPS ? (m == j ? 1.f : 0.f) : S_io ? S_io[((int64_t)h * rows + i) * DK + j] : 0.f;
+    for (int e = 0; e < P; e++)
+        s[e] = MAPS ? (m == j0 + e ? 1.f : 0.f) : S_io ? S_io[((int64_t)h * rows + i) * DK + j0 + e] : 0.f;
     const int64_t vc = 2 * (int64_t)A.Hk * DK + (int64_t)h * A.dv + i;
     for (int64_t t = 0; t < A.S; t++) {
         if (!MAPS && states && t % Cs == 0) {
             float *st = states + ((t / Cs) * A.Hv + h) * (int64_t)DK * A.dv + i;
 #pragma unroll
-            for (int j = 0; j < DK; j++) st[(int64_t)j * A.dv] = s[j];
+            for (int e = 0; e < P; e++) st[(int64_t)(j0 + e) * A.dv] = s[e];
         }
         if (A.pos[t] == 0) { /* a document starts: nothing before it is seen (M too: S_end no longer depends on S_start) */
 #pragma unroll
-            for (int j = 0; j < DK; j++) s[j] = 0.f;
+            for (int e = 0; e < P; e++) s[e] = 0.f;
         }
         load_kq<DK>(k, q, A, t, kh, lane);
         const int64_t th = t * A.Hv + h;
         float d;
-        rule_step<DK>(s, k, __expf(A.g[th]), A.beta[th], MAPS && m >= 0 ? 0.f : bf(A.qkv, t * A.C + vc), &d);
+        rule_step<DK>(s, kp, __expf(A.g[th]), A.beta[th], MAPS && m >= 0 ? 0.f : bf(A.qkv, t * A.C + vc), &d);
         if (MAPS) continue;
-        float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+        float o0 = 0.f, o1 = 0.f;
 #pragma unroll
-        for (int j = 0; j < DK; j += 4) { o0 += s[j] * q[j]; o1 += s[j + 1] * q[j + 1]; o2 += s[j + 2] * q[j + 2]; o3 += s[j + 3] * q[j + 3]; }
-        st_bf(o, th * A.dv + i, (o0 + o1) + (o2 + o3));
+        for (int e = 0; e < P; e += 2) { o0 += s[e] * qp[e]; o1 += s[e + 1] * qp[e + 1]; }
+        const float out = quad_sum(o0 + o1);
+        if (p == 0) st_bf(o, th * A.dv + i, out);
     }
     if (S_io) {
 #pragma unroll
-        for (int j = 0; j < DK; j++) S_io[((int64_t)h * rows + i) * DK + j] = s[j];
+        for (int e = 0; e < P; e++) S_io[((int64_t)h * rows + i) * DK + j0 + e] = s[e];
     }
 }
 
@@ -308,7 +328,7 @@ extern "C" void gdn_rule_fwd(bf16_t *o, float *states, float *S_io, const bf16_t
                              const float *beta, const float *rq, const float *rk, const int32_t *pos, int64_t S,
                              int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk, cudaStream_t st) {
     const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dk, dv);
-    dim3 grid((unsigned)Hv, (unsigned)(dv / 32));
+    dim3 grid((unsigned)Hv, (unsigned)(dv / ROWS_PER_WARP));
     DK_DISPATCH(dk, (gdn_fwd_kernel<DK, false><<<grid, 32, 0, st>>>(o, states, S_io, A, chunk)));
     KCHECK();
 }
@@ -317,7 +337,7 @@ extern "C" void gdn_rule_maps(float *maps, const bf16_t *qkv, const float *g, co
                               const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk,
                               int64_t dv, cudaStream_t st) {
     const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dk, dv);
-    dim3 grid((unsigned)Hv, (unsigned)((dv + dk) / 32));
+    dim3 grid((unsigned)Hv, (unsigned)((dv + dk) / ROWS_PER_WARP));
     DK_DISPATCH(dk, (gdn_fwd_kernel<DK, true><<<grid, 32, 0, st>>>(NULL, NULL, maps, A, 1)));
     KCHECK();
 }
@@ -362,104 +382,116 @@ extern "C" void gdn_compose_bwd(float *dS_out, const float *dS_in, const float *
     KCHECK();
 }
 
-/* the sums over a warp's 32 rows of red [32][DK + 1], added into out [DK] */
+/* The sum over the warp's 8 rows of a part-vector v[P] (lanes with the same p), scattered: after
+ * halving with the lanes 16, 8 and 4 away, this lane holds P/8 of the sums, entries (P/2) b4 + (P/4)
+ * b3 + (P/8) b2 + m of its part (b: the lane's bits); they are added into out's part (out + p P). */
 template <int DK>
-__device__ __forceinline__ void add_rows(float *out, float (*red)[DK + 1], int lane) {
-    __syncwarp();
+__device__ __forceinline__ void add_rows(float *out, float *v, int lane) {
+    constexpr int P = Part<DK>::P;
+    int n = P, base = 0;
 #pragma unroll
-    for (int m = 0; m < DK / 32; m++) {
-        const int j = m * 32 + lane;
-        float sum = 0.f;
-#pragma unroll 8
-        for (int r = 0; r < 32; r++) sum += red[r][j];
-        atomicAdd(&out[j], sum);
+    for (int off = 16; off >= 4; off >>= 1) {
+        const int half = n / 2;
+        const bool upper = lane & off;
+#pragma unroll
+        for (int e = 0; e < P / 2; e++) {
+            if (e >= half) break;
+            const float send = upper ? v[e] : v[e + half], keep = upper ? v[e + half] : v[e];
+            v[e] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+        }
+        if (upper) base += half;
+        n = half;
     }
-    __syncwarp();
+#pragma unroll
+    for (int e = 0; e < P / 8; e++) atomicAdd(&out[(lane % QUAD) * P + base + e], v[e]);
 }
 
 /* Backward, chunk by chunk from the last: the chunk's states run again from its saved start (each
  * S_{t-1} kept in scratch), then its tokens in reverse. Per token, with dS the gradient of S_t:
  *     dS += do q^T;  dq = S_t^T do;  dd = dS k;  dk = dS^T d + S'^T du;  dv = b dd;  du = -b dd;
  *     db = dd . (v - u);  dS' = dS + du k^T;  dg = a <dS', S_{t-1}>;  dS_{t-1} = a dS'
- * (S' = a S_{t-1}). Lane i's row of dS lives in shared memory (a row of the state in registers as
- * well would not fit). The sums over rows (dq, dk over the warp's 32 rows; db, dg) go through shared
- * memory and are added into fp32 dq, dk [S, Hk, DK] (of the prepared q and k) and dg, dbeta [S, Hv]
- * (the row groups of a head and the value heads of a key head share them: zero them first). dv is
- * one lane's alone and written into dqkv's v channels. */
+ * (S' = a S_{t-1}). A lane holds its part of a row of dS in registers; the row sums (u, dd, dg's
+ * parts) are quad sums; the sums over rows (dq, dk: add_rows; db, dg: warp sums) are added into fp32
+ * dq, dk [S, Hk, DK] (of the prepared q and k) and dg, dbeta [S, Hv] (the row groups of a head and the
+ * value heads of a key head share them: zero them first). dv is one row's alone and written. */
 template <int DK, bool C_ONLY>
 __global__ void __launch_bounds__(32) gdn_bwd_kernel(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta,
                                                      float *dS_io, const bf16_t *dout, const float *states,
                                                      float *scratch, GdnArgs A, int64_t Cs) {
-    __shared__ float k[DK], q[DK], ds[DK][32], red[32][DK + 1];
-    const int h = blockIdx.x, lane = threadIdx.x, i = blockIdx.y * 32 + lane, kh = h / (A.Hv / A.Hk);
+    constexpr int P = Part<DK>::P, LD = Part<DK>::LD;
+    __shared__ float k[QUAD * LD], q[QUAD * LD];
+    const int h = blockIdx.x, lane = threadIdx.x, p = lane % QUAD, i = blockIdx.y * ROWS_PER_WARP + lane / QUAD,
+              kh = h / (A.Hv / A.Hk), j0 = p * P;
+    const float *kp = k + p * LD, *qp = q + p * LD;
+    float ds[P], x[P];
 #pragma unroll
-    for (int j = 0; j < DK; j++) ds[j][lane] = dS_io ? dS_io[((int64_t)h * A.dv + i) * DK + j] : 0.f;
-    float *scr = scratch + ((int64_t)h * gridDim.y + blockIdx.y) * Cs * DK * 32 + lane; /* [Cs][DK][32 lanes] */
+    for (int e = 0; e < P; e++) ds[e] = dS_io ? dS_io[((int64_t)h * A.dv + i) * DK + j0 + e] : 0.f;
+    float *scr = scratch + ((int64_t)h * gridDim.y + blockIdx.y) * Cs * P * 32 + lane; /* [Cs][P][32 lanes] */
     const int64_t vc = 2 * (int64_t)A.Hk * DK + (int64_t)h * A.dv + i;
     for (int64_t c0 = (A.S - 1) / Cs * Cs; c0 >= 0; c0 -= Cs) {
         const int64_t c1 = c0 + Cs < A.S ? c0 + Cs : A.S;
         { /* the chunk's states again, from its start */
-            float s[DK];
+            float s[P];
             const float *st = states + ((c0 / Cs) * A.Hv + h) * (int64_t)DK * A.dv + i;
 #pragma unroll
-            for (int j = 0; j < DK; j++) s[j] = st[(int64_t)j * A.dv];
+            for (int e = 0; e < P; e++) s[e] = st[(int64_t)(j0 + e) * A.dv];
             for (int64_t t = c0; t < c1; t++) {
                 if (A.pos[t] == 0) {
 #pragma unroll
-                    for (int j = 0; j < DK; j++) s[j] = 0.f;
+                    for (int e = 0; e < P; e++) s[e] = 0.f;
                 }
 #pragma unroll
-                for (int j = 0; j < DK; j++) scr[((t - c0) * DK + j) * 32] = s[j];
+                for (int e = 0; e < P; e++) scr[((t - c0) * P + e) * 32] = s[e];
                 load_kq<DK>(k, q, A, t, kh, lane);
                 const int64_t th = t * A.Hv + h;
                 float d;
-                rule_step<DK>(s, k, __expf(A.g[th]), A.beta[th], bf(A.qkv, t * A.C + vc), &d);
+                rule_step<DK>(s, kp, __expf(A.g[th]), A.beta[th], bf(A.qkv, t * A.C + vc), &d);
             }
         }
         for (int64_t t = c1 - 1; t >= c0; t--) {
             load_kq<DK>(k, q, A, t, kh, lane);
             const int64_t th = t * A.Hv + h;
             const float a = __expf(A.g[th]), b = A.beta[th], v = bf(A.qkv, t * A.C + vc), gi = bf(dout, th * A.dv + i);
-            const float *sp = scr + (t - c0) * DK * 32; /* S_{t-1} */
+            const float *sp = scr + (t - c0) * P * 32; /* this lane's part of S_{t-1} */
             float u = 0.f;
-#pragma unroll 8
-            for (int j = 0; j < DK; j++) u += sp[j * 32] * k[j];
-            u *= a;
+#pragma unroll
+            for (int e = 0; e < P; e++) u += sp[e * 32] * kp[e];
+            u = a * quad_sum(u);
             const float d = b * (v - u);
             float dd = 0.f;
-#pragma unroll 8
-            for (int j = 0; j < DK; j++) {
-                red[lane][j] = (a * sp[j * 32] + d * k[j]) * gi; /* dq's part of this row: S_t[i, j] do_i */
-                const float x = ds[j][lane] + gi * q[j];
-                ds[j][lane] = x;
-                dd += x * k[j];
+#pragma unroll
+            for (int e = 0; e < P; e++) {
+                x[e] = (a * sp[e * 32] + d * kp[e]) * gi; /* dq's part of this row: S_t[i, j] do_i */
+                ds[e] += gi * qp[e];
+                dd += ds[e] * kp[e];
             }
-            if (!C_ONLY) add_rows<DK>(dq + (t * A.Hk + kh) * DK, red, lane);
+            dd = quad_sum(dd);
+            if (!C_ONLY) add_rows<DK>(dq + (t * A.Hk + kh) * DK, x, lane);
             const float du = -b * dd, dbe = dd * (v - u);
             float dga = 0.f;
-#pragma unroll 8
-            for (int j = 0; j < DK; j++) {
-                const float sprev = sp[j * 32], x = ds[j][lane];
-                red[lane][j] = x * d + a * sprev * du; /* dk's part */
-                const float x1 = x + du * k[j];        /* dS' */
-                dga += x1 * sprev;
-                ds[j][lane] = A.pos[t] == 0 ? 0.f : a * x1; /* dS_{t-1}; none before a document's first token */
+#pragma unroll
+            for (int e = 0; e < P; e++) {
+                const float sprev = sp[e * 32];
+                x[e] = ds[e] * d + a * sprev * du;       /* dk's part */
+                ds[e] += du * kp[e];                      /* dS' */
+                dga += ds[e] * sprev;
+                ds[e] = A.pos[t] == 0 ? 0.f : a * ds[e];  /* dS_{t-1}; none before a document's first token */
             }
             if (C_ONLY) continue; /* only dS: the chunk's map of the state's gradient */
-            add_rows<DK>(dk + (t * A.Hk + kh) * DK, red, lane);
-            st_bf(dqkv, t * A.C + vc, b * dd);
-            const float sdb = warp_sum(dbe), sdg = warp_sum(a * dga);
+            add_rows<DK>(dk + (t * A.Hk + kh) * DK, x, lane);
+            if (p == 0) st_bf(dqkv, t * A.C + vc, b * dd);
+            const float sdb = warp_sum(p == 0 ? dbe : 0.f), sdg = warp_sum(a * dga); /* dga: parts of every row */
             if (lane == 0) { atomicAdd(&dbeta[th], sdb); atomicAdd(&dg[th], sdg); }
         }
     }
     if (dS_io) {
 #pragma unroll
-        for (int j = 0; j < DK; j++) dS_io[((int64_t)h * A.dv + i) * DK + j] = ds[j][lane];
+        for (int e = 0; e < P; e++) dS_io[((int64_t)h * A.dv + i) * DK + j0 + e] = ds[e];
     }
 }
 
 extern "C" int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_t chunk) {
-    return Hv * (dv / 32) * chunk * dk * 32;
+    return Hv * dv * chunk * dk; /* every row's S_{t-1} over a chunk */
 }
 
 extern "C" void gdn_rule_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta, float *dS_io,
@@ -468,7 +500,7 @@ extern "C" void gdn_rule_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, floa
                              int64_t Hk, int64_t Hv, int64_t dkh, int64_t dv, int64_t chunk, int c_only,
                              cudaStream_t st) {
     const GdnArgs A = args(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dkh, dv);
-    dim3 grid((unsigned)Hv, (unsigned)(dv / 32));
+    dim3 grid((unsigned)Hv, (unsigned)(dv / ROWS_PER_WARP));
     if (c_only)
         DK_DISPATCH(dkh, (gdn_bwd_kernel<DK, true><<<grid, 32, 0, st>>>(dq, dk, dqkv, dg, dbeta, dS_io, dout, states,
                                                                         scratch, A, chunk)))

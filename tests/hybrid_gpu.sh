@@ -63,9 +63,14 @@ ok "stage1 hybrid 4 steps run" "[ $? -eq 0 ]" || tail -5 "$tmp/a.log"
 $T ./stage1 $R --steps 2 --save "$tmp/ck2" > "$tmp/b.log" 2>&1
 $T ./stage1 $R --resume "$tmp/ck2" --log "$tmp/c.jsonl" > "$tmp/c.log" 2>&1
 ok "the resumed run runs" "[ $? -eq 0 ]" || tail -5 "$tmp/c.log"
+# Within 1e-4, not bit for bit: the linear layers' backward adds its sums over state rows and value
+# heads with fp32 atomics, whose order varies from run to run, and AdamW turns a gradient of nearly zero
+# into a full step either way (call P saw step 4 off by 1.3e-5 relative, step 3 equal)
 for s in 3 4; do
-    a=$(grep "\"step\":$s," "$tmp/a.jsonl" | grep -o '"loss_hex":"[^"]*"'); c=$(grep "\"step\":$s," "$tmp/c.jsonl" | grep -o '"loss_hex":"[^"]*"')
-    ok "step $s's loss after resume equals the uninterrupted run's ($a vs $c)" "[ -n '$a' ] && [ '$a' = '$c' ]"
+    a=$(grep "\"step\":$s," "$tmp/a.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+    c=$(grep "\"step\":$s," "$tmp/c.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+    ok "step $s's loss after resume is the uninterrupted run's within 1e-4 ($a vs $c)" \
+        "python3 -c 'import sys; a, c = float(\"$a\"), float(\"$c\"); sys.exit(not abs(a - c) <= 1e-4 * abs(a))'"
 done
 echo "== transformers loads the save (Qwen3_5ForCausalLM) and agrees on the next loss"
 if python3 -c 'import transformers' 2>/dev/null; then
