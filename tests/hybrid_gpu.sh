@@ -6,8 +6,11 @@
 #  - stages 2-5 on the same fixtures: stage 2 on 1 and 2 ranks (data parallel), stages 3-5 on P = 1,
 #    2, 4, 8 local ranks, the linear layers' state maps and conv halos crossing ranks; each against the
 #    reference on the whole sequence;
-#  - save + resume gives the uninterrupted run's next loss bit for bit, and transformers loads the
-#    save and agrees on the loss (tests/hf_check.py).
+#  - save + resume gives the uninterrupted run's next loss (within 1e-4), and transformers loads the
+#    save and agrees on the loss (tests/hf_check.py);
+#  - planted bugs in stage 3 at P = 2, each seen to fail the reference check: chunks run from a zero
+#    state (the maps not composed), the conv without its halo, the backward's state gradient not
+#    passed back. PLANTS_ONLY=1 runs just these.
 # The kernels' own tests are in build/test_gpu. Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -17,6 +20,7 @@ T="timeout ${CASE_TIMEOUT:-300}"
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
 HPV="1e-3 0.1 0.9 0.95 1e-8 1.0"
 for g in tests/golden/q35_*/; do
+    [ -n "${PLANTS_ONLY:-}" ] && break
     g=${g%/}; name=$(basename "$g")
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
     pk=; case $name in *packed*) pk="--packing 7" ;; esac
@@ -42,6 +46,7 @@ run() {
 }
 ./build/check_stage random 256 20000 7 "$tmp/rand.tok"
 for g in tests/golden/q35_*/; do
+    [ -n "${PLANTS_ONLY:-}" ] && break
     g=${g%/}; name=$(basename "$g")
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
     pk=; case $name in *packed*) pk="--packing 7" ;; esac
@@ -55,7 +60,35 @@ for g in tests/golden/q35_*/; do
     for P in 1 2 4; do run "$name.s4.P$P" stage4 --local-ranks $P --data "$tmp/$name.tok"; done
 done
 
-echo "== save + resume: the uninterrupted run's next loss, bit for bit"
+echo "== planted bugs in stage 3's exchange, P = 2: each must fail the reference check"
+mkdir -p build/plant
+plant() { # plant OUT OLD NEW: a copy of stage 3 with OLD replaced, built as build/plant/OUT
+    python3 -c 'import sys; s=open(sys.argv[1]).read(); assert sys.argv[3] in s, "plant did not apply"
+open(sys.argv[2], "w").write(s.replace(sys.argv[3], sys.argv[4], 1))' stage3_context_parallel.c "build/plant/$1.c" "$2" "$3" ||
+        return 1
+    local link
+    link=$(MAKEFLAGS= make -s --no-print-directory -n -B build/stage3 | grep -- "-o build/stage3 ")
+    eval "${link/-o build\/stage3 stage3_context_parallel.c/-I. -o build/plant/$1 build/plant/$1.c}"
+}
+g=tests/golden/q35_l2_s112
+S=$(./build/check_stage tokens "$g" "$tmp/plant.tok")
+for p in "s3_no_compose|            if (cur) CUDA_CHECK(cudaMemcpyAsync(s0, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));|            if (0) CUDA_CHECK(cudaMemcpyAsync(s0, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st)); /* planted */" \
+         "s3_no_halo|hybrid_conv(g, &M->c, Wl, w->pos, k, halo_of(M, k), st);|hybrid_conv(g, &M->c, Wl, w->pos, k, NULL, st); /* planted */" \
+         "s3_no_dstate|            if (cur) CUDA_CHECK(cudaMemcpyAsync(ds, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));|            if (0) CUDA_CHECK(cudaMemcpyAsync(ds, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st)); /* planted */"; do
+    IFS='|' read -r name old new <<< "$p"
+    rm -f "build/plant/$name"
+    plant "$name" "$old" "$new" > "$tmp/plant.log" 2>&1
+    ok "the plant $name builds" "[ -x build/plant/$name ]" || { tail -3 "$tmp/plant.log"; continue; }
+    $T ./build/plant/$name --local-ranks 2 --merge fp32 --model "$g" --data "$tmp/plant.tok" --seq "$S" --steps 1 \
+        --loss-chunk 7 $HP --dump-grads "$tmp/$name.grads" > "$tmp/$name.log" 2>&1
+    ok "the planted $name runs (what it computes must miss)" "[ $? -eq 0 ] && [ -s '$tmp/$name.grads' ]"
+    ./build/check_stage grads "$g" "$tmp/$name.grads" > "$tmp/c.txt" 2>&1; rc=$?
+    echo "  $name: $(grep -c '^FAIL' "$tmp/c.txt") failed checks, $(grep -m1 '^  loss' "$tmp/c.txt")"
+    ok "planted $name fails the reference check" "[ $rc -ne 0 ] && grep -q '^FAIL' '$tmp/c.txt'"
+done
+[ -n "${PLANTS_ONLY:-}" ] && { echo "$pass passed, $fail failed"; rm -rf "$tmp"; [ "$fail" -eq 0 ]; exit; }
+
+echo "== save + resume: the uninterrupted run's next loss"
 g=tests/golden/q35_l2_s112
 R="--model $g --data $tmp/rand.tok --seq 1000 --lr 1e-3 --warmup 2 --steps 4"
 $T ./stage1 $R --log "$tmp/a.jsonl" > "$tmp/a.log" 2>&1
