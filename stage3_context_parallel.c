@@ -471,7 +471,7 @@ static void load_config(Model *M) {
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
-    if (M->kept && M->c.lin_v_heads) STOP("--keep-attn %s with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)", o->keep_attn);
+    if (M->kept && M->c.lin_v_heads) STOP("--keep-attn with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)");
     if ((M->eot = docs_eot_option(o->packing, M->c.vocab, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     if (zigzag_check(M->o.seq, M->P, err, sizeof err) || hybrid_chunk_ok(&M->c, M->o.seq / (2 * M->P), err, sizeof err))
@@ -625,6 +625,17 @@ static const bf16_t *halo_of(const Model *M, int k) {
     return ch ? M->w.tails_all + chunk_slot(M, ch - 1) * hl : NULL;
 }
 
+/* if chunk ch is one of ours, its state (w.s_start's slot) is cur: zero when NULL */
+static void if_ours(Model *M, int64_t ch, const float *cur) {
+    const int64_t ms = hybrid_state_size(&M->c);
+    for (int k = 0; k < 2; k++) {
+        if (our_chunk(M, k) != ch) continue;
+        float *s = M->w.s_start + k * ms;
+        if (cur) CUDA_CHECK(cudaMemcpyAsync(s, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, M->gpu.stream));
+        else CUDA_CHECK(cudaMemsetAsync(s, 0, (size_t)F32(ms), M->gpu.stream));
+    }
+}
+
 /* our chunks' maps, exchanged; composed in sequence order into our chunks' initial states, w.s_start */
 static void linear_states(Model *M) {
     Work *w = &M->w;
@@ -635,12 +646,7 @@ static void linear_states(Model *M) {
     cp_gather(M, w->maps_all, w->maps, F32(2 * mm));
     const float *cur = NULL; /* the state before chunk ch; NULL: zero */
     for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
-        for (int k = 0; k < 2; k++) {
-            if (our_chunk(M, k) != ch) continue;
-            float *s0 = w->s_start + k * ms;
-            if (cur) CUDA_CHECK(cudaMemcpyAsync(s0, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));
-            else CUDA_CHECK(cudaMemsetAsync(s0, 0, (size_t)F32(ms), st));
-        }
+        if_ours(M, ch, cur); /* chunk ch starts from cur */
         float *next = w->compose + (ch % 2) * ms;
         gdn_compose(next, cur, w->maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
         cur = next;
@@ -659,12 +665,7 @@ static void linear_state_grads(Model *M) {
     cp_gather(M, w->cmaps_all, w->cmaps, F32(2 * ms));
     const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
     for (int64_t ch = 2 * M->P - 1; ch >= our_chunk(M, 0); ch--) {
-        for (int k = 0; k < 2; k++) {
-            if (our_chunk(M, k) != ch) continue;
-            float *ds = w->s_start + k * ms;
-            if (cur) CUDA_CHECK(cudaMemcpyAsync(ds, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));
-            else CUDA_CHECK(cudaMemsetAsync(ds, 0, (size_t)F32(ms), st));
-        }
+        if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */
         float *next = w->compose + (ch % 2) * ms;
         gdn_compose_bwd(next, cur, w->maps_all + chunk_slot(M, ch) * mm, w->cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
                         st);

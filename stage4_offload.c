@@ -593,9 +593,9 @@ static void choose_kept(Model *M) {
     M->kept = M->kept_gpu = 0;
     const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, &asked, err, sizeof err); /* memplan.c */
     if (split < 0) STOP("%s", err);
-    if (want && M->c.lin_v_heads) { /* Qwen3.5: kept layers would count its linear ones too; auto keeps none */
+    if (M->c.lin_v_heads && (want || gpu || host)) { /* Qwen3.5: kept layers would count its linear ones; auto keeps none */
         if (strcmp(o->keep_attn, "auto")) STOP("--keep-attn %s with a Qwen3.5 hybrid: not yet", o->keep_attn);
-        want = 0;
+        want = gpu = host = 0;
     }
     if (asked && !M->off.attn) STOP("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
@@ -749,6 +749,17 @@ static const bf16_t *halo_of(const Model *M, int k) {
     return ch ? M->w.tails_all + chunk_slot(M, ch - 1) * hl : NULL;
 }
 
+/* if chunk ch is one of ours, its state (w.s_start's slot) is cur: zero when NULL */
+static void if_ours(Model *M, int64_t ch, const float *cur) {
+    const int64_t ms = hybrid_state_size(&M->c);
+    for (int k = 0; k < 2; k++) {
+        if (our_chunk(M, k) != ch) continue;
+        float *s = M->w.s_start + k * ms;
+        if (cur) CUDA_CHECK(cudaMemcpyAsync(s, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, M->gpu.stream));
+        else CUDA_CHECK(cudaMemsetAsync(s, 0, (size_t)F32(ms), M->gpu.stream));
+    }
+}
+
 /* our chunks' maps, exchanged; composed in sequence order into our chunks' initial states, w.s_start */
 static void linear_states(Model *M) {
     Work *w = &M->w;
@@ -759,12 +770,7 @@ static void linear_states(Model *M) {
     cp_gather(M, w->maps_all, w->maps, F32(2 * mm));
     const float *cur = NULL; /* the state before chunk ch; NULL: zero */
     for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
-        for (int k = 0; k < 2; k++) {
-            if (our_chunk(M, k) != ch) continue;
-            float *s0 = w->s_start + k * ms;
-            if (cur) CUDA_CHECK(cudaMemcpyAsync(s0, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));
-            else CUDA_CHECK(cudaMemsetAsync(s0, 0, (size_t)F32(ms), st));
-        }
+        if_ours(M, ch, cur); /* chunk ch starts from cur */
         float *next = w->compose + (ch % 2) * ms;
         gdn_compose(next, cur, w->maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
         cur = next;
@@ -783,12 +789,7 @@ static void linear_state_grads(Model *M) {
     cp_gather(M, w->cmaps_all, w->cmaps, F32(2 * ms));
     const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
     for (int64_t ch = 2 * M->P - 1; ch >= our_chunk(M, 0); ch--) {
-        for (int k = 0; k < 2; k++) {
-            if (our_chunk(M, k) != ch) continue;
-            float *ds = w->s_start + k * ms;
-            if (cur) CUDA_CHECK(cudaMemcpyAsync(ds, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));
-            else CUDA_CHECK(cudaMemsetAsync(ds, 0, (size_t)F32(ms), st));
-        }
+        if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */
         float *next = w->compose + (ch % 2) * ms;
         gdn_compose_bwd(next, cur, w->maps_all + chunk_slot(M, ch) * mm, w->cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
                         st);
@@ -1632,7 +1633,7 @@ int main(int argc, char **argv) {
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
     memplan_host_report(&mp, ranks_here(&M.o.ranks), host_budget(&M),
                         host_budget_whence(argc, argv, M.o.dry_run)); /* stage 4: this node's ranks (a rehearsal: its one) */
-    kept_report(M.kept_gpu, M.kept - M.kept_gpu, M.c.layers, M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
+    kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     if (M.o.dry_run) return 0;
     trace_open(M.o.trace); /* after the dry-run: it writes nothing */

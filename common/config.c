@@ -372,6 +372,8 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     if (parse_rope(cfg, c, e2, sizeof e2) || (hybrid && parse_partial_rotary(cfg, c, e2, sizeof e2))) REFUSE("%s", e2);
     if (moe && parse_moe(cfg, c, e2, sizeof e2)) REFUSE("%s (qwen3_moe, a mixture of experts: MoE)", e2);
     if (hybrid && parse_hybrid(cfg, c, e2, sizeof e2)) REFUSE("%s (%s, a Qwen3.5 hybrid)", e2, mt->string);
+    const JsonValue *gate = json_get(cfg, "attn_output_gate"); /* Qwen3.5's default: on */
+    if (hybrid && gate && gate->type == JSON_BOOL) c->attn_gate = gate->boolean;
     json_free(&root);
     return 0;
 }
@@ -410,6 +412,7 @@ int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers
            a->experts == b->experts && a->top_k == b->top_k && a->moe_intermediate == b->moe_intermediate &&
            a->lin_k_heads == b->lin_k_heads && a->lin_v_heads == b->lin_v_heads && a->lin_k_dim == b->lin_k_dim &&
            a->lin_v_dim == b->lin_v_dim && a->conv_width == b->conv_width && a->attn_gate == b->attn_gate &&
+           a->rot == b->rot && a->norm_1p == b->norm_1p &&
            !memcmp(a->linear, b->linear, (size_t)la);
 }
 
@@ -523,7 +526,7 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
                  c->yarn_beta_slow, c->yarn_truncate ? "" : ", \"truncate\": false");
     else
         snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %.17g}", c->rope_theta);
-    if (c->rot != c->head_dim) /* Qwen3.5: rope_parameters carries partial_rotary_factor */
+    if (c->lin_v_heads || c->rot != c->head_dim) /* Qwen3.5: rope_parameters carries partial_rotary_factor */
         snprintf(strrchr(rope, '}'), 96, ", \"partial_rotary_factor\": %.17g}", (double)c->rot / (double)c->head_dim);
     char moe[512] = "";
     if (c->experts) /* Qwen3MoeConfig's fields */

@@ -22,6 +22,11 @@
 #define CONV_TILE 64
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.f + __expf(-x)); }
+/* the grid's tiles of tokens (a kernel strides over more: a grid's y is at most 65535) */
+static unsigned conv_tiles(int64_t S) {
+    const int64_t n = (S + CONV_TILE - 1) / CONV_TILE;
+    return (unsigned)(n < 65535 ? n : 65535);
+}
 
 /* input token t - back of channel c: x's row, or before x (t < back) the halo's, the K-1 tokens before
  * x (another rank's chunk under context parallelism; NULL: none) */
@@ -43,18 +48,19 @@ __device__ __forceinline__ float conv_pre(const bf16_t *x, const bf16_t *halo, c
 
 __global__ void gdn_conv_fwd_kernel(bf16_t *out, const bf16_t *x, const bf16_t *halo, const bf16_t *wc,
                                     const int32_t *pos, int64_t S, int64_t C, int K) {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float w[8];
     for (int j = 0; j < K; j++) w[j] = bf(wc, c * K + j);
-    for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++)
-        st_bf(out, t * C + c, silu_f(conv_pre(x, halo, w, pos, t, c, C, K)));
+    for (int64_t t0 = (int64_t)blockIdx.y * CONV_TILE; t0 < S; t0 += (int64_t)gridDim.y * CONV_TILE)
+        for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++)
+            st_bf(out, t * C + c, silu_f(conv_pre(x, halo, w, pos, t, c, C, K)));
 }
 
 extern "C" void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *halo, const bf16_t *w, const int32_t *pos,
                              int64_t S, int64_t C, int64_t K, cudaStream_t st) {
     if (K > 8) { fprintf(stderr, "error: gdn_conv_fwd takes a width of at most 8 (%lld)\n", (long long)K); exit(1); }
-    dim3 grid((unsigned)((C + 127) / 128), (unsigned)((S + CONV_TILE - 1) / CONV_TILE));
+    dim3 grid((unsigned)((C + 127) / 128), conv_tiles(S));
     gdn_conv_fwd_kernel<<<grid, 128, 0, st>>>(out, x, halo, w, pos, S, C, (int)K);
     KCHECK();
 }
@@ -62,14 +68,15 @@ extern "C" void gdn_conv_fwd(bf16_t *out, const bf16_t *x, const bf16_t *halo, c
 /* d is d(out) in, d(pre) = d(out) silu'(pre) out (pre recomputed); one pass per token. */
 __global__ void gdn_conv_dpre_kernel(bf16_t *d, const bf16_t *x, const bf16_t *halo, const bf16_t *wc,
                                      const int32_t *pos, int64_t S, int64_t C, int K) {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float w[8];
     for (int j = 0; j < K; j++) w[j] = bf(wc, c * K + j);
-    for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++) {
-        const float p = conv_pre(x, halo, w, pos, t, c, C, K), sg = 1.f / (1.f + __expf(-p));
-        st_bf(d, t * C + c, bf(d, t * C + c) * sg * (1.f + p * (1.f - sg)));
-    }
+    for (int64_t t0 = (int64_t)blockIdx.y * CONV_TILE; t0 < S; t0 += (int64_t)gridDim.y * CONV_TILE)
+        for (int64_t t = t0; t < t0 + CONV_TILE && t < S; t++) {
+            const float p = conv_pre(x, halo, w, pos, t, c, C, K), sg = 1.f / (1.f + __expf(-p));
+            st_bf(d, t * C + c, bf(d, t * C + c) * sg * (1.f + p * (1.f - sg)));
+        }
 }
 
 /* dx[t', c] = sum_j w[c, j] dpre[t' + (K-1) - j, c] over the taps that read t'; dw[c, j] += sum_t
@@ -79,24 +86,25 @@ __global__ void gdn_conv_dpre_kernel(bf16_t *d, const bf16_t *x, const bf16_t *h
 __global__ void gdn_conv_bwd_kernel(bf16_t *dx, bf16_t *dhalo, float *dw, const bf16_t *dpre, const bf16_t *x,
                                     const bf16_t *halo, const bf16_t *wc, const int32_t *pos, int64_t S, int64_t C,
                                     int K) {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = (int64_t)blockIdx.y * CONV_TILE;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float w[8], acc[8];
     for (int j = 0; j < K; j++) { w[j] = bf(wc, c * K + j); acc[j] = 0.f; }
-    const int64_t s0 = t0 == 0 ? -(int64_t)(K - 1) : t0; /* the first tile takes the halo's rows too */
-    for (int64_t s = s0; s < t0 + CONV_TILE && s < S; s++) {
-        float sum = 0.f; /* token s as an input */
-        for (int j = 0; j < K; j++) {
-            const int64_t t = s + (K - 1 - j); /* the output that reads s through tap j */
-            if (t >= 0 && t < S && K - 1 - j <= pos[t]) sum += w[j] * bf(dpre, t * C + c);
-        }
-        if (s >= 0) st_bf(dx, s * C + c, sum);
-        else if (dhalo) st_bf(dhalo, (K - 1 + s) * C + c, sum);
-        if (s < 0) continue;
-        const float g = bf(dpre, s * C + c); /* token s as an output */
-        for (int j = 0; j < K; j++) {
-            const int64_t back = K - 1 - j;
-            if (back <= pos[s]) acc[j] += g * conv_in(x, halo, s, back, c, C, K);
+    for (int64_t t0 = (int64_t)blockIdx.y * CONV_TILE; t0 < S; t0 += (int64_t)gridDim.y * CONV_TILE) {
+        for (int64_t s = t0 == 0 ? -(int64_t)(K - 1) : t0; s < t0 + CONV_TILE && s < S; s++) { /* tile 0: the halo's rows too */
+            float sum = 0.f; /* token s as an input */
+            for (int j = 0; j < K; j++) {
+                const int64_t t = s + (K - 1 - j); /* the output that reads s through tap j */
+                if (t >= 0 && t < S && K - 1 - j <= pos[t]) sum += w[j] * bf(dpre, t * C + c);
+            }
+            if (s >= 0) st_bf(dx, s * C + c, sum);
+            else if (dhalo) st_bf(dhalo, (K - 1 + s) * C + c, sum);
+            if (s < 0) continue;
+            const float g = bf(dpre, s * C + c); /* token s as an output */
+            for (int j = 0; j < K; j++) {
+                const int64_t back = K - 1 - j;
+                if (back <= pos[s]) acc[j] += g * conv_in(x, halo, s, back, c, C, K);
+            }
         }
     }
     for (int j = 0; j < K; j++) atomicAdd(&dw[c * K + j], acc[j]);
@@ -104,7 +112,7 @@ __global__ void gdn_conv_bwd_kernel(bf16_t *dx, bf16_t *dhalo, float *dw, const 
 
 extern "C" void gdn_conv_bwd(bf16_t *dx, bf16_t *dhalo, float *dw, bf16_t *d, const bf16_t *x, const bf16_t *halo,
                              const bf16_t *w, const int32_t *pos, int64_t S, int64_t C, int64_t K, cudaStream_t st) {
-    dim3 grid((unsigned)((C + 127) / 128), (unsigned)((S + CONV_TILE - 1) / CONV_TILE));
+    dim3 grid((unsigned)((C + 127) / 128), conv_tiles(S));
     gdn_conv_dpre_kernel<<<grid, 128, 0, st>>>(d, x, halo, w, pos, S, C, (int)K);
     KCHECK();
     gdn_conv_bwd_kernel<<<grid, 128, 0, st>>>(dx, dhalo, dw, d, x, halo, w, pos, S, C, (int)K);

@@ -72,9 +72,9 @@ open(sys.argv[2], "w").write(s.replace(sys.argv[3], sys.argv[4], 1))' stage3_con
 }
 g=tests/golden/q35_l2_s112
 S=$(./build/check_stage tokens "$g" "$tmp/plant.tok")
-for p in "s3_no_compose|            if (cur) CUDA_CHECK(cudaMemcpyAsync(s0, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));|            if (0) CUDA_CHECK(cudaMemcpyAsync(s0, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st)); /* planted */" \
+for p in "s3_no_compose|if_ours(M, ch, cur); /* chunk ch starts from cur */|if_ours(M, ch, NULL); /* planted */" \
          "s3_no_halo|hybrid_conv(g, &M->c, Wl, w->pos, k, halo_of(M, k), st);|hybrid_conv(g, &M->c, Wl, w->pos, k, NULL, st); /* planted */" \
-         "s3_no_dstate|            if (cur) CUDA_CHECK(cudaMemcpyAsync(ds, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st));|            if (0) CUDA_CHECK(cudaMemcpyAsync(ds, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, st)); /* planted */"; do
+         "s3_no_dstate|if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */|if_ours(M, ch, NULL); /* planted */"; do
     IFS='|' read -r name old new <<< "$p"
     rm -f "build/plant/$name"
     plant "$name" "$old" "$new" > "$tmp/plant.log" 2>&1
