@@ -7,8 +7,13 @@
 
 #include "tokens.h"
 
-int64_t docs_eot_option(const char *v, int64_t vocab, char *err, size_t errlen) {
+int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, char *err, size_t errlen) {
     if (!v || !strcmp(v, "none")) return -1;
+    if (!v[0] && !qwen3_tokens) {
+        snprintf(err, errlen, "--packing alone means Qwen3's <|endoftext|> (%d), and this model reads another "
+                 "tokenizer's ids (a Qwen3.5 hybrid): name its end-of-text id (--packing ID)", TOKEN_ENDOFTEXT);
+        return -2;
+    }
     if (!v[0]) {
         if (TOKEN_ENDOFTEXT < vocab) return TOKEN_ENDOFTEXT;
         snprintf(err, errlen, "--packing: <|endoftext|> (%d) is past this model's vocabulary of %lld: name its "
@@ -26,8 +31,8 @@ int64_t docs_eot_option(const char *v, int64_t vocab, char *err, size_t errlen) 
 }
 
 void docs_plan_note(FILE *f, int64_t eot) {
-    fprintf(f, "packed documents (--packing): a document ends at token %lld and attends only to itself, from position 0; "
-            "attention runs in its blocks, a window's work sum len (len + 1) / 2 pairs, not seq^2 / 2 (each step line "
+    fprintf(f, "packed documents (--packing): a document ends at token %lld and attends only to itself, from position 0 "
+            "(a linear attention layer's state and conv start again there too); attention runs in its blocks, a window's work sum len (len + 1) / 2 pairs, not seq^2 / 2 (each step line "
             "says how much); the plan above holds %d rows of zeros after each attention input\n", (long long)eot,
             DOCS_SLACK_ROWS);
 }

@@ -34,8 +34,9 @@
 
 /* --packing's value: NULL or "none" -> -1 (not packed); "" (the flag alone) -> <|endoftext|>
  * (TOKEN_ENDOFTEXT, what data/prepare.py writes after every document); a token id < vocab -> that
- * id (another tokenizer's end of text; the tests' small vocabularies). -2 + message if bad. */
-int64_t docs_eot_option(const char *v, int64_t vocab, char *err, size_t errlen);
+ * id (another tokenizer's end of text; the tests' small vocabularies). -2 + message if bad.
+ * qwen3_tokens 0: the model reads another tokenizer's ids (Qwen3.5), so the flag alone is refused. */
+int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, char *err, size_t errlen);
 
 /* The line a --packing plan adds (the dry-run's too): what packing changes. */
 void docs_plan_note(FILE *f, int64_t eot);
