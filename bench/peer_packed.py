@@ -23,6 +23,7 @@ def window(path, seq):
         n = struct.unpack("<q", head[16:24])[0]
         if n < seq + 1:
             sys.exit(f"{path}: {n} tokens, a window of {seq} needs {seq + 1}")
+        f.seek(24 + (32 if struct.unpack("<I", head[8:12])[0] >= 3 else 0))  # versions 3, 4: the tag first
         return list(struct.unpack(f"<{seq + 1}I", f.read(4 * (seq + 1))))
 
 

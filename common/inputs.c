@@ -12,12 +12,14 @@
 #include "check.h"
 
 /* ---------------------------------------------------------------- token files */
-static void open_tokens(TokenFile *tf, const char *path, const char *flag, int64_t vocab) {
+static void open_tokens(TokenFile *tf, const char *path, const char *flag, const Qwen3Config *c) {
     char err[1024];
-    if (tokens_open_file(path, vocab, 1, tf, err, sizeof err))
+    if (tokens_open_file(path, c->vocab, 1, tf, err, sizeof err))
         STOP("%s %s%s", flag, err,
              !strcmp(path, TOKENS_SHIPPED) ? " (run from the repository root, or pass --data)"
                                            : " (data/prepare.py makes token files)");
+    /* another tokenizer's ids are in range too (Qwen3's all are in Qwen3.5's vocabulary): the tag says */
+    if (tokens_check_tokenizer(tf, !c->lin_v_heads, c->name, err, sizeof err)) STOP("%s %s", flag, err);
 }
 
 /* the job's windows: every step reads world windows of window + 1 tokens */
@@ -151,10 +153,10 @@ void inputs_open(Inputs *in, const InputsAsk *a, const Qwen3Config *c, const Par
     /* a plan the advice asked for (advice.c: fits): the run that asked checked these files, and a
      * 40 GB token file read again by each of ten plans would cost minutes */
     if (getenv("LONGCTX_ADVISING")) return;
-    open_tokens(&in->data, a->data, "--data", c->vocab);
+    open_tokens(&in->data, a->data, "--data", c);
     check_windows(&in->data, "--data", a, 0);
     if (a->eval_data) {
-        open_tokens(&in->eval, a->eval_data, "--eval-data", c->vocab);
+        open_tokens(&in->eval, a->eval_data, "--eval-data", c);
         check_windows(&in->eval, "--eval-data", a, a->eval_steps);
     }
     if (a->resume) check_resume(in, a->resume, t, a->steps);

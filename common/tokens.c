@@ -29,13 +29,21 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     for (int i = 7; i >= 0; i--) raw_count = (raw_count << 8) | h[16 + i];
     const int64_t count = raw_count > (uint64_t)INT64_MAX ? -1 : (int64_t)raw_count; /* -1: refused below */
     const uint32_t version = get_u32(h + 8);
-    const int weighted = version == TOKENS_VERSION_WEIGHTS;
+    const int weighted = version == TOKENS_VERSION_WEIGHTS || version == TOKENS_VERSION_TAGGED_WEIGHTS;
+    const int tagged = version == TOKENS_VERSION_TAGGED || version == TOKENS_VERSION_TAGGED_WEIGHTS;
+    const int64_t head = TOKENS_HEADER_BYTES + (tagged ? TOKENS_TAG_BYTES : 0);
     const char *why = NULL;
     if (memcmp(h, TOKENS_MAGIC, 8)) why = "wrong magic (not a longctx token file; make one with data/prepare.py)";
-    else if (version != TOKENS_VERSION && !weighted) why = "unsupported version";
+    else if (version < TOKENS_VERSION || version > TOKENS_VERSION_TAGGED_WEIGHTS) why = "unsupported version";
     else if (get_u32(h + 12) != 4) why = "token width is not 4 bytes";
-    else if (count < 0 || count > size / 4 || size != TOKENS_HEADER_BYTES + (weighted ? 5 : 4) * count) /* no overflow */
+    else if (count < 0 || count > size / 4 || size < head || size != head + (weighted ? 5 : 4) * count) /* no overflow */
         why = "truncated: size does not match the token count";
+    else if (tagged && fread(tf->tokenizer, 1, TOKENS_TAG_BYTES, f) != TOKENS_TAG_BYTES)
+        why = "truncated: no tokenizer tag";
+    else if (tagged) {
+        for (int i = 0; i < TOKENS_TAG_BYTES && tf->tokenizer[i] && !why; i++)
+            if (tf->tokenizer[i] < 32 || tf->tokenizer[i] > 126) why = "its tokenizer tag is not printable ASCII";
+    }
     else if (weighted && !with_weights)
         why = "carries loss weights (version 2, a prompt/completion file): this reader takes the ids alone and "
               "would score the prompts too; data/prepare.py without --jsonl writes a file without them";
@@ -76,6 +84,18 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     return 0;
 }
 
+int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *model, char *err, size_t errlen) {
+    if (!tf->tokenizer[0]) return 0; /* untagged (versions 1 and 2): taken as it is */
+    const int qwen3 = !strcmp(tf->tokenizer, TOKENS_TAG_QWEN3);
+    if (qwen3 == !!qwen3_tokens) return 0;
+    snprintf(err, errlen, "%s: its ids are %s (\"%s\"), and %s reads %s: make its token file with "
+             "data/prepare.py --tokenizer %s", tf->path, qwen3 ? "the Qwen3 tokenizer's" : "another tokenizer's",
+             tf->tokenizer, model,
+             qwen3_tokens ? "Qwen3's" : "its own tokenizer's (a Qwen3.5 hybrid)",
+             qwen3_tokens ? "data/qwen.tiktoken" : "MODEL_DIR/tokenizer.json");
+    return -1;
+}
+
 int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_t errlen) {
     return tokens_open_file(path, vocab, 0, tf, err, errlen);
 }
@@ -86,22 +106,34 @@ void tokens_close(TokenFile *tf) {
     memset(tf, 0, sizeof *tf);
 }
 
-int tokens_write_weighted(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, char *err,
-                          size_t errlen) {
+int tokens_write_tagged(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, const char *tag,
+                        char *err, size_t errlen) {
+    if (tag && strlen(tag) > TOKENS_TAG_BYTES) { snprintf(err, errlen, "%s: a tokenizer tag of over 32 bytes", path); return -1; }
     FILE *f = fopen(path, "wb");
     if (!f) { snprintf(err, errlen, "%s: cannot create", path); return -1; }
     uint8_t h[TOKENS_HEADER_BYTES] = {0};
     memcpy(h, TOKENS_MAGIC, 8);
-    put_u32(h + 8, weights ? TOKENS_VERSION_WEIGHTS : TOKENS_VERSION);
+    put_u32(h + 8, tag ? (weights ? TOKENS_VERSION_TAGGED_WEIGHTS : TOKENS_VERSION_TAGGED)
+                       : (weights ? TOKENS_VERSION_WEIGHTS : TOKENS_VERSION));
     put_u32(h + 12, 4);
     for (int i = 0; i < 8; i++) h[16 + i] = (uint8_t)((uint64_t)n >> (8 * i));
     int ok = fwrite(h, 1, sizeof h, f) == sizeof h;
+    if (tag && ok) {
+        char t[TOKENS_TAG_BYTES] = {0};
+        memcpy(t, tag, strlen(tag));
+        ok = fwrite(t, 1, sizeof t, f) == sizeof t;
+    }
     uint8_t b[4];
     for (int64_t i = 0; ok && i < n; i++) { put_u32(b, ids[i]); ok = fwrite(b, 1, 4, f) == 4; }
     if (weights && ok) ok = fwrite(weights, 1, (size_t)n, f) == (size_t)n;
     ok = !fclose(f) && ok;
     if (!ok) { snprintf(err, errlen, "%s: write failed", path); return -1; }
     return 0;
+}
+
+int tokens_write_weighted(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, char *err,
+                          size_t errlen) {
+    return tokens_write_tagged(path, ids, weights, n, NULL, err, errlen);
 }
 
 int tokens_write(const char *path, const uint32_t *ids, int64_t n, char *err, size_t errlen) {

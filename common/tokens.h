@@ -4,7 +4,11 @@
  *   version 1: nothing more (every label carries loss);
  *   version 2: then count uint8 loss weights, 0 or 1, one per token: weights[i] says whether token
  *              i counts as a label (is predicted with loss). A prompt's tokens carry 0, its
- *              completion's 1 (data/prepare.py --jsonl writes them). */
+ *              completion's 1 (data/prepare.py --jsonl writes them);
+ *   versions 3 and 4: 1 and 2 with a 32-byte tag after the header, naming the tokenizer that made the
+ *              ids (NUL-padded ASCII: "qwen3" for Qwen2/Qwen3's, or "eot=ID,vocab=N" for another
+ *              tokenizer.json), so a model is not trained on another tokenizer's ids (data/prepare.py
+ *              writes them; a file without a tag is taken as it is). */
 #ifndef LONGCTX_TOKENS_H
 #define LONGCTX_TOKENS_H
 
@@ -14,6 +18,10 @@
 #define TOKENS_MAGIC "LCTOKENS"
 #define TOKENS_VERSION 1          /* ids only */
 #define TOKENS_VERSION_WEIGHTS 2  /* ids, then a loss weight per token */
+#define TOKENS_VERSION_TAGGED 3   /* 1 with the tokenizer's tag */
+#define TOKENS_VERSION_TAGGED_WEIGHTS 4 /* 2 with the tokenizer's tag */
+#define TOKENS_TAG_BYTES 32
+#define TOKENS_TAG_QWEN3 "qwen3"  /* the Qwen2/Qwen3 tokenizer's tag (<|endoftext|> 151643) */
 #define TOKENS_HEADER_BYTES 24
 #define TOKEN_ENDOFTEXT 151643
 #define TOKENS_SHIPPED "data/books.tok" /* the default --data: six novels, shipped with the repository */
@@ -24,6 +32,7 @@ typedef struct {
     uint32_t *ids;     /* [count], the whole file in host memory */
     uint8_t *weights;  /* [count] loss weights (0/1), or NULL: a version-1 file, every label counts */
     int64_t counted;   /* labels of weight 1 (count without weights) */
+    char tokenizer[TOKENS_TAG_BYTES + 1]; /* the tag of the tokenizer that made the ids; "" when untagged */
 } TokenFile;
 
 /* Open and validate (magic, version, width, size, every id < vocab, every weight 0 or 1). A file
@@ -37,6 +46,12 @@ int tokens_write(const char *path, const uint32_t *ids, int64_t n, char *err, si
 /* version 2 with weights[n] (0/1); weights NULL: version 1 */
 int tokens_write_weighted(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, char *err,
                           size_t errlen);
+/* versions 3 and 4: the same with the tokenizer's tag (at most 32 ASCII bytes) */
+int tokens_write_tagged(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, const char *tag,
+                        char *err, size_t errlen);
+/* 0, or -1 with err when a tagged file's tokenizer is not the model's: Qwen3 models read Qwen3's ids
+ * (tag "qwen3"), a Qwen3.5 hybrid another tokenizer's (qwen3_tokens 0) */
+int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *model, char *err, size_t errlen);
 
 /* Windows of seq+1 tokens (inputs and shifted labels) that start seq tokens apart. Global window
  * g = step * world + rank, so data-parallel ranks read disjoint windows and the position follows

@@ -8,11 +8,12 @@ with the Qwen tokenizer.
 
 Text: each input file is one document; a directory contributes its *.txt files in name order.
 Documents are concatenated, each followed by <|endoftext|> (id 151643): a trainer run with
---packing keeps them apart (each attends only to itself). Every label carries loss (a version-1
-file: ids only).
+--packing keeps them apart (each attends only to itself). Every label carries loss (a version-3
+file: ids only, after a 32-byte tag naming the tokenizer, "qwen3"; versions 1 and 2 are the same
+without the tag, as files made before it carried it are).
 
 --jsonl: one example per line, concatenated the same way, with a loss weight per token (a
-version-2 file: ids, then one byte per token, 0 or 1; weight 1 means the token is a label the loss
+version-4 file: the tag, ids, then one byte per token, 0 or 1; weight 1 means the token is a label the loss
 counts). Two shapes of line:
   {"prompt": "...", "completion": "..."}        prompt tokens weight 0; the completion and the
                                                 <|endoftext|> after it weight 1 (completion-only loss)
@@ -29,7 +30,10 @@ skipped, and a UTF-8 byte order mark at the start of the file is allowed. Other 
 not UTF-8 or not one JSON object, NaN or Infinity, a duplicate key, nesting too deep for the
 parser, a lone surrogate escape (\\ud800), a line with both shapes, a file with no examples.
 --tokenizer takes the Qwen `qwen.tiktoken` ranks file (default: data/qwen.tiktoken, which
-data/get_tokenizer.sh fetches) or a model folder's `tokenizer.json`.
+data/get_tokenizer.sh fetches) or a model folder's `tokenizer.json`. Another generation's
+tokenizer.json (Qwen3.5's: a larger vocabulary, its special tokens at other ids) writes its own
+special ids and tags the file "eot=ID,vocab=N", so a trainer refuses it for a Qwen3 model, and a
+"qwen3" file for a Qwen3.5 one.
 --decode FILE.tok prints a token file back as text, UTF-8 (documents separated by <|endoftext|>);
 with --show-loss the tokens that carry loss are printed between [[ and ]].
 
@@ -42,14 +46,13 @@ is left as it was (only SIGKILL can leave OUT.partial behind).
 import argparse, array, contextlib, json, os, signal, struct, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen_tokenizer import ENDOFTEXT, SPECIAL, QwenTokenizer, TokenizerError  # noqa: E402
+from qwen_tokenizer import QwenTokenizer, TokenizerError  # noqa: E402
 
 MAGIC, VERSION, VERSION_WEIGHTS, HEADER = b"LCTOKENS", 1, 2, 24
+VERSION_TAGGED, VERSION_TAGGED_WEIGHTS, TAG_BYTES = 3, 4, 32  # 1 and 2 with the tokenizer's tag
 HERE = os.path.dirname(os.path.abspath(__file__))
-IM_START, IM_END = SPECIAL["<|im_start|>"], SPECIAL["<|im_end|>"]
 TEMPLATES = ("chatml",)
 ROLES = ("system", "user", "assistant")  # a "tool" turn needs Qwen's <tool_response> wrapping, not done here
-VOCAB = max(SPECIAL.values()) + 1  # the ids the tokenizer decodes: the ranks, then the special tokens
 
 
 class FileError(ValueError):
@@ -88,8 +91,9 @@ def blame(where):
         raise FileError(f"{where}: {type(e).__name__}: {e}") from None
 
 
-def write_tokens(path, ids, weights=None):
-    """Version 1 (ids), or version 2 (ids, then a 0/1 loss weight per token) when weights are given.
+def write_tokens(path, ids, weights=None, tag=None):
+    """Version 1 (ids), or version 2 (ids, then a 0/1 loss weight per token) when weights are given;
+    with the tokenizer's tag (at most 32 ASCII bytes) versions 3 and 4, the tag after the header.
     Written to PATH.partial, then renamed: a failure or a stop leaves no partial file, and PATH as it was."""
     a = array.array("I", ids)
     if sys.byteorder != "little":
@@ -103,7 +107,10 @@ def write_tokens(path, ids, weights=None):
         raise FileError(f"{path}: cannot write {tmp} ({e.strerror})") from None
     try:
         with f:
-            f.write(MAGIC + struct.pack("<IIq", VERSION if weights is None else VERSION_WEIGHTS, 4, len(a)))
+            version = (VERSION if weights is None else VERSION_WEIGHTS) + (2 if tag else 0)
+            f.write(MAGIC + struct.pack("<IIq", version, 4, len(a)))
+            if tag:
+                f.write(tag.encode("ascii").ljust(TAG_BYTES, b"\0"))
             a.tofile(f)
             if weights is not None:
                 f.write(bytes(weights))
@@ -116,17 +123,20 @@ def write_tokens(path, ids, weights=None):
         raise
 
 
-def read_token_file(path):
-    """(ids, weights): weights is None for a version-1 file. The size must be exactly what the
-    header's count needs (as the C reader demands), checked before a corrupt count is allocated."""
+def read_token_file(path, with_tag=False):
+    """(ids, weights): weights is None for a version-1 (or 3) file; with_tag: (ids, weights, tag),
+    tag "" when untagged. The size must be exactly what the header's count needs (as the C reader
+    demands), checked before a corrupt count is allocated."""
     with blame(path), open(path, "rb") as f:
         head = f.read(HEADER)
         if len(head) < HEADER or head[:8] != MAGIC:
             raise FileError(f"{path}: not a longctx token file (wrong magic)")
         version, width, count = struct.unpack("<IIq", head[8:])
-        if version not in (VERSION, VERSION_WEIGHTS) or width != 4:
+        if version not in (VERSION, VERSION_WEIGHTS, VERSION_TAGGED, VERSION_TAGGED_WEIGHTS) or width != 4:
             raise FileError(f"{path}: unsupported version {version} / width {width}")
-        size, need = os.fstat(f.fileno()).st_size, HEADER + (5 if version == VERSION_WEIGHTS else 4) * count
+        weighted, tagged = version in (VERSION_WEIGHTS, VERSION_TAGGED_WEIGHTS), version >= VERSION_TAGGED
+        size = os.fstat(f.fileno()).st_size
+        need = HEADER + (TAG_BYTES if tagged else 0) + (5 if weighted else 4) * count
         if count < 0:
             raise FileError(f"{path}: corrupt header (a token count of {count:,})")
         if size < need:
@@ -135,14 +145,15 @@ def read_token_file(path):
         if size > need:
             raise FileError(f"{path}: {size - need:,} bytes after its {count:,} tokens; corrupt, or not a "
                             f"longctx token file")
+        tag = f.read(TAG_BYTES).rstrip(b"\0").decode("ascii", "replace") if tagged else ""
         a = array.array("I")
         a.frombytes(f.read(4 * count))
-        weights = f.read() if version == VERSION_WEIGHTS else None
+        weights = f.read() if weighted else None
         if weights is not None and any(w > 1 for w in weights):
             raise FileError(f"{path}: a loss weight other than 0 or 1")
     if sys.byteorder != "little":
         a.byteswap()
-    return a, weights
+    return (a, weights, tag) if with_tag else (a, weights)
 
 
 def read_tokens(path):
@@ -213,7 +224,7 @@ def tokenize_files(tok, files, log=print):
             doc = tok.encode(text)
             done += os.path.getsize(f)
         ids += doc
-        ids.append(ENDOFTEXT)
+        ids.append(tok.special["<|endoftext|>"])
         log(f"  {os.path.basename(f)}: {len(doc):,} tokens  [{100 * done / total_bytes:5.1f}% of "
             f"{total_bytes / 1e6:.1f} MB, {time.time() - t0:.1f} s]")
     return ids
@@ -259,15 +270,15 @@ def encode_chat(tok, msgs, where):
     ids, w, trained = [], [], 0
     for k, m in enumerate(msgs):
         role, content = message(m, f"{where}: messages[{k}]")
-        head = [IM_START] + tok.encode(role + "\n")
-        body = tok.encode(content) + [IM_END]
+        head = [tok.special["<|im_start|>"]] + tok.encode(role + "\n")
+        body = tok.encode(content) + [tok.special["<|im_end|>"]]
         on = int(role == "assistant")
         ids += head + body + tok.encode("\n")
         w += [0] * len(head) + [on] * len(body) + [0]
         trained += on
     if not trained:
         raise FileError(f"{where}: no assistant message, so no token would carry loss")
-    return ids + [ENDOFTEXT], w + [0]
+    return ids + [tok.special["<|endoftext|>"]], w + [0]
 
 
 def encode_example(tok, obj, template, where):
@@ -289,7 +300,7 @@ def encode_example(tok, obj, template, where):
     if not c:
         raise FileError(f"{where}: empty completion, so no token would carry loss")
     pi, ci = tok.encode(p), tok.encode(c)
-    return pi + ci + [ENDOFTEXT], [0] * len(pi) + [1] * (len(ci) + 1)
+    return pi + ci + [tok.special["<|endoftext|>"]], [0] * len(pi) + [1] * (len(ci) + 1)
 
 
 class Refused(ValueError):
@@ -370,10 +381,13 @@ def decode_marked(tok, ids, weights):
 
 def decode_file(tok, path, show_loss):
     """Print a token file as text, in UTF-8 whatever the locale (the text is UTF-8 by definition)."""
-    ids, weights = read_token_file(path)
-    if ids and max(ids) >= VOCAB:
-        k = next(k for k, i in enumerate(ids) if i >= VOCAB)
-        raise FileError(f"{path}: token {k:,} is id {ids[k]:,}, not a Qwen token id (< {VOCAB}); "
+    ids, weights, tag = read_token_file(path, with_tag=True)
+    if tag and tag != tok.tag:
+        raise FileError(f"{path}: made by the tokenizer \"{tag}\", not this one (\"{tok.tag}\"): decode it with --tokenizer "
+                        f"{'data/qwen.tiktoken' if tag == 'qwen3' else 'its model folder tokenizer.json'}")
+    if ids and max(ids) >= tok.vocab:
+        k = next(k for k, i in enumerate(ids) if i >= tok.vocab)
+        raise FileError(f"{path}: token {k:,} is id {ids[k]:,}, not a token id of this tokenizer (< {tok.vocab}); "
                         f"tokenized for another model?")
     if show_loss and weights is None:
         print(f"note: {path} is version 1: every token carries loss", file=sys.stderr)
@@ -420,14 +434,14 @@ def run(a):
     if a.jsonl:
         print(f"tokenizing {a.jsonl} with {tok.kind} ({a.tokenizer})")
         ids, weights, n = tokenize_jsonl(tok, a.jsonl, a.template)
-        write_tokens(a.out, ids, weights)
+        write_tokens(a.out, ids, weights, tok.tag)
         k = sum(weights)
         print(f"wrote {a.out}: {len(ids):,} tokens ({n:,} examples, <|endoftext|> after each); "
               f"{k:,} carry loss ({100 * k / len(ids):.1f}%)")
         return 0
     print(f"tokenizing {len(files)} document(s) with {tok.kind} ({a.tokenizer})")
     ids = tokenize_files(tok, files)
-    write_tokens(a.out, ids)
+    write_tokens(a.out, ids, tag=tok.tag)
     print(f"wrote {a.out}: {len(ids):,} tokens ({len(files)} documents, <|endoftext|> after each)")
     return 0
 

@@ -1,6 +1,10 @@
 """The Qwen tokenizer (Qwen2/Qwen3 byte-level BPE), loaded from either form users have:
 the `qwen.tiktoken` ranks file (through the `tiktoken` package) or a Hugging Face
 `tokenizer.json` (through the `tokenizers` package). Both give the same ids.
+
+A model folder's tokenizer.json of another Qwen generation (Qwen3.5's, a larger vocabulary) loads
+too: its special tokens' ids come from the file, and `tag` names it differently ("eot=ID,vocab=N"
+instead of "qwen3"), so the token files it makes are not trained into a model of the other kind.
 """
 import base64, hashlib, json, os, unicodedata
 
@@ -9,6 +13,7 @@ SPECIAL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645
 # The Qwen pre-tokenizer split (the same regex tokenizer.json carries).
 PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
            r"\s*[\r\n]+|\s+(?!\S)|\s+")
+TAG_QWEN3 = "qwen3"  # the tag token files made by this tokenizer carry (common/tokens.h)
 QWEN_TIKTOKEN_SHA256 = "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"
 
 
@@ -58,14 +63,19 @@ class QwenTokenizer:
                 with open(path, encoding="utf-8") as f:
                     spec = json.load(f)
                 specials = {t["content"]: t["id"] for t in spec.get("added_tokens", [])}
+                n_vocab = max([*spec.get("model", {}).get("vocab", {}).values(), *specials.values(), -1]) + 1
                 # added tokens would be matched inside the text; the books are plain text, so drop them
                 # from the encoder and handle special ids ourselves when decoding
                 spec["added_tokens"] = []
                 self.hf = Tokenizer.from_str(json.dumps(spec))
             except Exception as e:
                 raise TokenizerError(f"{path}: not a valid tokenizer.json ({str(e)[:200]})") from None
-            if specials.get("<|endoftext|>") != ENDOFTEXT:
-                raise TokenizerError(f"{path}: <|endoftext|> is not id {ENDOFTEXT}; not a Qwen tokenizer")
+            missing = [n for n in SPECIAL if n not in specials]
+            if missing:
+                raise TokenizerError(f"{path}: no {', '.join(missing)} among its added tokens; not a Qwen tokenizer")
+            self.special = {n: specials[n] for n in SPECIAL}
+            self.tag = TAG_QWEN3 if self.special == SPECIAL else f"eot={specials['<|endoftext|>']},vocab={n_vocab}"
+            self.vocab = n_vocab
             self.kind = "tokenizer.json"
         else:
             try:
@@ -76,6 +86,7 @@ class QwenTokenizer:
             if len(ranks) != ENDOFTEXT:
                 raise TokenizerError(f"{path}: {len(ranks)} ranks, expected {ENDOFTEXT} for Qwen")
             self.tk = tiktoken.Encoding(name="qwen", pat_str=PATTERN, mergeable_ranks=ranks, special_tokens=SPECIAL)
+            self.special, self.tag, self.vocab = dict(SPECIAL), TAG_QWEN3, max(SPECIAL.values()) + 1
             self.kind = "qwen.tiktoken"
 
     def encode(self, text):
@@ -89,7 +100,7 @@ class QwenTokenizer:
         """Text of ids; special ids become their names."""
         if self.kind != "tokenizer.json":
             return self.tk.decode(list(ids))
-        names = {v: k for k, v in SPECIAL.items()}
+        names = {v: k for k, v in self.special.items()}
         out, run = [], []
         for i in ids:
             if i in names:

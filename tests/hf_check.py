@@ -17,10 +17,10 @@ def main():
         d = os.path.join(d, "latest")
     with open(tok, "rb") as f:
         head = f.read(24)
-        count = struct.unpack("<q", head[16:])[0]
+        version, count = struct.unpack("<I", head[8:12])[0], struct.unpack("<q", head[16:])[0]
         windows = (count - 1) // seq
         start = (step0 % windows) * seq
-        f.seek(24 + 4 * start)
+        f.seek(24 + (32 if version >= 3 else 0) + 4 * start)  # versions 3, 4: the tokenizer's tag first
         ids = torch.tensor(struct.unpack(f"<{seq + 1}I", f.read(4 * (seq + 1))), dtype=torch.long)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).to(dev).eval()

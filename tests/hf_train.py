@@ -57,12 +57,13 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     with open(a.tokens, "rb") as f:
-        count = struct.unpack("<q", f.read(24)[16:])[0]
+        head = f.read(24)
+        count, data = struct.unpack("<q", head[16:])[0], 24 + (32 if struct.unpack("<I", head[8:12])[0] >= 3 else 0)
     windows = (count - 1) // a.seq
     for step in range(1, a.steps + 1):
         w = (step - 1) % windows
         with open(a.tokens, "rb") as f:
-            f.seek(24 + 4 * w * a.seq)
+            f.seek(data + 4 * w * a.seq)  # versions 3, 4: after the tokenizer's tag
             ids = torch.tensor(struct.unpack(f"<{a.seq + 1}I", f.read(4 * (a.seq + 1))), dtype=torch.long).cuda()
         for g in opt.param_groups:
             g["lr"] = lr_at(a, step)

@@ -74,6 +74,7 @@ def read_window(path, seq):
         assert head[:8] == b"LCTOKENS", f"{path}: not a token file"
         count = struct.unpack("<q", head[16:])[0]
         assert count >= seq + 1, f"{path}: {count} tokens, a window needs {seq + 1}"
+        f.seek(24 + (32 if struct.unpack("<I", head[8:12])[0] >= 3 else 0))  # versions 3, 4: the tag first
         ids = struct.unpack(f"<{seq + 1}I", f.read(4 * (seq + 1)))
     return torch.tensor(ids, dtype=torch.long)
 

@@ -34,6 +34,7 @@ path, S, eot = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with open(path, "rb") as f:
     head = f.read(24)
     n = struct.unpack("<q", head[16:24])[0]
+    f.seek(24 + (32 if struct.unpack("<I", head[8:12])[0] >= 3 else 0))  # versions 3, 4: the tag first
     ids = struct.unpack(f"<{n}I", f.read(4 * n))[:S]
 pos, p, lens, cur = [], 0, [], 0
 for t in ids:

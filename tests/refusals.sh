@@ -131,5 +131,21 @@ refuse stage4 "--keep-attn gpu:1 with a Qwen3.5 hybrid" "with a Qwen3.5 hybrid: 
     --seq 112 --local-ranks 2 --keep-attn gpu:1
 refuse stage3 "zigzag chunks shorter than the conv's halo" "a chunk needs at least 3" --model "$Q" --data "$T/q35.tok" \
     --seq 32 --local-ranks 8
+# a token file records its tokenizer (versions 3 and 4): another tokenizer's ids are refused by name, in
+# range or not (Qwen3's are all inside Qwen3.5's vocabulary)
+tag() { python3 -c 'import struct, sys
+src, dst, tag = sys.argv[1:4]; b = open(src, "rb").read()
+v = struct.unpack("<I", b[8:12])[0]
+open(dst, "wb").write(b[:8] + struct.pack("<I", v + 2) + b[12:24] + tag.encode().ljust(32, b"\0") + b[24:])' "$@"; }
+tag "$T/q35.tok" "$T/q35_qwen3.tok" qwen3
+refuse stage1 "Qwen3's token ids for a Qwen3.5 hybrid" "ids are the Qwen3 tokenizer's" --model "$Q" --data "$T/q35_qwen3.tok" --seq 112
+refuse stage3 "Qwen3's token ids for a Qwen3.5 hybrid (--eval-data)" "ids are the Qwen3 tokenizer's" --model "$Q" \
+    --data "$T/q35.tok" --eval-data "$T/q35_qwen3.tok" --seq 112 --local-ranks 2
+U=tests/golden/untied_gqa4_s100
+./build/check_stage tokens "$U" "$T/u.tok" > /dev/null
+tag "$T/u.tok" "$T/u_other.tok" "eot=248044,vocab=248077"
+refuse stage1 "another tokenizer's ids for a Qwen3 model" "ids are another tokenizer's" --model "$U" --data "$T/u_other.tok" --seq 100
+refuse stage4 "another tokenizer's ids for a Qwen3 model" "reads Qwen3's" --model "$U" --data "$T/u_other.tok" --seq 100 \
+    --local-ranks 2
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -513,6 +513,26 @@ static void test_tokens(void) {
                (long long)n);
         tokens_close(&tf);
     }
+    /* versions 3 and 4: the tokenizer's tag after the header; a model of the other kind refuses it */
+    EXPECT(!tokens_write_tagged(path, ids, wt, 100, "qwen3", err, sizeof err), "tagged write: %s", err);
+    rc = tokens_open_file(path, 1000, 1, &tf, err, sizeof err);
+    EXPECT(!rc && !strcmp(tf.tokenizer, "qwen3") && !memcmp(tf.ids, ids, sizeof ids) && !memcmp(tf.weights, wt, 100),
+           "tagged round trip: the tag, ids and weights (%s)", err);
+    if (!rc) {
+        EXPECT(!tokens_check_tokenizer(&tf, 1, "0.6B", err, sizeof err), "Qwen3's ids for a Qwen3 model");
+        EXPECT(tokens_check_tokenizer(&tf, 0, "Qwen3.5-9B", err, sizeof err) && strstr(err, "Qwen3 tokenizer"),
+               "Qwen3's ids for a Qwen3.5 model refused, naming the tokenizer: %s", err);
+        printf("  tokens %-30s -> %s\n", "Qwen3's ids, a Qwen3.5 model", err);
+        tokens_close(&tf);
+    }
+    EXPECT(!tokens_write_tagged(path, ids, NULL, 100, "eot=248044,vocab=248077", err, sizeof err), "tagged write");
+    rc = tokens_open_file(path, 1000, 1, &tf, err, sizeof err);
+    EXPECT(!rc && tokens_check_tokenizer(&tf, 1, "0.6B", err, sizeof err) && !tokens_check_tokenizer(&tf, 0, "9B", err,
+                                                                                                    sizeof err),
+           "another tokenizer's ids: refused by a Qwen3 model, taken by a Qwen3.5 one");
+    if (!rc) tokens_close(&tf);
+    EXPECT(tokens_write_tagged(path, ids, NULL, 100, "a tag of more than thirty-two bytes!", err, sizeof err),
+           "a tag past 32 bytes refused");
     /* the step's denominator: every data-parallel rank's window, read by any one rank */
     for (int i = 0; i < 100; i++) wt[i] = (i * 7 + i / 13) % 5 < 2;
     tokens_write_weighted(path, ids, wt, 100, err, sizeof err);

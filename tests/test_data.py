@@ -119,15 +119,20 @@ def check(test, what, r, code, *names, ok=True):
 
 
 def test_books_remade_byte_for_byte(t):
-    """Good input gives what it gave: the shipped books.tok, made again by the same command."""
+    """Good input gives what it gave: the shipped books.tok's ids, made again by the same command (the
+    shipped file is version 1, made before token files carried their tokenizer; the new one is version
+    3, the same ids after the tag "qwen3")."""
     src = os.path.join(ROOT, "..", "shared", "data", "books")
     if not os.path.isdir(src):
         print("  books.tok not remade: the book texts are not at hand (../shared/data/books)")
         return
     out = t.path("books.tok")
     r = t.run(src, "-o", out)
-    same = r.returncode == 0 and open(out, "rb").read() == open(os.path.join(ROOT, "data", "books.tok"), "rb").read()
-    expect(same and "1,270,101 tokens (7 documents" in r.stdout, f"books.tok remade byte for byte ({r.stderr.strip()})")
+    shipped = open(os.path.join(ROOT, "data", "books.tok"), "rb").read()
+    new = open(out, "rb").read() if r.returncode == 0 else b""
+    same = new[24:56].rstrip(b"\0") == b"qwen3" and new[56:] == shipped[24:] and new[16:24] == shipped[16:24]
+    expect(same and "1,270,101 tokens (7 documents" in r.stdout,
+           f"books.tok remade: its ids byte for byte, after the tag qwen3 ({r.stderr.strip()})")
 
 
 def test_undecodable_input_names_file_and_line(t):
@@ -313,6 +318,28 @@ def main():
     r = run(book, "-o", out, "--tokenizer", tj)
     expect(r.returncode == 0 and list(prepare.read_tokens(out)) == tok.encode(open(book).read()) + [ENDOFTEXT],
            "prepare.py with tokenizer.json")
+    # a token file records its tokenizer (versions 3 and 4: a 32-byte tag after the header): Qwen3's is
+    # "qwen3" in either form; another generation's tokenizer.json (its special tokens at other ids, as
+    # Qwen3.5's) is tagged by its end of text and vocabulary, and its ids follow its own special tokens
+    tag = prepare.read_token_file(out, with_tag=True)[2] if r.returncode == 0 else None
+    raw = open(out, "rb").read() if r.returncode == 0 else b""
+    expect(tag == "qwen3" and raw[8:12] == (3).to_bytes(4, "little") and raw[24:29] == b"qwen3",
+           f"prepare.py tags its file with the tokenizer (\"{tag}\", version 3 on disk)")
+    spec = json.load(open(tj))
+    for t_ in spec["added_tokens"]:
+        t_["id"] += 100
+    tj2 = os.path.join(tmp, "next", "tokenizer.json")
+    os.makedirs(os.path.dirname(tj2))
+    json.dump(spec, open(tj2, "w"))
+    out2 = os.path.join(tmp, "b2.tok")
+    r = run(book, "-o", out2, "--tokenizer", tj2)
+    ids2, _, tag2 = prepare.read_token_file(out2, with_tag=True) if r.returncode == 0 else ([], None, None)
+    expect(r.returncode == 0 and tag2 == f"eot={ENDOFTEXT + 100},vocab={ENDOFTEXT + 103}" and
+           list(ids2) == tok.encode(open(book).read()) + [ENDOFTEXT + 100],
+           f"another tokenizer.json: its own end-of-text id, and its tag ({tag2}; {r.stderr.strip()})")
+    r = run("--decode", out2, "--tokenizer", tk_path)
+    expect(r.returncode == 1 and "made by the tokenizer" in r.stderr,
+           f"--decode with the wrong tokenizer is refused by name ({r.stderr.strip()})")
     empty = os.path.join(tmp, "empty.txt")
     open(empty, "w").close()
     bad_tk = os.path.join(tmp, "bad.tiktoken")
@@ -329,7 +356,7 @@ def main():
         expect(r.returncode == 1 and msg in r.stderr, f"{what}: exit 1 with '{msg}' (got {r.returncode}: {r.stderr.strip()})")
         print(f"  prepare.py {what:24s} -> {r.stderr.strip()}")
 
-    # prompt/completion pairs and chats: a version-2 file with a loss weight per token
+    # prompt/completion pairs and chats: a version-4 file (2 with the tag) with a loss weight per token
     pairs = os.path.join(tmp, "pairs.jsonl")
     with open(pairs, "w") as f:
         f.write(json.dumps({"prompt": "Question: who wrote Emma?\nAnswer:", "completion": " Jane Austen."}) + "\n\n")
@@ -345,8 +372,8 @@ def main():
     expect(r.returncode == 0 and list(ids) == want_ids and w is not None and list(w) == want_w,
            f"--jsonl pairs: prompt tokens weight 0, completion + <|endoftext|> weight 1 ({r.stderr.strip()})")
     raw = open(sft, "rb").read() if r.returncode == 0 else b""
-    expect(raw[8:12] == (2).to_bytes(4, "little") and len(raw) == 24 + 5 * len(want_ids),
-           "version 2 on disk: header, 4-byte ids, then one weight byte per token")
+    expect(raw[8:12] == (4).to_bytes(4, "little") and len(raw) == 24 + 32 + 5 * len(want_ids),
+           "version 4 on disk: header, the tokenizer's tag, 4-byte ids, then one weight byte per token")
     expect("carry loss" in r.stdout, f"the summary says how many tokens carry loss: {r.stdout.strip()}")
     d = run("--decode", sft, "--show-loss", "--tokenizer", tk_path)
     expect(d.returncode == 0 and "Answer:[[ Jane Austen.<|endoftext|>]]cat in French:[[ chat<|endoftext|>]]" in d.stdout,
