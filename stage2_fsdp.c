@@ -104,7 +104,7 @@ static Opts parse_opts(int argc, char **argv) {
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4, .moe_gemm = "loop",
               .ranks = RANK_DEFAULTS};
     const Opt table[] = {
-        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too) or HF model directory"},
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
@@ -848,10 +848,12 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     /* ---- stage 2: FSDP ---- */
     /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
      * copies' weights (and with --packing their end-of-text tokens) must be the same, or the ranks
-     * would divide by different counts and skip different steps (different collectives) */
-    if (!comm_same_i64(M->comm, loader_digest(&d->ld), M->gpu.stream))
-        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
-            (long long)d->tf->count, (long long)d->tf->counted);
+     * would divide by different counts and skip different steps (different collectives); so must
+     * each node's config.json (its layer kinds decide which collectives a layer issues) */
+    if (!comm_same_i64(M->comm, loader_digest(&d->ld) ^ config_digest(&M->c), M->gpu.stream))
+        STOP("%s or the model's config differs between ranks (here: %lld tokens, %lld labels count; %lld layers): every "
+             "node needs the same file and model", tf->path, (long long)d->tf->count, (long long)d->tf->counted,
+             (long long)M->c.layers);
     /* ---- end stage 2 ---- */
     say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->S);

@@ -120,7 +120,7 @@ static Opts parse_opts(int argc, char **argv) {
               .ranks = RANK_DEFAULTS,
               .merge = "fp32", .offload = "all", .keep_attn = "auto" /* stage 5: every lever on */};
     const Opt table[] = {
-        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too) or HF model directory"},
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
@@ -497,7 +497,7 @@ static void carve(Model *M) {
         w->lse = w->lse_own = arena_take(W, F32(c->heads * S), "lse");
     }
     if (c->attn_gate) w->og = arena_take(W, BF(S * Q), "gated o");
-    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S / 2, 0); /* Qwen3.5: a linear layer's instead */
+    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S / 2, 0); /* Qwen3.5: a linear layer's instead (stage 3: its 2 chunks) */
     const int64_t region_b = arena_mark(W);
     /* B1 (stage 5: one MLP tile) */
     w->xn2 = arena_take(W, BF(T * D), "xn2");
@@ -530,7 +530,7 @@ static void carve(Model *M) {
         w->dq_raw = arena_take(W, BF(S * QR), "dq_raw (query and gate)");
         w->dq_raw_g = arena_take(W, BF(S * QRg), "group dq_raw"); /* stage 5 */
     }
-    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S / 2, 1); /* Qwen3.5: a linear layer's backward instead */
+    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S / 2, 1); /* Qwen3.5: its backward instead (stage 3: 2 chunks) */
     M->b2_bytes = arena_mark(W) - region_b; /* stage 5: the MLP's tiles may use as much */
     arena_release(W, persistent);
     /* C */
@@ -842,6 +842,7 @@ static void linear_states(Model *M) {
     const float *cur = NULL; /* the state before chunk ch; NULL: zero */
     for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
         if_ours(M, ch, cur); /* chunk ch starts from cur */
+        if (ch == our_chunk(M, 1)) break; /* the state after our last chunk: nobody's */
         float *next = w->compose + (ch % 2) * ms;
         gdn_compose(next, cur, w->maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
         cur = next;
@@ -861,6 +862,7 @@ static void linear_state_grads(Model *M) {
     const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
     for (int64_t ch = 2 * M->P - 1; ch >= our_chunk(M, 0); ch--) {
         if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */
+        if (ch == our_chunk(M, 0)) break; /* the gradient before our first chunk: nobody's */
         float *next = w->compose + (ch % 2) * ms;
         gdn_compose_bwd(next, cur, w->maps_all + chunk_slot(M, ch) * mm, w->cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
                         st);
@@ -1462,10 +1464,12 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     /* ---- stage 2: FSDP ---- */
     /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
      * copies' weights (and with --packing their end-of-text tokens) must be the same, or the ranks
-     * would divide by different counts and skip different steps (different collectives) */
-    if (!comm_same_i64(M->comm, loader_digest(&d->ld), M->gpu.stream))
-        STOP("%s differs between ranks (here: %lld tokens, %lld labels count): every node needs the same file", tf->path,
-            (long long)d->tf->count, (long long)d->tf->counted);
+     * would divide by different counts and skip different steps (different collectives); so must
+     * each node's config.json (its layer kinds decide which collectives a layer issues) */
+    if (!comm_same_i64(M->comm, loader_digest(&d->ld) ^ config_digest(&M->c), M->gpu.stream))
+        STOP("%s or the model's config differs between ranks (here: %lld tokens, %lld labels count; %lld layers): every "
+             "node needs the same file and model", tf->path, (long long)d->tf->count, (long long)d->tf->counted,
+             (long long)M->c.layers);
     /* ---- end stage 2 ---- */
     say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
            (long long)d->ld.windows, (long long)M->o.seq);

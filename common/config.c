@@ -392,8 +392,8 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
     if (!config_from_name(model, c)) return 0;
     struct stat sb;
     if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) {
-        snprintf(err, errlen, "--model %s: neither a size (0.6B 1.7B 4B 8B 14B 32B 30B-A3B, or Qwen3-32B and the like) "
-                 "nor a directory holding config.json", model);
+        snprintf(err, errlen, "--model %s: neither a size (0.6B 1.7B 4B 8B 14B 32B 30B-A3B, or Qwen3-32B and the like; "
+                 "Qwen3.5-0.8B, -2B, -4B, -9B, -27B) nor a directory holding config.json", model);
         return -1;
     }
     char path[4096];
@@ -566,6 +566,22 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
             !c->lin_v_heads && c->vocab > 151645 ? "151645" : "null", torch_dtype);
     free(hyb);
     return fclose(f) ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- digest */
+/* FNV-1a over what decides the tensors and the collectives (sizes, layer kinds), not the name: each
+ * node reads its own config.json, and ranks that disagree would issue different collectives */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+int64_t config_digest(const Qwen3Config *c) {
+    const int64_t f[] = {c->vocab, c->hidden, c->intermediate, c->layers, c->heads, c->kv_heads, c->head_dim, c->tied,
+                         c->experts, c->top_k, c->moe_intermediate, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
+                         c->lin_v_dim, c->conv_width, c->rot, c->attn_gate, c->norm_1p};
+    uint64_t h = fnv(0xcbf29ce484222325ull, f, sizeof f);
+    h = fnv(h, c->linear, (size_t)(c->layers < CONFIG_MAX_LAYERS ? c->layers : CONFIG_MAX_LAYERS));
+    return (int64_t)(h >> 1);
 }
 
 /* ---------------------------------------------------------------- counts */

@@ -86,6 +86,9 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
                    int64_t yarn_original, char *err, size_t errlen);
 /* 0, or -1 with err when a hybrid's linear layers have sizes the GPU kernels do not run */
 int config_check_hybrid(const Qwen3Config *c, char *err, size_t errlen);
+/* a digest of what decides the tensors and the collectives (sizes, layer kinds; not the name): the
+ * ranks compare it, as each node reads its own config.json */
+int64_t config_digest(const Qwen3Config *c);
 /* 1 if every tensor of a and b has the same shape (layer counts compared after a --layers cut) */
 int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */

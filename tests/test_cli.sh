@@ -56,6 +56,14 @@ for s in stage[1-5]_*.c; do
     out=$($bin --model 30B-A3B --layers 2 --seq 4096 --dry-run 2>&1); rc=$?
     ok "$bin plans the MoE 30B-A3B (MoE is the model: every stage trains it)" "[ $rc -eq 0 ] && grep -q 'MoE GEMMs loop' <<< \"\$out\""
     check_refusal "a model directory with sliding windows" "use_sliding_window" --model tests/bad_configs/sliding --dry-run
+    # Qwen3.5 config.json: what the model cannot be, and what the kernels do not run, by name
+    check_refusal "a qwen3_5 config.json without its text_config" "without a \"text_config\"" --model tests/bad_configs/q35_no_text_config --dry-run
+    check_refusal "a Qwen3.5 MoE config.json" "MoE hybrids are not supported yet" --model tests/bad_configs/q35_moe --dry-run
+    check_refusal "a layer kind neither linear nor full" "sliding_attention" --model tests/bad_configs/q35_layer_kind --dry-run
+    check_refusal "value heads not a multiple of key heads" "is not a multiple of linear_num_key_heads" \
+        --model tests/bad_configs/q35_value_heads --dry-run
+    check_refusal "a linear key head dim the kernels do not take" "take 32, 64 or 128" --model tests/bad_configs/q35_key_dim96 --dry-run
+    check_refusal "a partial rotation of an odd count of dims" "must be even" --model tests/bad_configs/q35_odd_rotary --dry-run
     check_refusal "a too-long layer count" "--layers" --layers 99 --dry-run
     check_refusal "resuming from an incomplete save, by name" "step-3.partial: an incomplete save" \
         --resume /tmp/nowhere/step-3.partial --dry-run

@@ -291,6 +291,22 @@ static int parse_with(const char *extra, Qwen3Config *c, char *err, size_t errle
     return config_from_json_text(text, strlen(text), c, err, errlen);
 }
 
+/* the digest the ranks compare: what decides tensors and collectives, the layer kinds too; not the name */
+static void test_config_digest(void) {
+    Qwen3Config a, b;
+    config_from_name("Qwen3.5-9B", &a);
+    b = a;
+    snprintf(b.name, sizeof b.name, "/another/mount/of/it");
+    EXPECT(config_digest(&a) == config_digest(&b), "config_digest: the same model under another name, the same digest");
+    b.linear[5] = !b.linear[5];
+    EXPECT(config_digest(&a) != config_digest(&b), "config_digest: one layer's kind changed, another digest");
+    b = a;
+    b.rot = 2 * a.rot;
+    EXPECT(config_digest(&a) != config_digest(&b), "config_digest: another rotation, another digest");
+    config_from_name("8B", &b);
+    EXPECT(config_digest(&a) != config_digest(&b), "config_digest: Qwen3.5-9B and Qwen3-8B differ");
+}
+
 static void test_config(const char *root) {
     Qwen3Config c;
     char err[512];
@@ -533,6 +549,20 @@ static void test_tokens(void) {
     if (!rc) tokens_close(&tf);
     EXPECT(tokens_write_tagged(path, ids, NULL, 100, "a tag of more than thirty-two bytes!", err, sizeof err),
            "a tag past 32 bytes refused");
+    { /* a tag that is not printable, and a tagged file cut inside its tag: refused, saying which */
+        EXPECT(!tokens_write_tagged(path, ids, NULL, 100, "qwen3", err, sizeof err), "tagged write");
+        FILE *f = fopen(path, "r+b");
+        if (f) { fseek(f, TOKENS_HEADER_BYTES + 1, SEEK_SET); fputc(7, f); fclose(f); }
+        EXPECT(tokens_open_file(path, 1000, 1, &tf, err, sizeof err) && strstr(err, "not printable"),
+               "a tag with a control byte refused: %s", err);
+        f = fopen(path, "wb");
+        uint8_t h[TOKENS_HEADER_BYTES + 10] = "LCTOKENS";
+        h[8] = 3, h[12] = 4; /* version 3, width 4, 0 tokens, and 10 of the tag's 32 bytes */
+        if (f) { fwrite(h, 1, sizeof h, f); fclose(f); }
+        EXPECT(tokens_open_file(path, 1000, 1, &tf, err, sizeof err) && strstr(err, "truncated"),
+               "a file cut inside its tag refused: %s", err);
+        printf("  tokens %-30s -> %s\n", "cut inside its tag", err);
+    }
     /* the step's denominator: every data-parallel rank's window, read by any one rank */
     for (int i = 0; i < 100; i++) wt[i] = (i * 7 + i / 13) % 5 < 2;
     tokens_write_weighted(path, ids, wt, 100, err, sizeof err);
@@ -1825,6 +1855,7 @@ int main(int argc, char **argv) {
     test_safetensors();
     printf("[config]\n");
     test_config(golden);
+    test_config_digest();
     printf("[yarn]\n");
     test_yarn();
     printf("[tokens]\n");
