@@ -38,15 +38,13 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     else if (get_u32(h + 12) != 4) why = "token width is not 4 bytes";
     else if (count < 0 || count > size / 4 || size < head || size != head + (weighted ? 5 : 4) * count) /* no overflow */
         why = "truncated: size does not match the token count";
+    else if (weighted && !with_weights)
+        why = "carries loss weights (version 2 or 4, a prompt/completion file): this reader takes the ids alone and "
+              "would score the prompts too; data/prepare.py without --jsonl writes a file without them";
     else if (tagged && fread(tf->tokenizer, 1, TOKENS_TAG_BYTES, f) != TOKENS_TAG_BYTES)
         why = "truncated: no tokenizer tag";
-    else if (tagged) {
-        for (int i = 0; i < TOKENS_TAG_BYTES && tf->tokenizer[i] && !why; i++)
-            if (tf->tokenizer[i] < 32 || tf->tokenizer[i] > 126) why = "its tokenizer tag is not printable ASCII";
-    }
-    else if (weighted && !with_weights)
-        why = "carries loss weights (version 2, a prompt/completion file): this reader takes the ids alone and "
-              "would score the prompts too; data/prepare.py without --jsonl writes a file without them";
+    for (int i = 0; tagged && !why && i < TOKENS_TAG_BYTES && tf->tokenizer[i]; i++)
+        if (tf->tokenizer[i] < 32 || tf->tokenizer[i] > 126) why = "its tokenizer tag is not printable ASCII";
     if (why) {
         snprintf(err, errlen, "%s: %s (header count %lld, file %lld bytes)", path, why, (long long)count, (long long)size);
         fclose(f);

@@ -541,6 +541,8 @@ static void test_tokens(void) {
         printf("  tokens %-30s -> %s\n", "Qwen3's ids, a Qwen3.5 model", err);
         tokens_close(&tf);
     }
+    EXPECT(tokens_open(path, 1000, &tf, err, sizeof err) && strstr(err, "loss weights"),
+           "a tagged file with weights (version 4) refused by a reader of ids alone: %s", err);
     EXPECT(!tokens_write_tagged(path, ids, NULL, 100, "eot=248044,vocab=248077", err, sizeof err), "tagged write");
     rc = tokens_open_file(path, 1000, 1, &tf, err, sizeof err);
     EXPECT(!rc && tokens_check_tokenizer(&tf, 1, "0.6B", err, sizeof err) && !tokens_check_tokenizer(&tf, 0, "9B", err,
