@@ -521,8 +521,8 @@ static void reduce_grads(Model *M, int64_t u) {
 static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->c.hidden; }
 
 /* an MoE layer's router and experts, as common/moe.c takes them */
-#define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
-#define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
+#define MOE_W(M, l) moe_weights(&(MoeWeights){0}, &(M)->p.table, l, W(M, P_ROUTER, l))
+#define MOE_G(M, l) moe_grads(&(MoeGrads){0}, &(M)->p.table, l, G(M, P_ROUTER, l))
 /* a Qwen3.5 linear layer's, as common/hybrid.c takes them */
 #define GDN_W(M, l) (&(GdnWeights16){W(M, P_LIN_QKV, l), W(M, P_LIN_Z, l), W(M, P_LIN_B, l), W(M, P_LIN_A, l),     \
                                      W(M, P_LIN_CONV, l), W(M, P_LIN_DT, l), W(M, P_LIN_ALOG, l), W(M, P_LIN_NORM, l), \

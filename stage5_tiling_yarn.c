@@ -617,7 +617,8 @@ static int64_t init_weights(Model *M) {
 static void choose_tile(Model *M) {
     const Qwen3Config *c = &M->c;
     const int64_t S = M->S, D = c->hidden, E = c->experts, k = c->top_k,
-                  I = E ? k * c->moe_intermediate : c->intermediate, elems = ((1ll << 31) - 1) / (E ? k * D : I),
+                  I = E ? k * c->moe_intermediate : c->intermediate,
+                  elems = ((1ll << 31) - 1) / (E ? (k * D > c->shared_inter ? k * D : c->shared_inter) : I),
                   most = elems < moe_most_rows(c) ? elems : moe_most_rows(c), /* and < 2^24 MoE pairs */
                   row = E ? moe_tile_row_bytes(c) : BF(3 * I); /* bytes per row */
     if (M->o.mlp_tile) {
@@ -945,8 +946,8 @@ static bf16_t *ckpt(const Model *M, int64_t l) {
 }
 
 /* an MoE layer's router and experts, as common/moe.c takes them */
-#define MOE_W(M, l) (&(MoeWeights){W(M, P_ROUTER, l), W(M, P_EXP_GATE, l), W(M, P_EXP_UP, l), W(M, P_EXP_DOWN, l)})
-#define MOE_G(M, l) (&(MoeGrads){G(M, P_ROUTER, l), G(M, P_EXP_GATE, l), G(M, P_EXP_UP, l), G(M, P_EXP_DOWN, l)})
+#define MOE_W(M, l) moe_weights(&(MoeWeights){0}, &(M)->p.table, l, W(M, P_ROUTER, l))
+#define MOE_G(M, l) moe_grads(&(MoeGrads){0}, &(M)->p.table, l, G(M, P_ROUTER, l))
 /* a Qwen3.5 linear layer's, as common/hybrid.c takes them */
 #define GDN_W(M, l) (&(GdnWeights16){W(M, P_LIN_QKV, l), W(M, P_LIN_Z, l), W(M, P_LIN_B, l), W(M, P_LIN_A, l),     \
                                      W(M, P_LIN_CONV, l), W(M, P_LIN_DT, l), W(M, P_LIN_ALOG, l), W(M, P_LIN_NORM, l), \

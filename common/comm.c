@@ -686,6 +686,8 @@ int64_t comm_warm_up(Comm *c, cudaStream_t st) {
 /* the smallest v over the ranks: each rank's value in its own slot of a [size] vector, summed (one
  * non-zero per slot: exact in fp64 below 2^53), the minimum read off on the host */
 int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st) {
+    if (v > (1ll << 53) || v < -(1ll << 53)) /* the all-reduce carries doubles: larger values would round */
+        DIE("comm_min_i64: %lld is past 2^53, which a double does not hold exactly", (long long)v);
     if (c->size < 2) return v;
     const int64_t P = c->size;
     if (!c->mins) c->mins = gpu_malloc(8 * P, "comm_min_i64"), c->mins_h = xcalloc((size_t)P, sizeof(double));

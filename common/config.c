@@ -51,8 +51,7 @@ static void hybrid_layers(Qwen3Config *c, int64_t interval) {
 }
 
 /* The dense Qwen3.5 text models: each Hub config.json's text_config (docs/qwen35_configs.md says where
- * each number was read). The MoE hybrids (35B-A3B, 122B-A10B, 397B-A17B) add a shared expert that the
- * MoE block does not have yet. */
+ * each number was read). The MoE hybrid 35B-A3B follows them (moe_35b_a3b). */
 typedef struct {
     const char *name;
     int64_t hidden, intermediate, layers, heads, kv_heads, lin_k_heads, lin_v_heads;
@@ -76,6 +75,15 @@ static void hybrid_defaults(Qwen3Config *c) {
     c->rot = c->head_dim / 4; /* partial_rotary_factor 0.25 */
 }
 
+/* Qwen3.5-35B-A3B: transformers' Qwen3_5MoeTextConfig defaults, which its docstring names as that
+ * checkpoint's; rope base, positions and the layer pattern as the dense sizes */
+static void moe_35b_a3b(Qwen3Config *c) {
+    c->hidden = 2048, c->layers = 40, c->heads = 16, c->kv_heads = 2, c->lin_k_heads = 16, c->lin_v_heads = 32;
+    c->tied = 0, c->intermediate = 0; /* no dense MLP: every layer's is the MoE block */
+    c->experts = 256, c->top_k = 8, c->moe_intermediate = 512, c->shared_inter = 512, c->norm_topk = 1;
+    c->aux_coef = 0.001;
+}
+
 /* "32B", "32b", "Qwen3-32B", "qwen3-32b": a size by its name, the Hub's name, in any case */
 static int same_name(const char *given, const char *size) {
     if (!strncasecmp(given, "Qwen3-", 6)) given += 6;
@@ -95,6 +103,14 @@ int config_from_name(const char *name, Qwen3Config *c) {
         snprintf(c->name, sizeof c->name, "Qwen3.5-%s", s->name);
         c->hidden = s->hidden, c->intermediate = s->intermediate, c->layers = s->layers, c->heads = s->heads;
         c->kv_heads = s->kv_heads, c->lin_k_heads = s->lin_k_heads, c->lin_v_heads = s->lin_v_heads, c->tied = s->tied;
+        hybrid_layers(c, 4);
+        return 0;
+    }
+    if (hybrid_name(name, "35B-A3B")) {
+        defaults(c);
+        hybrid_defaults(c);
+        snprintf(c->name, sizeof c->name, "Qwen3.5-35B-A3B");
+        moe_35b_a3b(c);
         hybrid_layers(c, 4);
         return 0;
     }
@@ -217,14 +233,16 @@ static int parse_rope(const JsonValue *root, Qwen3Config *c, char *err, size_t e
     return 0;
 }
 
-/* qwen3_moe: the router and experts as transformers' Qwen3MoeSparseMoeBlock has them; what it can
- * configure and the trainers do not implement is refused by name */
-static int parse_moe(const JsonValue *root, Qwen3Config *c, char *err, size_t errlen) {
-    if (get_int(root, json_get(root, "num_experts") ? "num_experts" : "num_local_experts", &c->experts, 1, 1024, err, errlen) ||
+/* qwen3_moe: the router and experts as transformers' Qwen3MoeSparseMoeBlock has them; qwen3_5_moe
+ * (shared 1) as Qwen3_5MoeSparseMoeBlock: the top-k weights always renormalised, a gated shared expert.
+ * What they can configure and the trainers do not implement is refused by name. */
+static int parse_moe(const JsonValue *root, Qwen3Config *c, int shared, char *err, size_t errlen) {
+    if (get_int(root, shared || json_get(root, "num_experts") ? "num_experts" : "num_local_experts", &c->experts, 1, 1024,
+                err, errlen) ||
         get_int(root, "num_experts_per_tok", &c->top_k, 1, 32, err, errlen) ||
         get_int(root, "moe_intermediate_size", &c->moe_intermediate, 1, 1 << 16, err, errlen))
         return -1;
-    c->norm_topk = is_true(root, "norm_topk_prob");
+    c->norm_topk = shared || is_true(root, "norm_topk_prob");
     c->aux_loss = is_true(root, "output_router_logits");
     c->aux_coef = 0.001;
     if (get_num(root, "router_aux_loss_coef", &c->aux_coef, 0, 1e6, err, errlen)) return -1;
@@ -236,13 +254,23 @@ static int parse_moe(const JsonValue *root, Qwen3Config *c, char *err, size_t er
                  step != 1 ? "\"decoder_sparse_step\" is not 1" : "\"mlp_only_layers\" is not empty");
         return -1;
     }
-    const JsonValue *shared = json_get(root, "shared_expert_intermediate_size");
-    if (shared && shared->type == JSON_NUMBER && shared->number > 0) {
-        snprintf(err, errlen, "config.json: \"shared_expert_intermediate_size\": shared experts are not supported");
+    const JsonValue *sh = json_get(root, "shared_expert_intermediate_size");
+    if (!shared && sh && sh->type == JSON_NUMBER && sh->number > 0) {
+        snprintf(err, errlen, "config.json: \"shared_expert_intermediate_size\": a qwen3_moe has no shared expert "
+                 "(Qwen3.5's MoE, model_type qwen3_5_moe, does)");
         return -1;
     }
-    if (c->moe_intermediate % 8) { /* the experts' rows of [n, moe_intermediate] stay 16-byte aligned for cuBLASLt */
-        snprintf(err, errlen, "config.json: moe_intermediate_size %lld must be a multiple of 8", (long long)c->moe_intermediate);
+    if (shared && get_int(root, "shared_expert_intermediate_size", &c->shared_inter, 0, 1 << 16, err, errlen)) return -1;
+    if (shared && !c->shared_inter) c->shared_inter = 512; /* Qwen3_5MoeTextConfig's default */
+    if (shared && c->aux_loss) { /* the block is Qwen3's, but no fixture has checked the hybrid with it */
+        snprintf(err, errlen, "config.json: \"output_router_logits\" true: the load-balancing loss with a Qwen3.5 MoE "
+                 "is not checked against transformers yet (it is off as released)");
+        return -1;
+    }
+    if (c->moe_intermediate % 8 || c->shared_inter % 8) { /* rows of [n, width] stay 16-byte aligned for cuBLASLt */
+        snprintf(err, errlen, "config.json: %s %lld must be a multiple of 8",
+                 c->moe_intermediate % 8 ? "moe_intermediate_size" : "shared_expert_intermediate_size",
+                 (long long)(c->moe_intermediate % 8 ? c->moe_intermediate : c->shared_inter));
         return -1;
     }
     if (c->top_k > c->experts || c->top_k > 32 || c->experts > 1024) {
@@ -315,19 +343,18 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     if (root.type != JSON_OBJECT) REFUSE("config.json: top level is not an object");
     const JsonValue *mt = json_get(&root, "model_type");
     if (!mt || mt->type != JSON_STRING) REFUSE("config.json: missing \"model_type\" (expected \"qwen3\")");
-    const int moe = !strcmp(mt->string, "qwen3_moe"), hybrid = !strcmp(mt->string, "qwen3_5") ||
-                                                              !strcmp(mt->string, "qwen3_5_text");
-    if (!strncmp(mt->string, "qwen3_5_moe", 11))
-        REFUSE("config.json: model_type \"%s\": the Qwen3.5 MoE hybrids are not supported yet (their shared expert)",
-               mt->string);
+    const int moe35 = !strcmp(mt->string, "qwen3_5_moe") || !strcmp(mt->string, "qwen3_5_moe_text"),
+              moe = moe35 || !strcmp(mt->string, "qwen3_moe"),
+              hybrid = moe35 || !strcmp(mt->string, "qwen3_5") || !strcmp(mt->string, "qwen3_5_text");
     if (strcmp(mt->string, "qwen3") && !moe && !hybrid)
-        REFUSE("config.json: model_type \"%s\" is not supported (expected \"qwen3\", \"qwen3_moe\", \"qwen3_5\" or "
-               "\"qwen3_5_text\")", mt->string);
-    /* Qwen3_5ForConditionalGeneration's config: the text model is its text_config (the vision tower is left out) */
+        REFUSE("config.json: model_type \"%s\" is not supported (expected \"qwen3\", \"qwen3_moe\", \"qwen3_5\", "
+               "\"qwen3_5_text\", \"qwen3_5_moe\" or \"qwen3_5_moe_text\")", mt->string);
+    /* Qwen3_5(Moe)ForConditionalGeneration's config: the text model is its text_config (the vision tower is left out) */
     const JsonValue *cfg = &root;
-    if (!strcmp(mt->string, "qwen3_5")) {
+    if (!strcmp(mt->string, "qwen3_5") || !strcmp(mt->string, "qwen3_5_moe")) {
         cfg = json_get(&root, "text_config");
-        if (!cfg || cfg->type != JSON_OBJECT) REFUSE("config.json: model_type \"qwen3_5\" without a \"text_config\" object");
+        if (!cfg || cfg->type != JSON_OBJECT)
+            REFUSE("config.json: model_type \"%s\" without a \"text_config\" object", mt->string);
     }
     if (hybrid) hybrid_defaults(c);
     if (!moe && (json_get(cfg, "num_experts") || json_get(cfg, "num_local_experts")))
@@ -347,7 +374,7 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
     char e2[256];
     if (get_int(cfg, "vocab_size", &c->vocab, !hybrid, MAX_VOCAB, e2, sizeof e2) ||
         get_int(cfg, "hidden_size", &c->hidden, 1, MAX_HIDDEN, e2, sizeof e2) ||
-        get_int(cfg, "intermediate_size", &c->intermediate, 1, MAX_INTERMEDIATE, e2, sizeof e2) ||
+        get_int(cfg, "intermediate_size", &c->intermediate, !moe35, MAX_INTERMEDIATE, e2, sizeof e2) ||
         get_int(cfg, "num_hidden_layers", &c->layers, 1, MAX_LAYERS, e2, sizeof e2) ||
         get_int(cfg, "num_attention_heads", &c->heads, 1, MAX_HEADS, e2, sizeof e2) ||
         get_int(cfg, "max_position_embeddings", &c->max_position, 0, MAX_POSITIONS, e2, sizeof e2))
@@ -370,7 +397,7 @@ int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *er
                (long long)c->head_dim);
     c->rot = c->head_dim;
     if (parse_rope(cfg, c, e2, sizeof e2) || (hybrid && parse_partial_rotary(cfg, c, e2, sizeof e2))) REFUSE("%s", e2);
-    if (moe && parse_moe(cfg, c, e2, sizeof e2)) REFUSE("%s (qwen3_moe, a mixture of experts: MoE)", e2);
+    if (moe && parse_moe(cfg, c, moe35, e2, sizeof e2)) REFUSE("%s (%s, a mixture of experts: MoE)", e2, mt->string);
     if (hybrid && parse_hybrid(cfg, c, e2, sizeof e2)) REFUSE("%s (%s, a Qwen3.5 hybrid)", e2, mt->string);
     const JsonValue *gate = json_get(cfg, "attn_output_gate"); /* Qwen3.5's default: on */
     if (hybrid && gate && gate->type == JSON_BOOL) c->attn_gate = gate->boolean;
@@ -393,7 +420,7 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
     struct stat sb;
     if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) {
         snprintf(err, errlen, "--model %s: neither a size (0.6B 1.7B 4B 8B 14B 32B 30B-A3B, or Qwen3-32B and the like; "
-                 "Qwen3.5-0.8B, -2B, -4B, -9B, -27B) nor a directory holding config.json", model);
+                 "Qwen3.5-0.8B, -2B, -4B, -9B, -27B, -35B-A3B) nor a directory holding config.json", model);
         return -1;
     }
     char path[4096];
@@ -410,6 +437,7 @@ int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers
     return la == lb && a->vocab == b->vocab && a->hidden == b->hidden && a->intermediate == b->intermediate &&
            a->heads == b->heads && a->kv_heads == b->kv_heads && a->head_dim == b->head_dim && a->tied == b->tied &&
            a->experts == b->experts && a->top_k == b->top_k && a->moe_intermediate == b->moe_intermediate &&
+           a->shared_inter == b->shared_inter &&
            a->lin_k_heads == b->lin_k_heads && a->lin_v_heads == b->lin_v_heads && a->lin_k_dim == b->lin_k_dim &&
            a->lin_v_dim == b->lin_v_dim && a->conv_width == b->conv_width && a->attn_gate == b->attn_gate &&
            a->rot == b->rot && a->norm_1p == b->norm_1p &&
@@ -529,13 +557,16 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
     if (c->lin_v_heads || c->rot != c->head_dim) /* Qwen3.5: rope_parameters carries partial_rotary_factor */
         snprintf(strrchr(rope, '}'), 96, ", \"partial_rotary_factor\": %.17g}", (double)c->rot / (double)c->head_dim);
     char moe[512] = "";
-    if (c->experts) /* Qwen3MoeConfig's fields */
+    if (c->experts) /* Qwen3MoeConfig's fields (Qwen3_5MoeTextConfig's: and its shared expert) */
         snprintf(moe, sizeof moe,
                  "  \"num_experts\": %lld,\n  \"num_experts_per_tok\": %lld,\n  \"moe_intermediate_size\": %lld,\n"
                  "  \"norm_topk_prob\": %s,\n  \"output_router_logits\": %s,\n  \"router_aux_loss_coef\": %.17g,\n"
                  "  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n",
                  (long long)c->experts, (long long)c->top_k, (long long)c->moe_intermediate,
                  c->norm_topk ? "true" : "false", c->aux_loss ? "true" : "false", c->aux_coef);
+    if (c->shared_inter)
+        snprintf(moe + strlen(moe), sizeof moe - strlen(moe), "  \"shared_expert_intermediate_size\": %lld,\n",
+                 (long long)c->shared_inter);
     char *hyb = xcalloc(64 * CONFIG_MAX_LAYERS + 512, 1); /* Qwen3_5TextConfig's fields */
     if (c->lin_v_heads) {
         int n = snprintf(hyb, 512, "  \"linear_num_key_heads\": %lld,\n  \"linear_num_value_heads\": %lld,\n"
@@ -547,11 +578,14 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
             n += sprintf(hyb + n, "%s\"%s\"", l ? ", " : "", c->linear[l] ? "linear_attention" : "full_attention");
         sprintf(hyb + n, "],\n");
     }
-    const char *arch = c->lin_v_heads ? "Qwen3_5ForCausalLM" : c->experts ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM",
-               *type = c->lin_v_heads ? "qwen3_5_text" : c->experts ? "qwen3_moe" : "qwen3";
+    char inter[64] = ""; /* Qwen3.5's MoE has no dense MLP, and no intermediate_size */
+    if (c->intermediate) snprintf(inter, sizeof inter, "  \"intermediate_size\": %lld,\n", (long long)c->intermediate);
+    const char *arch = c->lin_v_heads ? (c->experts ? "Qwen3_5MoeForCausalLM" : "Qwen3_5ForCausalLM")
+                       : c->experts ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM",
+               *type = c->lin_v_heads ? (c->experts ? "qwen3_5_moe_text" : "qwen3_5_text") : c->experts ? "qwen3_moe" : "qwen3";
     fprintf(f,
             "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n%s%s"
-            "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
+            "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n%s"
             "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n  \"num_key_value_heads\": %lld,\n"
             "  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %lld,\n"
             "  \"rms_norm_eps\": %.17g,\n  \"initializer_range\": %.17g,\n  \"tie_word_embeddings\": %s,\n"
@@ -559,7 +593,7 @@ int config_write_json(const Qwen3Config *c, const char *path, const char *torch_
             "  \"rope_scaling\": %s,\n  \"rope_parameters\": %s,\n  \"bos_token_id\": %s,\n"
             "  \"eos_token_id\": %s,\n  \"torch_dtype\": \"%s\",\n  \"use_cache\": true\n}\n",
             arch, type, moe, hyb,
-            (long long)c->vocab, (long long)c->hidden, (long long)c->intermediate, (long long)c->layers,
+            (long long)c->vocab, (long long)c->hidden, inter, (long long)c->layers,
             (long long)c->heads, (long long)c->kv_heads, (long long)c->head_dim, (long long)c->max_position, c->eps,
             c->init_std, c->tied ? "true" : "false", c->rope_theta, c->yarn ? rope : "null", rope,
             !c->lin_v_heads && c->vocab > 151643 ? "151643" : "null",
@@ -578,17 +612,19 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 int64_t config_digest(const Qwen3Config *c) {
     const int64_t f[] = {c->vocab, c->hidden, c->intermediate, c->layers, c->heads, c->kv_heads, c->head_dim, c->tied,
                          c->experts, c->top_k, c->moe_intermediate, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
-                         c->lin_v_dim, c->conv_width, c->rot, c->attn_gate, c->norm_1p};
+                         c->lin_v_dim, c->conv_width, c->rot, c->attn_gate, c->norm_1p, c->shared_inter};
     uint64_t h = fnv(0xcbf29ce484222325ull, f, sizeof f);
     h = fnv(h, c->linear, (size_t)(c->layers < CONFIG_MAX_LAYERS ? c->layers : CONFIG_MAX_LAYERS));
-    return (int64_t)(h >> 1);
+    return (int64_t)(h >> 12); /* 52 bits, as the data's digest: the ranks compare them as doubles (comm_min_i64) */
 }
 
 /* ---------------------------------------------------------------- counts */
-/* an MoE layer's MLP: the router and the top_k experts a token uses (active), or all experts (held) */
+/* an MoE layer's MLP: the router and the top_k experts a token uses (active), or all experts (held);
+ * Qwen3.5's shared expert and its gate, which every token uses */
 static int64_t mlp_params(const Qwen3Config *c, int64_t experts) {
     if (!c->experts) return 3 * c->hidden * c->intermediate;
-    return c->hidden * c->experts + experts * 3 * c->hidden * c->moe_intermediate;
+    return c->hidden * c->experts + experts * 3 * c->hidden * c->moe_intermediate +
+           (c->shared_inter ? c->hidden * (3 * c->shared_inter + 1) : 0);
 }
 /* a layer's mixer, its matrices' parameters: gated full attention / Qwen3 attention, or Gated DeltaNet's
  * projections in (q k v, z, b, a) and out */
@@ -644,8 +680,9 @@ void config_print(const Qwen3Config *c) {
            (long long)c->kv_heads, (long long)c->head_dim, (long long)c->vocab, c->tied ? "tied" : "untied",
            (double)config_total_params(c) / 1e9);
     if (c->experts)
-        printf(", MoE: %lld experts of %lld, top-%lld%s", (long long)c->experts, (long long)c->moe_intermediate,
-               (long long)c->top_k, c->aux_loss ? ", load-balancing loss" : "");
+        printf(", MoE: %lld experts of %lld, top-%lld%s%s", (long long)c->experts, (long long)c->moe_intermediate,
+               (long long)c->top_k, c->shared_inter ? ", a gated shared expert" : "",
+               c->aux_loss ? ", load-balancing loss" : "");
     if (c->lin_v_heads)
         printf(", Qwen3.5 hybrid: %lld linear attention layers (Gated DeltaNet, %lld/%lld heads x %lld/%lld), "
                "%lld gated full attention (%lld of %lld dims rotated)", (long long)(c->layers - config_full_layers(c)),

@@ -39,6 +39,9 @@ typedef struct {
     int norm_topk;            /* norm_topk_prob: the top-k weights renormalised to sum 1 */
     int aux_loss;             /* output_router_logits: the load-balancing loss is added to the loss */
     double aux_coef;          /* router_aux_loss_coef */
+    /* Qwen3.5 MoE (model_type "qwen3_5_moe"): every layer's MLP adds a shared expert, gated by
+     * sigmoid(x . shared_expert_gate), to the routed ones */
+    int64_t shared_inter;     /* shared_expert_intermediate_size: the shared expert's SwiGLU width; 0 when none */
     /* Qwen3.5 hybrids (model_type "qwen3_5_text", or "qwen3_5" with its text_config); lin_v_heads 0 when
      * not. Linear layers are Gated DeltaNet (tests/ref_gdn.h): q, k of lin_k_heads x lin_k_dim, v of
      * lin_v_heads x lin_v_dim, a causal depthwise conv of conv_width; the others gated full attention. */
@@ -70,8 +73,8 @@ static inline int config_plain_heads(const Qwen3Config *c) { return !c->attn_gat
 static inline int64_t config_q_rows(const Qwen3Config *c) { return c->heads * c->head_dim * (c->attn_gate ? 2 : 1); }
 
 /* "0.6B", "1.7B", "4B", "8B", "14B", "32B", and the MoE "30B-A3B", in any case, with or without the
- * Hub's "Qwen3-" (Qwen3-32B); the Qwen3.5 text models by the Hub's name ("Qwen3.5-27B", config.c lists
- * them). Returns 0, or -1 if the name is unknown. */
+ * Hub's "Qwen3-" (Qwen3-32B); the Qwen3.5 text models by the Hub's name ("Qwen3.5-27B", and the MoE
+ * "Qwen3.5-35B-A3B": config.c lists them). Returns 0, or -1 if the name is unknown. */
 int config_from_name(const char *name, Qwen3Config *c);
 /* Parse an HF config.json. Returns 0, or -1 with a message naming the offending field. */
 int config_from_json_text(const char *text, size_t len, Qwen3Config *c, char *err, size_t errlen);
@@ -87,7 +90,7 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
 /* 0, or -1 with err when a hybrid's linear layers have sizes the GPU kernels do not run */
 int config_check_hybrid(const Qwen3Config *c, char *err, size_t errlen);
 /* a digest of what decides the tensors and the collectives (sizes, layer kinds; not the name): the
- * ranks compare it, as each node reads its own config.json */
+ * ranks compare it, as each node reads its own config.json. 52 bits: comm_min_i64 carries doubles. */
 int64_t config_digest(const Qwen3Config *c);
 /* 1 if every tensor of a and b has the same shape (layer counts compared after a --layers cut) */
 int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers);

@@ -54,7 +54,9 @@ void params_build(const Qwen3Config *c, ParamTable *t) {
     memset(t, 0, sizeof *t);
     t->layers = c->layers;
     t->experts = c->experts;
-    const int64_t per_layer = c->experts ? PER_LAYER - 2 + 3 * c->experts : PER_LAYER + 3; /* at most: a linear layer has 14 */
+    /* at most: two norms, a linear mixer's 9 tensors (attention's 6), and the MLP's 3 or an MoE's router,
+     * 3 E experts' tensors and Qwen3.5's 4 of the shared expert */
+    const int64_t per_layer = 2 + 9 + (c->experts ? 1 + 3 * c->experts + 4 : 3);
     t->p = xcalloc((size_t)(c->layers * per_layer + 3), sizeof(ParamInfo));
     t->layer_at = xcalloc((size_t)c->layers + 1, sizeof(int64_t));
     t->layer_first = xcalloc((size_t)c->layers + 1, sizeof(int64_t));
@@ -93,8 +95,17 @@ void params_build(const Qwen3Config *c, ParamTable *t) {
                     L((ParamKind)(P_EXP_GATE + k), sfx, k == 2 ? D : Im, k == 2 ? Im : D);
                     t->p[t->n - 1].expert = e;
                 }
+            if (c->shared_inter) { /* Qwen3.5: the shared expert, and its gate */
+                L(P_SH_GATE, "mlp.shared_expert.gate_proj.weight", c->shared_inter, D);
+                L(P_SH_UP, "mlp.shared_expert.up_proj.weight", c->shared_inter, D);
+                L(P_SH_DOWN, "mlp.shared_expert.down_proj.weight", D, c->shared_inter);
+                L(P_SH_ROUTE, "mlp.shared_expert_gate.weight", 1, D);
+            }
         }
 #undef L
+        if (t->n - t->layer_first[l] > per_layer) /* a new kind of tensor must grow per_layer too */
+            DIE("params_build: layer %lld has %lld tensors, the table %lld", (long long)l,
+                (long long)(t->n - t->layer_first[l]), (long long)per_layer);
     }
     t->layer_at[c->layers] = t->total;
     t->layer_first[c->layers] = t->n;
@@ -113,7 +124,8 @@ static const char *KIND_NAMES[] = {"embed", "input_layernorm", "q_proj", "k_proj
                                    "k_norm", "post_attention_layernorm", "gate_proj", "up_proj", "down_proj", "norm",
                                    "lm_head", "router", "experts.gate_proj", "experts.up_proj", "experts.down_proj",
                                    "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "dt_bias", "A_log",
-                                   "linear_attn.norm", "out_proj"};
+                                   "linear_attn.norm", "out_proj", "shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj",
+                                   "shared_expert_gate"};
 
 const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer) {
     if (kind == P_EMBED) return &t->p[0];
@@ -132,7 +144,15 @@ const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer) 
 const ParamInfo *params_expert(const ParamTable *t, ParamKind kind, int64_t layer, int64_t e) {
     if (!t->experts || kind < P_EXP_GATE || kind > P_EXP_DOWN || e < 0 || e >= t->experts)
         DIE("params_expert: not an expert tensor");
-    return &t->p[t->layer_first[layer] + (P_POST_NORM - P_IN_NORM + 2) + (kind - P_EXP_GATE) * t->experts + e];
+    const ParamInfo *r = params_get(t, P_ROUTER, layer); /* the experts follow the router */
+    return r + 1 + (kind - P_EXP_GATE) * t->experts + e;
+}
+
+void params_moe_layout(const ParamTable *t, int64_t layer, MoeLayout *o) {
+    const ParamInfo *r = params_get(t, P_ROUTER, layer), *sh = r + 1 + 3 * t->experts;
+    const int has = sh < t->p + t->layer_first[layer + 1] && sh->kind == P_SH_GATE;
+    *o = (MoeLayout){r->offset, r[1].offset, r[1 + t->experts].offset, r[1 + 2 * t->experts].offset,
+                     has ? sh[0].offset : -1, has ? sh[1].offset : -1, has ? sh[2].offset : -1, has ? sh[3].offset : -1};
 }
 
 int params_decays(const ParamInfo *p) { return p->ndim >= 2; }

@@ -46,6 +46,12 @@ typedef enum {
     P_LIN_ALOG,     /* [Hv] A_log */
     P_LIN_NORM,     /* [dv] norm.weight: the gated RMSNorm's (plain w, not 1 + w) */
     P_LIN_OUT,      /* [hidden, Hv*dv] out_proj */
+    /* Qwen3.5 MoE: after the routed experts (stored as Qwen3's, one tensor an expert and kind: what
+     * transformers saves and the Hub holds, though it fuses them in memory), the shared expert and its gate */
+    P_SH_GATE,      /* [shared_inter, hidden] mlp.shared_expert.gate_proj */
+    P_SH_UP,        /* [shared_inter, hidden] mlp.shared_expert.up_proj */
+    P_SH_DOWN,      /* [hidden, shared_inter] mlp.shared_expert.down_proj */
+    P_SH_ROUTE,     /* [1, hidden] mlp.shared_expert_gate: the shared expert's output times sigmoid(x . w) */
 } ParamKind;
 #define PER_LAYER (P_DOWN - P_IN_NORM + 1) /* entries of a dense layer */
 /* is a kind one of a decoder layer's tensors? */
@@ -79,8 +85,16 @@ void params_free(ParamTable *t);
 /* The tensor of a kind (layer ignored outside layers). lm_head resolves to the embedding when tied. A
  * kind the layer does not have dies naming both. */
 const ParamInfo *params_get(const ParamTable *t, ParamKind kind, int64_t layer);
-/* An MoE layer's expert tensor (P_EXP_GATE, P_EXP_UP, P_EXP_DOWN) of expert e. */
+/* An MoE layer's expert tensor (P_EXP_GATE, P_EXP_UP, P_EXP_DOWN) of expert e (experts stored apart). */
 const ParamInfo *params_expert(const ParamTable *t, ParamKind kind, int64_t layer, int64_t e);
+/* An MoE layer's tensors as element offsets in the flat layout: the router; expert 0's gate, up and
+ * down (expert e's at + e * Im * D); the shared expert's gate, up, down and its gate's w (Qwen3.5),
+ * -1 when the model has none. */
+typedef struct {
+    int64_t router, gate, up, down;
+    int64_t sh_gate, sh_up, sh_down, sh_route;
+} MoeLayout;
+void params_moe_layout(const ParamTable *t, int64_t layer, MoeLayout *o);
 /* Load every tensor from an HF directory / safetensors file into flat fp32 (padding zeroed). */
 int params_load(const ParamTable *t, const char *path, float *flat, char *err, size_t errlen);
 /* transformers-style init: matrices normal(0, std), norm weights 1. Deterministic in seed and the

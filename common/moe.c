@@ -27,7 +27,31 @@ void moe_carve_tile(MoeTile *m, Arena *a, const Qwen3Config *c, int64_t T) {
     m->u = arena_take(a, BF(n * Im), "expert up");
     m->h = arena_take(a, BF(n * Im), "expert h");
     m->dlogits = arena_take(a, BF(T * E), "router logit grads");
+    const int64_t Is = c->shared_inter;
+    if (!Is) return;
+    m->sh_g = arena_take(a, BF(T * Is), "shared expert gate");
+    m->sh_u = arena_take(a, BF(T * Is), "shared expert up");
+    m->sh_h = arena_take(a, BF(T * Is), "shared expert h");
+    m->sh_y = arena_take(a, BF(T * D), "shared expert output");
+    m->sh_s = arena_take(a, F32(T), "shared expert scores");
+    m->sh_ds = arena_take(a, F32(T), "shared expert score grads");
 }
+
+/* the distance of each tensor from the router, applied to where a stage holds it */
+#define AT(base, off) ((off) < 0 ? NULL : (base) + ((off) - L.router))
+const MoeWeights *moe_weights(MoeWeights *w, const ParamTable *t, int64_t l, const bf16_t *router) {
+    MoeLayout L;
+    params_moe_layout(t, l, &L);
+    *w = (MoeWeights){router, AT(router, L.gate), AT(router, L.up), AT(router, L.down), AT(router, L.sh_gate), AT(router, L.sh_up), AT(router, L.sh_down), AT(router, L.sh_route)};
+    return w;
+}
+const MoeGrads *moe_grads(MoeGrads *g, const ParamTable *t, int64_t l, float *router) {
+    MoeLayout L;
+    params_moe_layout(t, l, &L);
+    *g = (MoeGrads){router, AT(router, L.gate), AT(router, L.up), AT(router, L.down), AT(router, L.sh_gate), AT(router, L.sh_up), AT(router, L.sh_down), AT(router, L.sh_route)};
+    return g;
+}
+#undef AT
 
 void moe_carve_step(MoeTile *m, Arena *a, const Qwen3Config *c) {
     m->choices = arena_take(a, 8 * c->experts, "expert choices");
@@ -38,7 +62,8 @@ void moe_carve_step(MoeTile *m, Arena *a, const Qwen3Config *c) {
 
 int64_t moe_tile_row_bytes(const Qwen3Config *c) {
     const int64_t E = c->experts, k = c->top_k;
-    return F32(2 * E) + BF(E) + 16 * k + BF(2 * k * c->hidden) + BF(3 * k * c->moe_intermediate);
+    return F32(2 * E) + BF(E) + 16 * k + BF(2 * k * c->hidden) + BF(3 * k * c->moe_intermediate) +
+           (c->shared_inter ? BF(3 * c->shared_inter + c->hidden) + F32(2) : 0);
 }
 
 int64_t moe_most_rows(const Qwen3Config *c) { return c->experts ? (MOE_MAX_PAIRS - 1) / c->top_k : INT64_MAX; }
@@ -93,6 +118,38 @@ static void experts_dw(Gemm *gm, const MoeTile *m, float *dW, const bf16_t *dy, 
     gm->ragged = 0;
 }
 
+/* Qwen3.5's shared expert on every row: sh_y = down(silu(gate xn) * up xn), its gate's score sh_s */
+static void shared_fwd(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
+                       cudaStream_t st) {
+    const int64_t D = c->hidden, Is = c->shared_inter;
+    mark(st, K_GEMM);
+    linear_fwd(gm, m->sh_g, 0, xn, W->sh_gate, T, D, Is, 0.f, st);
+    linear_fwd(gm, m->sh_u, 0, xn, W->sh_up, T, D, Is, 0.f, st);
+    mark(st, K_ELEM);
+    swiglu_fwd(m->sh_h, m->sh_g, m->sh_u, T * Is, st);
+    moe_shared_score(m->sh_s, xn, W->sh_route, T, D, st);
+    mark(st, K_GEMM);
+    linear_fwd(gm, m->sh_y, 0, m->sh_h, W->sh_down, T, Is, D, 0.f, st);
+}
+/* its backward, once the routed experts' d(xn) is in dxn: adds the shared expert's and its gate's */
+static void shared_bwd(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
+                       const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st) {
+    const int64_t D = c->hidden, Is = c->shared_inter;
+    mark(st, K_ELEM);
+    moe_shared_bwd(m->sh_y, m->sh_ds, dy, m->sh_s, T, D, st); /* sh_y <- d(sh_y), the score's gradient */
+    moe_shared_score_bwd(dxn, G->sh_route, m->sh_ds, xn, W->sh_route, T, D, st);
+    mark(st, K_GEMM);
+    linear_dw(gm, G->sh_down, m->sh_y, m->sh_h, T, Is, D, st);
+    linear_dx(gm, m->sh_h, m->sh_y, W->sh_down, T, Is, D, 0.f, st); /* sh_h <- dh */
+    mark(st, K_ELEM);
+    swiglu_bwd(m->sh_g, m->sh_u, m->sh_h, T * Is, st);
+    mark(st, K_GEMM);
+    linear_dw(gm, G->sh_gate, m->sh_g, xn, T, D, Is, st);
+    linear_dw(gm, G->sh_up, m->sh_u, xn, T, D, Is, st);
+    linear_dx(gm, dxn, m->sh_g, W->sh_gate, T, D, Is, 1.f, st);
+    linear_dx(gm, dxn, m->sh_u, W->sh_up, T, D, Is, 1.f, st);
+}
+
 void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
                  int stats, cudaStream_t st) {
     const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
@@ -112,11 +169,13 @@ void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W
     swiglu_fwd(m->h, m->g, m->u, T * k * Im, st);
     mark(st, K_GEMM);
     experts_fwd(gm, m, m->ys, m->h, W->down, E, Im, D, st);
+    if (c->shared_inter) shared_fwd(gm, m, c, W, xn, T, st);
 }
 
 void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *resid, int64_t T, cudaStream_t st) {
     mark(st, K_ELEM);
-    moe_combine(out, resid, m->ys, m->pair_row, m->w, T, c->top_k, c->hidden, st);
+    moe_combine(out, resid, m->ys, m->pair_row, m->w, T, c->top_k, c->hidden, c->shared_inter ? m->sh_y : NULL, m->sh_s,
+                st);
 }
 
 void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
@@ -141,6 +200,7 @@ void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *
     mark(st, K_GEMM);
     linear_dw(gm, G->router, m->dlogits, xn, T, D, E, st);
     linear_dx(gm, dxn, m->dlogits, W->router, T, D, E, 1.f, st);
+    if (c->shared_inter) shared_bwd(gm, m, c, W, G, xn, dy, dxn, T, st);
 }
 
 /* transformers' load_balancing_loss_func over the concatenated router outputs of every layer:

@@ -5,7 +5,8 @@
  * sort the pairs by expert (stable), gather each expert's rows together, one GEMM per expert and
  * projection over its contiguous rows (or, m->grouped, one cuBLAS grouped call for the bf16 ones);
  * backward through the experts, the weights, the renormalisation, the softmax and the router.
- * Kernels in kernels/moe.cu. */
+ * Qwen3.5's (Qwen3_5MoeSparseMoeBlock) adds a shared expert every token takes, a SwiGLU of width
+ * shared_inter whose output is scaled by sigmoid(x . shared_expert_gate). Kernels in kernels/moe.cu. */
 #ifndef LONGCTX_MOE_H
 #define LONGCTX_MOE_H
 
@@ -14,6 +15,7 @@
 #include "comm.h"
 #include "config.h"
 #include "gemm.h"
+#include "model.h"
 #include "tensor.h"
 
 typedef struct {
@@ -29,6 +31,10 @@ typedef struct {
     bf16_t *xs, *ys;    /* [n, D] the experts' inputs and outputs; backward: d(ys), then d(xs) */
     bf16_t *g, *u, *h;  /* [n, Im] gate, up, silu(g)*u; backward: dg, du, dh */
     bf16_t *dlogits;    /* [T, E] d(loss)/d(router logits) */
+    /* Qwen3.5's shared expert (NULL without): Is = shared_inter */
+    bf16_t *sh_g, *sh_u, *sh_h; /* [T, Is] its gate, up, silu(g)*u; backward: dg, du, dh */
+    bf16_t *sh_y;       /* [T, D] its output; backward: d(output) */
+    float *sh_s, *sh_ds; /* [T] its gate's score x . w, and d(loss)/d(score) */
     /* the step (persistent) */
     double *choices;    /* [E] choices of each expert, every layer and tile of the step */
     double *psum;       /* [E] sum of its probabilities over the same */
@@ -39,9 +45,15 @@ typedef struct {
 } MoeTile;
 
 /* one layer's weights (or fp32 gradients): the router [E, D]; expert 0's gate and up [Im, D] and
- * down [D, Im], the others following it (expert e at + e * Im * D) */
-typedef struct { const bf16_t *router, *gate, *up, *down; } MoeWeights;
-typedef struct { float *router, *gate, *up, *down; } MoeGrads;
+ * down [D, Im], the others following it (expert e at + e * Im * D); the shared expert's gate, up
+ * [Is, D], down [D, Is] and its gate's w [1, D] (Qwen3.5), NULL without */
+typedef struct { const bf16_t *router, *gate, *up, *down, *sh_gate, *sh_up, *sh_down, *sh_route; } MoeWeights;
+typedef struct { float *router, *gate, *up, *down, *sh_gate, *sh_up, *sh_down, *sh_route; } MoeGrads;
+/* layer l's weights (gradients) from where a stage holds its router: a layer is one flat range in every
+ * stage's buffers, so each of its tensors lies at the table's distance from the router. Fills and
+ * returns w (g). */
+const MoeWeights *moe_weights(MoeWeights *w, const ParamTable *t, int64_t l, const bf16_t *router);
+const MoeGrads *moe_grads(MoeGrads *g, const ParamTable *t, int64_t l, float *router);
 
 /* carve a tile's buffers of T rows / the step's statistics from an arena (a NULL base only measures) */
 void moe_carve_tile(MoeTile *m, Arena *a, const Qwen3Config *c, int64_t T);

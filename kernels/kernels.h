@@ -107,9 +107,17 @@ void moe_route(const float *logits, float *prob, int32_t *sel, float *w, int64_t
 void moe_sort(const int32_t *sel, int64_t n, int64_t E, int32_t *count, int32_t *offsets, int32_t *pos, cudaStream_t st);
 /* xs[pos[i], :] = x[i / k, :] */
 void moe_gather(bf16_t *xs, const bf16_t *x, const int32_t *pos, int64_t T, int64_t k, int64_t D, cudaStream_t st);
-/* out[t] = resid[t] + sum_j w[t,j] ys[pos[t,j]]  (out may be resid) */
+/* out[t] = resid[t] + sum_j w[t,j] ys[pos[t,j]] (+ sigmoid(sh_s[t]) sh_y[t] when sh_y: Qwen3.5's shared
+ * expert; out may be resid) */
 void moe_combine(bf16_t *out, const bf16_t *resid, const bf16_t *ys, const int32_t *pos, const float *w, int64_t T,
-                 int64_t k, int64_t D, cudaStream_t st);
+                 int64_t k, int64_t D, const bf16_t *sh_y, const float *sh_s, cudaStream_t st);
+/* the shared expert's gate score s[T] = x[T,D] w[D] (fp32) */
+void moe_shared_score(float *s, const bf16_t *x, const bf16_t *w, int64_t T, int64_t D, cudaStream_t st);
+/* ds[t] = sigmoid'(s[t]) <dy[t], y[t]>, then in place y[t] <- sigmoid(s[t]) dy[t] */
+void moe_shared_bwd(bf16_t *y_to_dy, float *ds, const bf16_t *dy, const float *s, int64_t T, int64_t D, cudaStream_t st);
+/* the score's backward: dx[T,D] += ds[t] w, dw[D] += ds^T x (fp32 atomics) */
+void moe_shared_score_bwd(bf16_t *dx, float *dw, const float *ds, const bf16_t *x, const bf16_t *w, int64_t T, int64_t D,
+                          cudaStream_t st);
 /* dw[t,j] = <dy[t], ys[pos[t,j]]>, then in place ys[pos[t,j]] <- w[t,j] dy[t] */
 void moe_combine_bwd(bf16_t *ys_to_dys, float *dw, const bf16_t *dy, const int32_t *pos, const float *w, int64_t T,
                      int64_t k, int64_t D, cudaStream_t st);

@@ -110,22 +110,89 @@ extern "C" void moe_gather(bf16_t *xs, const bf16_t *x, const int32_t *pos, int6
     KCHECK();
 }
 
-/* one warp per token: out[t] = resid[t] + sum_j w[t,j] ys[pos[t,j]] (fp32, in choice order) */
+/* one warp per token: out[t] = resid[t] + sum_j w[t,j] ys[pos[t,j]] (fp32, in choice order), and with
+ * a shared expert (Qwen3.5) + sigmoid(sh_s[t]) sh_y[t] */
 __global__ void moe_combine_kernel(bf16_t *out, const bf16_t *resid, const bf16_t *ys, const int32_t *pos,
-                                   const float *w, int64_t T, int k, int64_t D) {
+                                   const float *w, int64_t T, int k, int64_t D, const bf16_t *sh_y, const float *sh_s) {
     const int lane = threadIdx.x & 31;
     const int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
+    const float gate = sh_y ? 1.f / (1.f + __expf(-sh_s[t])) : 0.f;
     for (int64_t d = lane; d < D; d += 32) {
         float acc = 0.f;
         for (int j = 0; j < k; j++) acc += w[t * k + j] * bf(ys, (int64_t)pos[t * k + j] * D + d);
+        if (sh_y) acc += gate * bf(sh_y, t * D + d);
         st_bf(out, t * D + d, bf(resid, t * D + d) + acc);
     }
 }
 extern "C" void moe_combine(bf16_t *out, const bf16_t *resid, const bf16_t *ys, const int32_t *pos, const float *w,
-                            int64_t T, int64_t k, int64_t D, cudaStream_t st) {
+                            int64_t T, int64_t k, int64_t D, const bf16_t *sh_y, const float *sh_s, cudaStream_t st) {
     if (!T) return;
-    moe_combine_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(out, resid, ys, pos, w, T, (int)k, D);
+    moe_combine_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(out, resid, ys, pos, w, T, (int)k, D, sh_y, sh_s);
+    KCHECK();
+}
+
+/* ---- the shared expert's gate (Qwen3.5): s[t] = <x[t], w>, its output times sigmoid(s[t]) */
+/* one warp per token */
+__global__ void moe_shared_score_kernel(float *s, const bf16_t *x, const bf16_t *w, int64_t T, int64_t D) {
+    const int lane = threadIdx.x & 31;
+    const int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= T) return;
+    float acc = 0.f;
+    for (int64_t d = lane; d < D; d += 32) acc += bf(x, t * D + d) * bf(w, d);
+    acc = warp_sum(acc);
+    if (lane == 0) s[t] = acc;
+}
+extern "C" void moe_shared_score(float *s, const bf16_t *x, const bf16_t *w, int64_t T, int64_t D, cudaStream_t st) {
+    if (!T) return;
+    moe_shared_score_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(s, x, w, T, D);
+    KCHECK();
+}
+
+/* one warp per token: ds[t] = sigmoid'(s[t]) <dy[t], y[t]>, then in place y[t] <- sigmoid(s[t]) dy[t]
+ * (the row is read whole before it is written) */
+__global__ void moe_shared_bwd_kernel(bf16_t *y_to_dy, float *ds, const bf16_t *dy, const float *s, int64_t T, int64_t D) {
+    const int lane = threadIdx.x & 31;
+    const int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= T) return;
+    const float g = 1.f / (1.f + __expf(-s[t]));
+    float acc = 0.f;
+    for (int64_t d = lane; d < D; d += 32) acc += bf(dy, t * D + d) * bf(y_to_dy, t * D + d);
+    acc = warp_sum(acc);
+    if (lane == 0) ds[t] = acc * g * (1.f - g);
+    __syncwarp();
+    for (int64_t d = lane; d < D; d += 32) st_bf(y_to_dy, t * D + d, g * bf(dy, t * D + d));
+}
+extern "C" void moe_shared_bwd(bf16_t *y_to_dy, float *ds, const bf16_t *dy, const float *s, int64_t T, int64_t D,
+                               cudaStream_t st) {
+    if (!T) return;
+    moe_shared_bwd_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(y_to_dy, ds, dy, s, T, D);
+    KCHECK();
+}
+
+/* the score's backward: dx[t, d] += ds[t] w[d]; dw[d] += sum over t of ds[t] x[t, d], each thread a
+ * column over a block of 256 rows (fp32, one atomic a column and block) */
+__global__ void moe_shared_score_bwd_kernel(bf16_t *dx, float *dw, const float *ds, const bf16_t *x, const bf16_t *w,
+                                            int64_t T, int64_t D) {
+    const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    const float wd = bf(w, d);
+    for (int64_t t0 = (int64_t)blockIdx.y * 256; t0 < T; t0 += (int64_t)gridDim.y * 256) { /* past 65535 blocks */
+        const int64_t t1 = t0 + 256 < T ? t0 + 256 : T;
+        float acc = 0.f;
+        for (int64_t t = t0; t < t1; t++) {
+            acc += ds[t] * bf(x, t * D + d);
+            st_bf(dx, t * D + d, bf(dx, t * D + d) + ds[t] * wd);
+        }
+        atomicAdd(dw + d, acc);
+    }
+}
+extern "C" void moe_shared_score_bwd(bf16_t *dx, float *dw, const float *ds, const bf16_t *x, const bf16_t *w, int64_t T,
+                                     int64_t D, cudaStream_t st) {
+    if (!T) return;
+    const int64_t blocks = (T + 255) / 256;
+    dim3 grid((unsigned)((D + 127) / 128), (unsigned)(blocks < 65535 ? blocks : 65535));
+    moe_shared_score_bwd_kernel<<<grid, 128, 0, st>>>(dx, dw, ds, x, w, T, D);
     KCHECK();
 }
 

@@ -73,6 +73,15 @@
  * bench/results/2026-12-04_h200/call_m). A constant factor (0.5, 2) is still far outside it, and every
  * other tensor keeps NORM_RATIO_TOL. */
 #define DECAY_RATIO_TOL 5e-2
+/* EXPERT_MIN_COSINE 0.997, EXPERT_RATIO_TOL 3e-2: a Qwen3.5 MoE's routed experts (mlp.experts.E.*, with a
+ * shared expert beside them) each see a few of the tokens (about 28 of 112 on q35moe_l2_s112), so
+ * their gradients are short sums and move more under bf16: transformers itself, in bf16 against its
+ * own fp32, puts them at a worst cosine of 0.99816 and a norm ratio off by 0.0183 (python3
+ * tests/bf16_floor.py tests/golden/q35moe_l2_s112); the trainer gave 0.99855 and 0.0231 (call U,
+ * session 10). A wrong expert, weight or routing is far outside it (the router, the shared expert and
+ * the loss keep their bands); Qwen3's MoE keeps the tighter ones. */
+#define EXPERT_MIN_COSINE 0.997
+#define EXPERT_RATIO_TOL 3e-2
 
 /* a candidate tensor a against a reference b, in fp64 */
 typedef struct {
@@ -236,9 +245,11 @@ static int cmd_grads(int argc, char **argv) {
         const ParamInfo *p = &pt.p[i];
         char name[160];
         snprintf(name, sizeof name, "gradient %s", p->name);
-        const int decay = p->kind == P_LIN_ALOG || p->kind == P_LIN_DT;
-        check_tensor(name, "dump", g + p->offset, "reference", ref_g + p->offset, p->numel, GRAD_MIN_COSINE,
-                     decay ? DECAY_RATIO_TOL : NORM_RATIO_TOL, &w);
+        const int decay = p->kind == P_LIN_ALOG || p->kind == P_LIN_DT,
+                  expert = p->expert >= 0 && c.lin_v_heads; /* a Qwen3.5 MoE's routed expert */
+        check_tensor(name, "dump", g + p->offset, "reference", ref_g + p->offset, p->numel,
+                     expert ? EXPERT_MIN_COSINE : GRAD_MIN_COSINE,
+                     decay ? DECAY_RATIO_TOL : expert ? EXPERT_RATIO_TOL : NORM_RATIO_TOL, &w);
     }
     print_worst(pt.n, &w);
     if (argc >= 11) {

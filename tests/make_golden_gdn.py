@@ -25,9 +25,10 @@ Qwen3_5ForCausalLM of that config, 4 layers (3 linear attention, then full atten
 untied, random weights; tokens [24]: the mean next-token NLL over 23 labels, the logits, and the
 gradient of every parameter (conv1d's squeezed).
 And three fixture directories the trainers run (tests/golden/q35_l2_s112/, q35_yarn4_l2_s112/,
-q35_packed_l2_s112/: fixture()).
+q35_packed_l2_s112/: fixture()), and the MoE hybrid's (tests/golden/q35moe_l2_s112/: fixture_moe()).
   python3 tests/make_golden_gdn.py            # regenerate them all
   python3 tests/make_golden_gdn.py fixtures   # only the fixture directories
+  python3 tests/make_golden_gdn.py moe        # only the MoE hybrid's
 """
 import os
 
@@ -148,6 +149,23 @@ def model():
     print(f"qwen35_tiny: {cfg.layer_types}, loss {loss.item():.6f}, {sum(n.startswith('grad.') for n in out)} grads -> {d}")
 
 
+def draw(mod):
+    """a fixture's weights, in place: matrices normal(0, 0.05) (initializer_range 0.05, as
+    tests/make_golden.py), the (1 + w) norms' w around 0, the gated norm's weight around 1, A in (0.02,
+    0.5) (decays near 1: a long memory)"""
+    with torch.no_grad():
+        for n, p in mod.named_parameters():
+            if n.endswith("linear_attn.norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif n.endswith("A_log"):
+                p.copy_(torch.log(torch.rand_like(p) * 0.48 + 0.02))
+            elif p.ndim == 1:
+                p.copy_(0.2 * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) * 0.05)
+    return mod
+
+
 def fixture(name="q35_l2_s112", yarn=None, ends=None):
     """A fixture directory the trainers run (tests/golden/<name>/, as tests/make_golden.py writes them:
     config.json and model.safetensors by save_pretrained, golden.safetensors with tokens, loss, logits
@@ -167,17 +185,7 @@ def fixture(name="q35_l2_s112", yarn=None, ends=None):
                                  "original_max_position_embeddings": 32, "partial_rotary_factor": 0.25}
     cfg = tiny_config(**kw)
     cfg._attn_implementation = "eager"
-    mod = m.Qwen3_5ForCausalLM(cfg).float()
-    with torch.no_grad():
-        for n, p in mod.named_parameters():
-            if n.endswith("linear_attn.norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif n.endswith("A_log"):
-                p.copy_(torch.log(torch.rand_like(p) * 0.48 + 0.02))  # A in (0.02, 0.5): decays near 1, a long memory
-            elif p.ndim == 1:
-                p.copy_(0.2 * torch.randn_like(p))
-            else:
-                p.copy_(torch.randn_like(p) * 0.05)  # initializer_range 0.05, as tests/make_golden.py
+    mod = draw(m.Qwen3_5ForCausalLM(cfg).float())
     d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", name)
     os.makedirs(d, exist_ok=True)
     mod.save_pretrained(d, safe_serialization=True)
@@ -201,12 +209,95 @@ def fixture(name="q35_l2_s112", yarn=None, ends=None):
           f"({sum(k.startswith('grad.') for k in out)} grads) -> {d}")
 
 
+def routes(mod, tokens, dtype):
+    """every layer's chosen experts for tokens, the model run in dtype (a copy) with its routers' logits
+    in fp32 from their dtype inputs, as the trainers compute them"""
+    import copy
+    run, got = copy.deepcopy(mod).to(dtype), []
+
+    def fp32_router(gate):
+        def fwd(x):
+            logits = torch.nn.functional.linear(x.reshape(-1, gate.hidden_dim).float(), gate.weight.float())
+            top = torch.topk(torch.softmax(logits, -1), gate.top_k, dim=-1).indices
+            got.append(top.sort(-1).values)
+            return gate.__class__.forward(gate, x)
+        return fwd
+    for layer in run.model.layers:
+        layer.mlp.gate.forward = fp32_router(layer.mlp.gate)
+    with torch.no_grad():
+        run(input_ids=tokens[None, :-1])
+    return torch.stack(got)
+
+
+def fixture_moe(name="q35moe_l2_s112"):
+    """The MoE hybrid's fixture (Qwen3_5MoeForCausalLM, model_type qwen3_5_moe_text): fixture()'s shapes,
+    with every MLP 8 routed experts of 32 (top 2, renormalised; fused in transformers' memory, saved one
+    tensor an expert, as the Hub holds them) and a shared expert of 48 behind its sigmoid gate; no load-balancing loss (output_router_logits off,
+    as released). The routers are solved for wide margins (below): a near tie flipped by rounding would
+    move a token to another expert, which no band covers."""
+    from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as mm
+    from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
+    cfg = Qwen3_5MoeTextConfig(hidden_size=128, vocab_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                               linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+                               linear_value_head_dim=32, linear_conv_kernel_dim=4, max_position_embeddings=4096,
+                               tie_word_embeddings=False, num_hidden_layers=2,
+                               layer_types=["linear_attention", "full_attention"], num_experts=8, num_experts_per_tok=2,
+                               moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+    cfg._attn_implementation = "eager"
+    S = 112
+    tokens = torch.randint(0, cfg.vocab_size, (S + 1,), generator=torch.Generator().manual_seed(11))
+    seed = 21
+    torch.manual_seed(seed)
+    mod = draw(mm.Qwen3_5MoeForCausalLM(cfg).float())
+    # Each layer's router solved for (least squares: 112 tokens, hidden 128) so that every token's
+    # logits are a random order of 8 levels a unit apart: margins far above bf16's noise, the choices
+    # still spread over all experts. Layer by layer, as a router changes the next layer's input.
+    g = torch.Generator().manual_seed(seed)
+    for layer in mod.model.layers:
+        seen = []
+        h = layer.mlp.gate.register_forward_hook(lambda _m, i, _o: seen.append(i[0].reshape(-1, cfg.hidden_size)))
+        with torch.no_grad():
+            mod(input_ids=tokens[None, :-1])
+        h.remove()
+        xn = seen[0].double()
+        levels = torch.stack([torch.randperm(cfg.num_experts, generator=g) for _ in range(S)]).double() * 0.5
+        w = torch.linalg.lstsq(xn, levels - levels.mean(1, keepdim=True)).solution.t()
+        with torch.no_grad():
+            layer.mlp.gate.weight.copy_(w.float())
+    flips = (routes(mod, tokens, torch.float32) != routes(mod, tokens, torch.bfloat16)).any(-1).sum().item()
+    print(f"{name}: routers solved, |w| max {max(l.mlp.gate.weight.abs().max().item() for l in mod.model.layers):.2f}; "
+          f"{flips} routings differ in bf16")
+    assert flips == 0, "the bf16 model routes some token elsewhere"
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", name)
+    os.makedirs(d, exist_ok=True)
+    mod.save_pretrained(d, safe_serialization=True)
+    if os.path.exists(os.path.join(d, "generation_config.json")):
+        os.remove(os.path.join(d, "generation_config.json"))  # as the other fixtures: config and weights only
+    logits = mod(input_ids=tokens[None, :-1]).logits[0].float()
+    loss = torch.nn.functional.cross_entropy(logits, tokens[1:])
+    loss.backward()
+    out = {"tokens": tokens.to(torch.int32), "logits": logits.detach().contiguous(), "loss": loss.detach().reshape(1)}
+    from make_golden_moe import per_expert  # transformers fuses the experts in memory, saves them apart
+    out.update(per_expert({"grad." + n: p.grad.detach().float() for n, p in mod.named_parameters()},
+                          cfg.num_experts, cfg.moe_intermediate_size))
+    save_file(out, os.path.join(d, "golden.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__, "seed": str(seed),
+                        "loss": "mean NLL over S predicted tokens, eager attention, fp32"})
+    print(f"{name}: seed {seed}, {cfg.layer_types}, seq {S}, loss {loss.item():.6f} "
+          f"({sum(k.startswith('grad.') for k in out)} grads) -> {d}")
+
+
 if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["fixtures"]:  # only the trainers' fixture directories
         fixture()
         fixture("q35_yarn4_l2_s112", yarn=4)
         fixture("q35_packed_l2_s112", ends=[0, 13, 47, 48, 83, 95])
+        fixture_moe()
+        sys.exit(0)
+    if sys.argv[1:] == ["moe"]:  # only the MoE hybrid's fixture
+        fixture_moe()
         sys.exit(0)
     main()
     layer()
@@ -215,3 +306,4 @@ if __name__ == "__main__":
     fixture()
     fixture("q35_yarn4_l2_s112", yarn=4)
     fixture("q35_packed_l2_s112", ends=[0, 13, 47, 48, 83, 95])
+    fixture_moe()

@@ -8,6 +8,11 @@
 
 static double silu(double x) { return x / (1 + exp(-x)); }
 static double dsilu(double x) { const double s = 1 / (1 + exp(-x)); return s * (1 + x * (1 - s)); }
+static double ref_dot(const double *a, const double *b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
 
 /* every row of x [T, n] through the (1 + w) RMSNorm, into y */
 static void norm_rows(double *y, const double *x, const double *w, int64_t T, int64_t n, double eps) {
@@ -23,9 +28,89 @@ static void norm_rows_bwd(double *dx, const double *x, const double *w, double *
     }
 }
 
-/* SwiGLU MLP: y = down(silu(gate x) * up x); h [T, I] and the gate/up outputs kept for the backward */
+/* one SwiGLU of width I on one row: y = down(silu(gate x) * up x); with dy, its backward: the weights'
+ * gradients added into dgate, dup, ddown and d(x) into dx */
+static void swiglu_row(const double *gate, const double *up, const double *down, int64_t D, int64_t I, const double *x,
+                       double *y, const double *dy, double *dx, double *dgate, double *dup, double *ddown) {
+    double *g = xmalloc((size_t)(4 * I) * 8), *u = g + I, *h = u + I, *dh = h + I;
+    ref_linear(g, x, gate, 1, D, I);
+    ref_linear(u, x, up, 1, D, I);
+    for (int64_t i = 0; i < I; i++) h[i] = silu(g[i]) * u[i];
+    ref_linear(y, h, down, 1, I, D);
+    if (dy) {
+        memset(dh, 0, (size_t)I * 8);
+        ref_linear_bwd(dh, ddown, dy, h, down, 1, I, D);
+        for (int64_t i = 0; i < I; i++) { /* g <- dg, u <- du */
+            const double dg = dh[i] * u[i] * dsilu(g[i]), du = dh[i] * silu(g[i]);
+            g[i] = dg, u[i] = du;
+        }
+        ref_linear_bwd(dx, dgate, g, x, gate, 1, D, I);
+        ref_linear_bwd(dx, dup, u, x, up, 1, D, I);
+    }
+    free(g);
+}
+
+/* Qwen3.5's MoE MLP on one row x [D] -> y [D] (overwritten): the router's softmax, the top k (ties to
+ * the lower index) renormalised, each chosen expert weighted, plus the shared expert times
+ * sigmoid(x . sroute). With dy: the backward, gradients added into G and d(x) into dx. */
+static void moe_row(const Q35Config *c, const Q35Layer *L, const double *x, double *y, const double *dy, double *dx,
+                    Q35LayerGrads *G) {
+    const int64_t D = c->D, E = c->E, k = c->k, Im = c->Im;
+    double *p = xmalloc((size_t)(2 * E + k + 2 * D) * 8), *dp = p + E, *dw = dp + E, *ey = dw + k, *dey = ey + D;
+    int64_t *sel = xmalloc((size_t)k * 8);
+    double mx = -INFINITY, z = 0, sum = 0;
+    ref_linear(p, x, L->router, 1, D, E);
+    for (int64_t e = 0; e < E; e++) mx = fmax(mx, p[e]);
+    for (int64_t e = 0; e < E; e++) z += (p[e] = exp(p[e] - mx));
+    for (int64_t e = 0; e < E; e++) p[e] /= z;
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int64_t i = 0; i < j; i++) taken |= sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[j] = best, sum += p[best];
+    }
+    /* the shared expert first: y = sigmoid(s) sy */
+    const double s = ref_dot(x, L->sroute, D), gs = 1 / (1 + exp(-s));
+    swiglu_row(L->sgate, L->sup, L->sdown, D, c->Is, x, ey, NULL, NULL, NULL, NULL, NULL);
+    for (int64_t i = 0; i < D; i++) y[i] = gs * ey[i];
+    if (dy) {
+        const double ds = gs * (1 - gs) * ref_dot(dy, ey, D);
+        for (int64_t i = 0; i < D; i++) dx[i] += ds * L->sroute[i], G->sroute[i] += ds * x[i], dey[i] = gs * dy[i];
+        swiglu_row(L->sgate, L->sup, L->sdown, D, c->Is, x, ey, dey, dx, G->sgate, G->sup, G->sdown);
+    }
+    for (int64_t j = 0; j < k; j++) { /* expert e's tensors at e Im D from expert 0's */
+        const int64_t e = sel[j], at = e * Im * D;
+        const double w = p[e] / sum;
+        for (int64_t i = 0; dy && i < D; i++) dey[i] = w * dy[i];
+        swiglu_row(L->egate + at, L->eup + at, L->edown + at, D, Im, x, ey, dy ? dey : NULL, dx, G ? G->egate + at : NULL,
+                   G ? G->eup + at : NULL, G ? G->edown + at : NULL);
+        for (int64_t i = 0; i < D; i++) y[i] += w * ey[i];
+        dw[j] = dy ? ref_dot(dy, ey, D) : 0;
+    }
+    if (dy) { /* through w_j = p_j / sum and the softmax to the router */
+        double dot = 0, pdp = 0;
+        memset(dp, 0, (size_t)E * 8);
+        for (int64_t j = 0; j < k; j++) dot += dw[j] * p[sel[j]] / sum;
+        for (int64_t j = 0; j < k; j++) dp[sel[j]] += (dw[j] - dot) / sum;
+        for (int64_t e = 0; e < E; e++) pdp += p[e] * dp[e];
+        for (int64_t e = 0; e < E; e++) dp[e] = p[e] * (dp[e] - pdp);
+        ref_linear_bwd(dx, G->router, dp, x, L->router, 1, D, E);
+    }
+    free(p);
+    free(sel);
+}
+
+/* SwiGLU MLP: y = down(silu(gate x) * up x); h [T, I] and the gate/up outputs kept for the backward.
+ * Qwen3.5's MoE: each row through moe_row (the backward runs it again). */
 static void mlp(const Q35Config *c, const Q35Layer *L, int64_t T, const double *x, double *g, double *u, double *y) {
     const int64_t D = c->D, I = c->I;
+    if (c->E) {
+        for (int64_t t = 0; t < T; t++) moe_row(c, L, x + t * D, y + t * D, NULL, NULL, NULL);
+        return;
+    }
     double *h = xmalloc((size_t)(T * I) * 8);
     ref_linear(g, x, L->gate, T, D, I);
     ref_linear(u, x, L->up, T, D, I);
@@ -36,6 +121,12 @@ static void mlp(const Q35Config *c, const Q35Layer *L, int64_t T, const double *
 static void mlp_bwd(const Q35Config *c, const Q35Layer *L, Q35LayerGrads *G, int64_t T, const double *x, const double *g,
                     const double *u, const double *dy, double *dx) {
     const int64_t D = c->D, I = c->I;
+    if (c->E) {
+        double *y = xmalloc((size_t)D * 8);
+        for (int64_t t = 0; t < T; t++) moe_row(c, L, x + t * D, y, dy + t * D, dx + t * D, G);
+        free(y);
+        return;
+    }
     double *h = xmalloc((size_t)(T * I) * 8), *dh = xcalloc((size_t)(T * I), 8), *dg = xmalloc((size_t)(T * I) * 8),
            *du = xmalloc((size_t)(T * I) * 8);
     for (int64_t i = 0; i < T * I; i++) h[i] = silu(g[i]) * u[i];
@@ -58,7 +149,7 @@ double ref_q35_sum(const Q35Config *c, const Q35Weights *w, int64_t T, const uin
     for (int64_t t = 0; t < T; t++) pos[t] = t;
     /* forward, keeping each layer's input x[l], its middle (after the mixer) m[l], and the MLP's g, u */
     double *x = xmalloc((size_t)((NL + 1) * T * D) * 8), *m = xmalloc((size_t)(NL * T * D) * 8),
-           *g = xmalloc((size_t)(NL * T * I) * 8), *u = xmalloc((size_t)(NL * T * I) * 8), *xn = xmalloc((size_t)(T * D) * 8),
+           *g = xmalloc((size_t)(NL * T * I + 1) * 8), *u = xmalloc((size_t)(NL * T * I + 1) * 8), *xn = xmalloc((size_t)(T * D) * 8),
            *y = xmalloc((size_t)(T * D) * 8);
     for (int64_t t = 0; t < T; t++) memcpy(x + t * D, w->embed + (int64_t)tokens[t] * D, (size_t)D * 8);
     for (int64_t l = 0; l < NL; l++) {
@@ -121,9 +212,21 @@ double ref_q35_sum(const Q35Config *c, const Q35Weights *w, int64_t T, const uin
 /* a layer's tensors (or their gradients) in the table's flat layout, as ref_q35 takes them */
 static void layer_views(const Qwen3Config *c, const ParamTable *pt, double *flat, int64_t l, Q35Layer *L, Q35LayerGrads *G) {
 #define AT(kind) (flat + params_get(pt, kind, l)->offset)
-    double *in = AT(P_IN_NORM), *post = AT(P_POST_NORM), *gate = AT(P_GATE), *up = AT(P_UP), *down = AT(P_DOWN);
-    if (L) *L = (Q35Layer){.in_norm = in, .post_norm = post, .gate = gate, .up = up, .down = down};
-    if (G) *G = (Q35LayerGrads){.in_norm = in, .post_norm = post, .gate = gate, .up = up, .down = down};
+    double *in = AT(P_IN_NORM), *post = AT(P_POST_NORM);
+    if (c->experts) { /* Qwen3.5's MoE: the routed experts (model.h's MoeLayout) and the shared expert */
+        MoeLayout m;
+        params_moe_layout(pt, l, &m);
+        double *r = flat + m.router, *eg = flat + m.gate, *eu = flat + m.up, *ed = flat + m.down, *sg = flat + m.sh_gate,
+               *su = flat + m.sh_up, *sd = flat + m.sh_down, *sr = flat + m.sh_route;
+        if (L) *L = (Q35Layer){.in_norm = in, .post_norm = post, .router = r, .egate = eg, .eup = eu, .edown = ed,
+                               .sgate = sg, .sup = su, .sdown = sd, .sroute = sr};
+        if (G) *G = (Q35LayerGrads){.in_norm = in, .post_norm = post, .router = r, .egate = eg, .eup = eu, .edown = ed,
+                                    .sgate = sg, .sup = su, .sdown = sd, .sroute = sr};
+    } else {
+        double *gate = AT(P_GATE), *up = AT(P_UP), *down = AT(P_DOWN);
+        if (L) *L = (Q35Layer){.in_norm = in, .post_norm = post, .gate = gate, .up = up, .down = down};
+        if (G) *G = (Q35LayerGrads){.in_norm = in, .post_norm = post, .gate = gate, .up = up, .down = down};
+    }
     if (config_is_linear(c, l)) {
         double *qkv = AT(P_LIN_QKV), *z = AT(P_LIN_Z), *b = AT(P_LIN_B), *a = AT(P_LIN_A), *conv = AT(P_LIN_CONV),
                *dt = AT(P_LIN_DT), *Al = AT(P_LIN_ALOG), *nw = AT(P_LIN_NORM), *out = AT(P_LIN_OUT);
@@ -141,7 +244,10 @@ RefResult ref_q35_table(const Qwen3Config *c, const ParamTable *pt, const float 
                         const uint8_t *weights, const int64_t *pos, const int64_t *first, int64_t S, float *logits,
                         float *grads) {
     if (c->layers > Q35_MAX_LAYERS) DIE("the hybrid reference takes at most %d layers", Q35_MAX_LAYERS);
-    Q35Config qc = {.V = c->vocab, .D = c->hidden, .I = c->intermediate, .L = c->layers, .eps = c->eps};
+    if (c->experts && (!c->shared_inter || c->aux_loss))
+        DIE("the hybrid reference takes Qwen3.5's MoE (a shared expert) without the load-balancing loss");
+    Q35Config qc = {.V = c->vocab, .D = c->hidden, .I = c->intermediate, .L = c->layers, .eps = c->eps,
+                    .E = c->experts, .k = c->top_k, .Im = c->moe_intermediate, .Is = c->shared_inter};
     for (int64_t l = 0; l < c->layers; l++) qc.linear[l] = config_is_linear(c, l);
     qc.gdn = (GdnLayer){.D = c->hidden, .Hk = c->lin_k_heads, .Hv = c->lin_v_heads, .dk = c->lin_k_dim,
                         .dv = c->lin_v_dim, .K = c->conv_width, .eps = c->eps};

@@ -21,6 +21,9 @@ typedef struct {
     GdnLayer gdn;                    /* the linear layers' shape */
     GatedAttn attn;                  /* the full layers' shape */
     double eps;                      /* the (1 + w) RMSNorms' */
+    /* Qwen3.5 MoE (E > 0): every MLP is E routed experts of width Im, a token's top k renormalised,
+     * plus a shared expert of width Is scaled by sigmoid(x . w) (transformers' Qwen3_5MoeSparseMoeBlock) */
+    int64_t E, k, Im, Is;
 } Q35Config;
 
 typedef struct {
@@ -29,6 +32,9 @@ typedef struct {
     const double *down;                /* [D, I] */
     GdnWeights gdn;                    /* a linear layer's mixer */
     GatedAttnWeights attn;             /* a full layer's mixer */
+    /* the MoE MLP in place of gate, up, down: the router [E, D]; expert 0's gate, up [Im, D] and down
+     * [D, Im] (expert e's at + e Im D); the shared expert's gate, up [Is, D], down [D, Is], its gate's w [D] */
+    const double *router, *egate, *eup, *edown, *sgate, *sup, *sdown, *sroute;
 } Q35Layer;
 typedef struct {
     const double *embed;               /* [V, D] */
@@ -41,6 +47,7 @@ typedef struct {
     double *in_norm, *post_norm, *gate, *up, *down;
     GdnGrads gdn;
     GatedAttnGrads attn;
+    double *router, *egate, *eup, *edown, *sgate, *sup, *sdown, *sroute;
 } Q35LayerGrads;
 typedef struct {                       /* the weights' shapes; added into */
     double *embed, *norm, *lm_head;

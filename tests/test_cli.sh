@@ -58,7 +58,8 @@ for s in stage[1-5]_*.c; do
     check_refusal "a model directory with sliding windows" "use_sliding_window" --model tests/bad_configs/sliding --dry-run
     # Qwen3.5 config.json: what the model cannot be, and what the kernels do not run, by name
     check_refusal "a qwen3_5 config.json without its text_config" "without a \"text_config\"" --model tests/bad_configs/q35_no_text_config --dry-run
-    check_refusal "a Qwen3.5 MoE config.json" "MoE hybrids are not supported yet" --model tests/bad_configs/q35_moe --dry-run
+    check_refusal "a Qwen3.5 MoE config.json without its experts" "missing required field \"num_experts\"" \
+        --model tests/bad_configs/q35_moe --dry-run
     check_refusal "a layer kind neither linear nor full" "sliding_attention" --model tests/bad_configs/q35_layer_kind --dry-run
     check_refusal "value heads not a multiple of key heads" "is not a multiple of linear_num_key_heads" \
         --model tests/bad_configs/q35_value_heads --dry-run

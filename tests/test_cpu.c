@@ -38,7 +38,7 @@
 
 static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128",
                                "packed_gqa4_s128", "q35_l2_s112", "q35_yarn4_l2_s112",
-                               "q35_packed_l2_s112"};
+                               "q35_packed_l2_s112", "q35moe_l2_s112"};
 static char tmpdir[256];
 
 /* ------------------------------------------------------------------ golden files */
@@ -69,7 +69,7 @@ static void test_golden(const char *root) {
         double lerr = fabs(r.loss - gl) / fabs(gl);
         /* 1e-5: fp32 storage on both sides, fp64 accumulation here vs fp32 GEMMs in torch */
         EXPECT_LE(lerr, 1e-5, "%s: loss %.7f vs transformers %.7f (rel %.2e)", GOLDEN[k], r.loss, gl, lerr);
-        if (g.c.experts) { /* MoE: the load-balancing loss itself, as transformers computed it */
+        if (g.c.experts && g.c.aux_loss) { /* MoE: the load-balancing loss itself, as transformers computed it */
             float aux = NAN;
             const int64_t one[1] = {1};
             EXPECT(!st_read_f32(&g.gold, "aux_loss", 1, one, &aux, err, sizeof err), "%s: %s", GOLDEN[k], err);
@@ -292,12 +292,73 @@ static int parse_with(const char *extra, Qwen3Config *c, char *err, size_t errle
 }
 
 /* the digest the ranks compare: what decides tensors and collectives, the layer kinds too; not the name */
+/* Qwen3.5's MoE: by name, from a fixture's config.json, its parameter table (the routed experts stored
+ * as Qwen3's, then the shared expert), and what a qwen3_moe may not have */
+static void test_qwen35_moe(const char *root) {
+    Qwen3Config c;
+    char err[512], dir[1024];
+    EXPECT(!config_from_name("Qwen3.5-35B-A3B", &c) && c.experts == 256 && c.top_k == 8 && c.moe_intermediate == 512 &&
+           c.shared_inter == 512 && c.norm_topk && c.lin_v_heads == 32 && config_full_layers(&c) == 10 &&
+           fabs((double)config_total_params(&c) / 1e9 - 34.661) < 0.005,
+           "Qwen3.5-35B-A3B by name: 256 experts of 512, top 8, a shared expert of 512, 10 of 40 layers full, "
+           "34.661B parameters (%.3fB)", (double)config_total_params(&c) / 1e9);
+    snprintf(dir, sizeof dir, "%s/q35moe_l2_s112", root);
+    EXPECT(!config_load(dir, &c, err, sizeof err) && c.experts == 8 && c.top_k == 2 && c.moe_intermediate == 32 &&
+           c.shared_inter == 48 && c.norm_topk && !c.aux_loss && c.lin_v_heads == 4 && !c.intermediate,
+           "q35moe_l2_s112's config.json (qwen3_5_moe_text): 8 experts of 32, top 2, shared 48 (%s)", err);
+    ParamTable t;
+    params_build(&c, &t);
+    MoeLayout m;
+    params_moe_layout(&t, 1, &m);
+    const ParamInfo *sg = params_get(&t, P_SH_GATE, 1), *sr = params_get(&t, P_SH_ROUTE, 1);
+    EXPECT(m.sh_gate == sg->offset && m.sh_route == sr->offset && sr->shape[0] == 1 && sr->shape[1] == c.hidden &&
+           m.gate == params_expert(&t, P_EXP_GATE, 1, 0)->offset && m.down == params_expert(&t, P_EXP_DOWN, 1, 0)->offset &&
+           params_expert(&t, P_EXP_UP, 1, 3)->offset == m.up + 3 * c.moe_intermediate * c.hidden &&
+           !strcmp(params_expert(&t, P_EXP_UP, 1, 3)->name, "model.layers.1.mlp.experts.3.up_proj.weight") &&
+           !strcmp(sr->name, "model.layers.1.mlp.shared_expert_gate.weight"),
+           "the MoE hybrid's table: experts one tensor each after the router, then the shared expert and its gate");
+    params_free(&t);
+    /* the whole 35B-A3B: 30 linear layers of 784 tensors (2 norms, 9 of Gated DeltaNet, the router, 3 x 256
+     * experts', 4 of the shared expert) and 10 full ones of 781; their elements are the model's parameters
+     * (a table sized for Qwen3's MoE layer overran here) */
+    config_from_name("Qwen3.5-35B-A3B", &c);
+    params_build(&c, &t);
+    int64_t elems = 0;
+    for (int64_t i = 0; i < t.n; i++) elems += t.p[i].numel;
+    EXPECT(t.n == 30 * 784 + 10 * 781 + 3 && elems == config_total_params(&c),
+           "Qwen3.5-35B-A3B's table: %lld tensors (want %d), %lld elements (config: %lld)", (long long)t.n,
+           30 * 784 + 10 * 781 + 3, (long long)elems, (long long)config_total_params(&c));
+    params_free(&t);
+    config_from_name("30B-A3B", &c);
+    params_build(&c, &t);
+    params_moe_layout(&t, 0, &m);
+    EXPECT(m.sh_gate == -1 && m.sh_route == -1, "Qwen3's MoE has no shared expert in its layout");
+    params_free(&t);
+    const char *bad = "{\"model_type\":\"qwen3_5_moe_text\",\"hidden_size\":128,\"num_hidden_layers\":2,"
+                      "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64,\"linear_num_key_heads\":2,"
+                      "\"linear_num_value_heads\":4,\"linear_key_head_dim\":32,\"linear_value_head_dim\":32,"
+                      "\"linear_conv_kernel_dim\":4,\"num_experts\":8,\"num_experts_per_tok\":2,"
+                      "\"moe_intermediate_size\":32,\"shared_expert_intermediate_size\":44}";
+    EXPECT(config_from_json_text(bad, strlen(bad), &c, err, sizeof err) && strstr(err, "shared_expert_intermediate_size 44"),
+           "a shared expert of 44 (rows not 16-byte aligned) refused by name: %s", err);
+    char aux[1024];
+    snprintf(aux, sizeof aux, "%.*s48,\"output_router_logits\":true}", (int)(strstr(bad, "44") - bad), bad);
+    EXPECT(config_from_json_text(aux, strlen(aux), &c, err, sizeof err) && strstr(err, "load-balancing loss"),
+           "the load-balancing loss with a Qwen3.5 MoE refused by name (unchecked): %s", err);
+    aux[strlen(aux) - strlen(",\"output_router_logits\":true}")] = 0;
+    strcat(aux, "}");
+    EXPECT(!config_from_json_text(aux, strlen(aux), &c, err, sizeof err) && c.shared_inter == 48, "without it: taken (%s)", err);
+}
+
 static void test_config_digest(void) {
     Qwen3Config a, b;
     config_from_name("Qwen3.5-9B", &a);
     b = a;
     snprintf(b.name, sizeof b.name, "/another/mount/of/it");
     EXPECT(config_digest(&a) == config_digest(&b), "config_digest: the same model under another name, the same digest");
+    /* the ranks compare digest ^ the data's (52 bits each) through doubles: 63 bits rounded, and equal
+     * local ranks disagreed (device call T, session 10) */
+    EXPECT(config_digest(&a) >= 0 && config_digest(&a) < (1ll << 52), "config_digest: 52 bits, exact as a double");
     b.linear[5] = !b.linear[5];
     EXPECT(config_digest(&a) != config_digest(&b), "config_digest: one layer's kind changed, another digest");
     b = a;
@@ -1858,6 +1919,7 @@ int main(int argc, char **argv) {
     printf("[config]\n");
     test_config(golden);
     test_config_digest();
+    test_qwen35_moe(golden);
     printf("[yarn]\n");
     test_yarn();
     printf("[tokens]\n");
