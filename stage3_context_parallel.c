@@ -472,7 +472,7 @@ static void load_config(Model *M) {
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
     if (M->kept && M->c.lin_v_heads) STOP("--keep-attn with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)");
-    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, err, sizeof err)) == -2) STOP("%s", err);
+    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, o->data, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     if (zigzag_check(M->o.seq, M->P, err, sizeof err) || hybrid_chunk_ok(&M->c, M->o.seq / (2 * M->P), err, sizeof err))
         STOP("%s", err); /* stage 3 */

@@ -530,7 +530,7 @@ static void load_config(Model *M) {
     const Opts *o = &M->o;
     if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
-    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, err, sizeof err)) == -2) STOP("%s", err);
+    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, o->data, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     if (zigzag_check(M->o.seq, M->P, err, sizeof err) || hybrid_chunk_ok(&M->c, M->o.seq / (2 * M->P), err, sizeof err))
         STOP("%s", err); /* stage 3 */

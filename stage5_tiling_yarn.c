@@ -564,7 +564,7 @@ static void load_config(Model *M) {
     if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, err, sizeof err)) STOP("%s", err);
     config_yarn_for_seq(&M->c, o->seq, o->yarn_factor, o->yarn_original); /* stage 5 (common/config.c) */
     if (config_check_yarn(&M->c, err, sizeof err)) STOP("%s", err);         /* stage 5 */
-    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, err, sizeof err)) == -2) STOP("%s", err);
+    if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, o->data, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     if (zigzag_check(M->o.seq, M->P, err, sizeof err) || hybrid_chunk_ok(&M->c, M->o.seq / (2 * M->P), err, sizeof err))
         STOP("%s", err); /* stage 3 */

@@ -7,11 +7,20 @@
 
 #include "tokens.h"
 
-int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, char *err, size_t errlen) {
+int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, const char *data, char *err, size_t errlen) {
     if (!v || !strcmp(v, "none")) return -1;
+    const int64_t tagged = v[0] ? -1 : tokens_file_eot(data); /* the flag alone: the file's own end of text */
+    if (tagged >= 0 && tagged < vocab) return tagged;
+    if (tagged >= vocab) {
+        snprintf(err, errlen, "--packing: %s names its end of text %lld, past this model's vocabulary of %lld", data,
+                 (long long)tagged, (long long)vocab);
+        return -2;
+    }
     if (!v[0] && !qwen3_tokens) {
         snprintf(err, errlen, "--packing alone means Qwen3's <|endoftext|> (%d), and this model reads another "
-                 "tokenizer's ids (a Qwen3.5 hybrid): name its end-of-text id (--packing ID)", TOKEN_ENDOFTEXT);
+                 "tokenizer's ids (a Qwen3.5 hybrid): name its end-of-text id (--packing ID), or make %s with "
+                 "data/prepare.py --tokenizer MODEL_DIR/tokenizer.json, which records it", TOKEN_ENDOFTEXT,
+                 data ? data : "the token file");
         return -2;
     }
     if (!v[0]) {

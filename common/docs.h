@@ -32,11 +32,12 @@
  * has not been measured: a compute-sanitizer run on exactly sized buffers would say. */
 #define DOCS_SLACK_ROWS 256
 
-/* --packing's value: NULL or "none" -> -1 (not packed); "" (the flag alone) -> <|endoftext|>
- * (TOKEN_ENDOFTEXT, what data/prepare.py writes after every document); a token id < vocab -> that
- * id (another tokenizer's end of text; the tests' small vocabularies). -2 + message if bad.
- * qwen3_tokens 0: the model reads another tokenizer's ids (Qwen3.5), so the flag alone is refused. */
-int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, char *err, size_t errlen);
+/* --packing's value: NULL or "none" -> -1 (not packed); "" (the flag alone) -> the end of text the
+ * token file `data` names in its tag (data/prepare.py's "eot=ID,..." for another generation's
+ * tokenizer), else <|endoftext|> (TOKEN_ENDOFTEXT, what data/prepare.py writes after every document);
+ * a token id < vocab -> that id (the tests' small vocabularies). -2 + message if bad. qwen3_tokens 0:
+ * the model reads another tokenizer's ids (Qwen3.5), so the flag alone needs the file's tag. */
+int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, const char *data, char *err, size_t errlen);
 
 /* The line a --packing plan adds (the dry-run's too): what packing changes. */
 void docs_plan_note(FILE *f, int64_t eot);

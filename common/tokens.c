@@ -94,6 +94,23 @@ int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *mo
     return -1;
 }
 
+int64_t tokens_tag_eot(const char *tag) {
+    long long id;
+    return tag && sscanf(tag, "eot=%lld,", &id) == 1 && id >= 0 && id <= UINT32_MAX ? (int64_t)id : -1;
+}
+
+int64_t tokens_file_eot(const char *path) {
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) return -1;
+    uint8_t h[TOKENS_HEADER_BYTES];
+    char tag[TOKENS_TAG_BYTES + 1] = "";
+    const int ok = fread(h, 1, sizeof h, f) == sizeof h && !memcmp(h, TOKENS_MAGIC, 8) &&
+                   (get_u32(h + 8) == TOKENS_VERSION_TAGGED || get_u32(h + 8) == TOKENS_VERSION_TAGGED_WEIGHTS) &&
+                   fread(tag, 1, TOKENS_TAG_BYTES, f) == TOKENS_TAG_BYTES;
+    fclose(f);
+    return ok ? tokens_tag_eot(tag) : -1;
+}
+
 int tokens_open(const char *path, int64_t vocab, TokenFile *tf, char *err, size_t errlen) {
     return tokens_open_file(path, vocab, 0, tf, err, errlen);
 }

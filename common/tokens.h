@@ -52,6 +52,11 @@ int tokens_write_tagged(const char *path, const uint32_t *ids, const uint8_t *we
 /* 0, or -1 with err when a tagged file's tokenizer is not the model's: Qwen3 models read Qwen3's ids
  * (tag "qwen3"), a Qwen3.5 hybrid another tokenizer's (qwen3_tokens 0) */
 int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *model, char *err, size_t errlen);
+/* The end-of-text id a tag names ("eot=ID,vocab=N", what data/prepare.py writes for another
+ * generation's tokenizer.json), or -1. tokens_file_eot reads it from a file's header alone (-1 when
+ * untagged, or unreadable: tokens_open_file says why later). */
+int64_t tokens_tag_eot(const char *tag);
+int64_t tokens_file_eot(const char *path);
 
 /* Windows of seq+1 tokens (inputs and shifted labels) that start seq tokens apart. Global window
  * g = step * world + rank, so data-parallel ranks read disjoint windows and the position follows

@@ -123,8 +123,8 @@ Q=tests/golden/q35_l2_s112
 ./build/check_stage tokens "$Q" "$T/q35.tok" > /dev/null
 for run in "stage1" "stage3 --local-ranks 2" "stage5 --local-ranks 2"; do
     set -- $run
-    refuse $1 "--packing alone with a Qwen3.5 hybrid (its end of text is not Qwen3's)" "name its end-of-text id" \
-        --model "$Q" --data "$T/q35.tok" --seq 112 --steps 1 --packing ${2:-} ${3:-}
+    refuse $1 "--packing alone with a Qwen3.5 hybrid and an untagged file (its end of text is not Qwen3's)" \
+        "name its end-of-text id" --model "$Q" --data "$T/q35.tok" --seq 112 --steps 1 --packing ${2:-} ${3:-}
 done
 refuse stage1 "--keep-attn with a Qwen3.5 hybrid" "with a Qwen3.5 hybrid: not yet" --model "$Q" --data "$T/q35.tok" --seq 112 --keep-attn
 refuse stage4 "--keep-attn gpu:1 with a Qwen3.5 hybrid" "with a Qwen3.5 hybrid: not yet" --model "$Q" --data "$T/q35.tok" \
@@ -141,6 +141,14 @@ tag "$T/q35.tok" "$T/q35_qwen3.tok" qwen3
 refuse stage1 "Qwen3's token ids for a Qwen3.5 hybrid" "ids are the Qwen3 tokenizer's" --model "$Q" --data "$T/q35_qwen3.tok" --seq 112
 refuse stage3 "Qwen3's token ids for a Qwen3.5 hybrid (--eval-data)" "ids are the Qwen3 tokenizer's" --model "$Q" \
     --data "$T/q35.tok" --eval-data "$T/q35_qwen3.tok" --seq 112 --local-ranks 2
+# ... and --packing alone takes the end of text a tagged file names (data/prepare.py --tokenizer writes it)
+tag "$T/q35.tok" "$T/q35_eot7.tok" "eot=7,vocab=256"
+./stage1 --model "$Q" --data "$T/q35_eot7.tok" --seq 112 --steps 1 --packing --dry-run > "$T/p7.txt" 2>&1
+ok "--packing alone takes a tagged file's end of text (eot=7)" "grep -q 'a document ends at token 7 ' '$T/p7.txt'" ||
+    tail -3 "$T/p7.txt"
+tag "$T/q35.tok" "$T/q35_eot999.tok" "eot=999,vocab=1000"
+refuse stage1 "--packing alone, the tag's end of text past the vocabulary" "past this model's vocabulary" --model "$Q" \
+    --data "$T/q35_eot999.tok" --seq 112 --steps 1 --packing
 U=tests/golden/untied_gqa4_s100
 ./build/check_stage tokens "$U" "$T/u.tok" > /dev/null
 tag "$T/u.tok" "$T/u_other.tok" "eot=248044,vocab=248077"

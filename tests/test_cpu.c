@@ -610,6 +610,13 @@ static void test_tokens(void) {
                                                                                                     sizeof err),
            "another tokenizer's ids: refused by a Qwen3 model, taken by a Qwen3.5 one");
     if (!rc) tokens_close(&tf);
+    /* --packing alone takes the end of text the tag names; past the model's vocabulary it is refused */
+    EXPECT(tokens_file_eot(path) == 248044 && tokens_tag_eot("qwen3") == -1 &&
+           docs_eot_option("", 248320, 0, path, err, sizeof err) == 248044 &&
+           docs_eot_option("", 151936, 1, path, err, sizeof err) == -2 && strstr(err, "past this model's vocabulary") &&
+           docs_eot_option("", 248320, 0, NULL, err, sizeof err) == -2 && docs_eot_option("", 151936, 1, NULL, err, sizeof err) ==
+           TOKEN_ENDOFTEXT && docs_eot_option("12", 248320, 0, path, err, sizeof err) == 12,
+           "--packing alone: a tagged file's end of text (248044), Qwen3's without a tag, a given id as given");
     EXPECT(tokens_write_tagged(path, ids, NULL, 100, "a tag of more than thirty-two bytes!", err, sizeof err),
            "a tag past 32 bytes refused");
     { /* a tag that is not printable, and a tagged file cut inside its tag: refused, saying which */
