@@ -38,7 +38,7 @@ HPV="1e-3 0.1 0.9 0.95 1e-8 1.0"
 for g in tests/golden/*/; do
     early || break
     g=${g%/}; name=$(basename "$g")
-    case $name in moe*|q35*) continue ;; esac # MoE: tests/moe_stages_gpu.sh; Qwen3.5: tests/hybrid_gpu.sh
+    case $name in moe*|q35*|packed*) continue ;; esac # MoE: moe_stages_gpu.sh; Qwen3.5: hybrid_gpu.sh; packed: packing_gpu.sh
     S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
     echo "== stage 1 vs reference: $name (seq $S)"
     for keep in "" "--keep-attn"; do
@@ -122,7 +122,7 @@ if [ -x ./stage3 ] && early; then
     echo "== stage 3 (ring attention) on P local ranks against the reference on the same full sequence"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
-        case $name in moe*|q35*) continue ;; esac # MoE: tests/moe_stages_gpu.sh; Qwen3.5: tests/hybrid_gpu.sh
+        case $name in moe*|q35*|packed*) continue ;; esac # MoE: moe_stages_gpu.sh; Qwen3.5: hybrid_gpu.sh; packed: packing_gpu.sh
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
         for P in 1 2 4 8; do
             [ $((S % (2 * P))) -eq 0 ] || { echo "  (seq $S is not divisible by 2 x $P: P=$P skipped)"; continue; }
@@ -170,7 +170,7 @@ if [ -x ./stage4 ] && early; then
     echo "== stage 4 (offload) against stage 3: the loss bit for bit, gradients within that noise, host AdamW within 1e-7"
     for g in tests/golden/*/; do
         g=${g%/}; name=$(basename "$g")
-        case $name in moe*|q35*) continue ;; esac # MoE: tests/moe_stages_gpu.sh; Qwen3.5: tests/hybrid_gpu.sh
+        case $name in moe*|q35*|packed*) continue ;; esac # MoE: moe_stages_gpu.sh; Qwen3.5: hybrid_gpu.sh; packed: packing_gpu.sh
         S=$(./build/check_stage tokens "$g" "$tmp/$name.tok")
         for P in 1 2 4; do
             [ $((S % (2 * P))) -eq 0 ] || continue
