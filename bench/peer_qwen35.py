@@ -8,6 +8,7 @@ that is what a user of the PyTorch stack gets there, and what this measures.
 The default model is the issue's: the Qwen3.5-9B shape (hidden 4096, 16/4 heads of 256, linear heads
 16/32 of 128, intermediate 12288, vocabulary 248,320), cut to 4 layers: 3 linear attention, then full.
   python3 bench/peer_qwen35.py --seq 8192 16384 32768 --steps 2
+  python3 bench/peer_qwen35.py --plain --dtype fp32 --seq 8192   # the issue's 3.6 s: see RESULTS.md
 Prints one JSON line per length: step time (median of timed steps), peak memory, or the error (an
 out-of-memory at one length does not hide the others). --device cpu with a tiny --hidden checks the
 script without a GPU.
@@ -30,13 +31,19 @@ def build(a, dev):
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device(dev):
-        model = Qwen3_5ForCausalLM(cfg).to(torch.bfloat16 if dev == "cuda" else torch.float32)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = Qwen3_5ForCausalLM(cfg).to(torch.bfloat16 if dev == "cuda" and a.dtype == "bf16" else torch.float32)
+    if not a.plain:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     return model, cfg
 
 
 def step(model, opt, x, y, chunk):
+    if opt is None:  # --plain: transformers' own loss from labels (the full logits), forward and backward
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=x, labels=x, use_cache=False).loss
+        loss.backward()
+        return float(loss.detach())
     opt.zero_grad(set_to_none=True)
     seq = x.shape[1]
     h = model.model(input_ids=x, use_cache=False).last_hidden_state[0]
@@ -53,7 +60,7 @@ def step(model, opt, x, y, chunk):
 
 def run(a, seq, dev):
     model, cfg = build(a, dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=dev == "cuda")
+    opt = None if a.plain else torch.optim.AdamW(model.parameters(), lr=1e-5, fused=dev == "cuda")
     g = torch.Generator(device=dev).manual_seed(1)
     ids = torch.randint(0, a.vocab, (1, seq + 1), device=dev, generator=g)
     x, y = ids[:, :seq], ids[0, 1:]
@@ -69,7 +76,7 @@ def run(a, seq, dev):
             torch.cuda.synchronize()
         if i > 0:
             times.append(time.perf_counter() - t0)
-    out = dict(peer="torch-qwen3.5", hidden=a.hidden, layers=a.layers, layer_types=cfg.layer_types, seq=seq,
+    out = dict(peer="torch-qwen3.5" + ("-plain" if a.plain else ""), dtype=str(next(model.parameters()).dtype), hidden=a.hidden, layers=a.layers, layer_types=cfg.layer_types, seq=seq,
                steps=a.steps, step_s=round(statistics.median(times), 4), tokens_per_s=round(seq / statistics.median(times), 1),
                losses=[round(v, 4) for v in losses], torch=torch.__version__)
     if dev == "cuda":
@@ -93,12 +100,17 @@ def main():
     ap.add_argument("--linear-v-heads", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=248320)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16",
+                    help="the model's dtype on the GPU (fp32 is what from_config gives unless told)")
+    ap.add_argument("--plain", action="store_true",
+                    help="the plainest transformers script: model(input_ids, labels).loss, backward, no "
+                         "checkpointing, no optimizer step (forward and backward only, as the issue measured)")
     a = ap.parse_args()
     for seq in a.seq:
         try:
             print(json.dumps(run(a, seq, a.device)), flush=True)
         except Exception as e:  # an OOM at one size should not hide the others
-            print(json.dumps(dict(peer="torch-qwen3.5", seq=seq, error=f"{type(e).__name__}: {str(e)[:300]}")), flush=True)
+            print(json.dumps(dict(peer="torch-qwen3.5" + ("-plain" if a.plain else ""), seq=seq, error=f"{type(e).__name__}: {str(e)[:300]}")), flush=True)
         if a.device == "cuda":
             torch.cuda.empty_cache()
 
