@@ -180,7 +180,11 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     char err[512], est[128], dw[4200];
     const char *d = data_words(a, dw, sizeof dw);
     if (config_load(a->model, &full, err, sizeof err)) return; /* the stage loaded it: cannot happen */
-    const int64_t seq = a->seq, L = full.layers;
+    /* the job's depth: the model's, or the --layers cut it asked for (advice for the whole model would
+     * plan another job than the one asked) */
+    const int64_t seq = a->seq, L = a->layers > 0 && a->layers < full.layers ? a->layers : full.layers;
+    char cut[48] = "";
+    if (L < full.layers) snprintf(cut, sizeof cut, " --layers %lld", (long long)L);
     say("nearest commands that fit %s (step times at ~%.0f model TFLOP/s, an H200's):\n",
         a->dry_run ? "the planned machine" : "here", ADVICE_STEP_TFLOPS);
     const int64_t job = a->P > 1 ? a->P : HEADLINE_GPUS; /* rehearse the job, or the headline's 8 GPUs */
@@ -193,20 +197,20 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
         if (fits(a->exe, a->model, a->data, seq, job, 0, l, gpu, budget, &tf)) rl = l, rtf = tf;
     if (rl)
         say("  rehearse rank 0 of %lld GPUs: %s --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld%s%s\n",
-            (long long)job, a->prog, a->model, (long long)seq, (long long)job, rl < L ? " --layers " : "",
-            rl < L ? (long long)rl : 0, d, estimate(rtf, est, sizeof est));
+            (long long)job, a->prog, a->model, (long long)seq, (long long)job, rl < full.layers ? " --layers " : "",
+            rl < full.layers ? (long long)rl : 0, d, estimate(rtf, est, sizeof est));
     for (int64_t s = seq / 2; s >= 2 * gpus * 1024; s /= 2)
-        if (fits(a->exe, a->model, a->data, s, gpus, -1, 0, gpu, budget, &tf)) {
-            say("  fewer tokens: %s --model %s --seq %lld --gpus %lld%s%s\n", a->prog, a->model, (long long)s,
-                (long long)gpus, d, estimate(tf, est, sizeof est));
+        if (fits(a->exe, a->model, a->data, s, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {
+            say("  fewer tokens: %s --model %s --seq %lld --gpus %lld%s%s%s\n", a->prog, a->model, (long long)s,
+                (long long)gpus, cut, d, estimate(tf, est, sizeof est));
             break;
         }
     const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
     int below = 0;
     for (int i = 0; i < 6; i++) {
-        if (below && fits(a->exe, smaller[i], a->data, seq, gpus, -1, 0, gpu, budget, &tf)) {
-            say("  a smaller model: %s --model %s --seq %lld --gpus %lld%s%s\n", a->prog, smaller[i], (long long)seq,
-                (long long)gpus, d, estimate(tf, est, sizeof est));
+        if (below && fits(a->exe, smaller[i], a->data, seq, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {
+            say("  a smaller model: %s --model %s --seq %lld --gpus %lld%s%s%s\n", a->prog, smaller[i], (long long)seq,
+                (long long)gpus, cut, d, estimate(tf, est, sizeof est));
             break;
         }
         below = below || !strcmp(smaller[i], full.name);

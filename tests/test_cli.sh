@@ -227,6 +227,10 @@ ok "./stage5 --seq 1048576 --dry-run plans 8 GPUs of 80 GB and a 2 TiB node, and
 out=$(./stage5 --seq 1M --gpus 1 --dry-run 2>&1)
 ok "a dry-run that does not fit prints the run's verdict and advice" \
    "grep -q 'the planned machine cannot run it' <<< \"\$out\" && grep -q 'nearest commands that fit the planned machine' <<< \"\$out\""
+# a --layers cut is the job: the advice plans and prints the cut, not the whole model (it did not)
+out=$(./stage5 --model 8B --layers 2 --seq 1M --gpus 1 --dry-run 2>&1)
+ok "the advice for a --layers cut keeps the cut" \
+   "grep -q 'fewer tokens: ./stage5 --model 8B --seq [0-9]* --gpus 1 --layers 2 ' <<< \"\$out\" && grep -q 'rehearse rank 0 of 8 GPUs: .* --layers [12] ' <<< \"\$out\""
 out=$(./stage1 --dry-run 2>&1)
 ok "stage 1's dry-run plans one GPU of 80 GB" "head -1 <<< \"\$out\" | grep -q '^planned for 1 GPU of 74.5 GiB: the headline'"
 out=$(./stage5 --seq 1M --gpus 8 --rehearse 0 --layers 2 --dry-run 2>&1)
