@@ -444,6 +444,24 @@ int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers
            !memcmp(a->linear, b->linear, (size_t)la);
 }
 
+/* what config_same_shape compares, in words (two models that differ differ here) */
+static const char *shape_words(const Qwen3Config *c, char *buf, size_t n) {
+    char kinds[CONFIG_MAX_LAYERS + 1];
+    int64_t L = c->layers < CONFIG_MAX_LAYERS ? c->layers : CONFIG_MAX_LAYERS;
+    for (int64_t l = 0; l < L; l++) kinds[l] = config_is_linear(c, l) ? 'l' : 'f';
+    kinds[L] = 0;
+    snprintf(buf, n, "%lld layers%s%.40s%s, hidden %lld, intermediate %lld, heads %lld/%lld x %lld (%lld rotated%s), "
+             "vocab %lld%s, %lld experts of %lld (top %lld, shared %lld), linear heads %lld/%lld x %lld/%lld, conv %lld",
+             (long long)c->layers,
+             c->lin_v_heads ? " (" : "", c->lin_v_heads ? kinds : "", c->lin_v_heads ? ": l linear, f full)" : "",
+             (long long)c->hidden, (long long)c->intermediate, (long long)c->heads, (long long)c->kv_heads,
+             (long long)c->head_dim, (long long)c->rot, c->attn_gate ? ", gated" : "", (long long)c->vocab,
+             c->tied ? " tied" : "", (long long)c->experts, (long long)c->moe_intermediate, (long long)c->top_k,
+             (long long)c->shared_inter, (long long)c->lin_k_heads, (long long)c->lin_v_heads, (long long)c->lin_k_dim,
+             (long long)c->lin_v_dim, (long long)c->conv_width);
+    return buf;
+}
+
 int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_t layers, double yarn_factor,
                    int64_t yarn_original, char *err, size_t errlen) {
     if (config_load(resume ? resume : model, c, err, errlen)) return -1;
@@ -451,10 +469,9 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
         Qwen3Config m;
         if (config_load(model, &m, err, errlen)) return -1;
         if (!config_same_shape(c, &m, layers)) {
-            snprintf(err, errlen, "--resume %s holds a model of %lld layers, hidden %lld, %lld experts; --model %s has %lld "
-                     "layers, hidden %lld, %lld experts: resume the save with its own model (leave --model out)", resume,
-                     (long long)c->layers, (long long)c->hidden, (long long)c->experts, model, (long long)m.layers,
-                     (long long)m.hidden, (long long)m.experts);
+            char a[256], b[256];
+            snprintf(err, errlen, "--resume %s holds a model of %s; --model %s has %s: resume the save with its own model "
+                     "(leave --model out)", resume, shape_words(c, a, sizeof a), model, shape_words(&m, b, sizeof b));
             return -1;
         }
     }

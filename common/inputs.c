@@ -33,24 +33,9 @@ static void check_windows(const TokenFile *tf, const char *flag, const InputsAsk
 
 /* ---------------------------------------------------------------- weights and saves */
 int inputs_check_weights(const SafeTensors *st, const char *prefix, const ParamTable *t, char *err, size_t errlen) {
-    char name[160];
     for (int64_t i = 0; i < t->n; i++) {
-        const ParamInfo *p = &t->p[i];
-        snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        const StTensor *s = st_find(st, name);
-        if (!s) { snprintf(err, errlen, "tensor \"%s\" is missing", name); return -1; }
-        int same = s->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = s->shape[d] == p->shape[d];
-        if (!same) {
-            snprintf(err, errlen, "tensor \"%s\" has %d dims [%lld, %lld...], the model's is [%lld, %lld]", name, s->ndim,
-                     (long long)s->shape[0], (long long)(s->ndim > 1 ? s->shape[1] : 0), (long long)p->shape[0],
-                     (long long)(p->ndim > 1 ? p->shape[1] : 0));
-            return -1;
-        }
-        if (s->dtype != ST_F32 && s->dtype != ST_BF16 && s->dtype != ST_F16) {
-            snprintf(err, errlen, "tensor \"%s\" is %s, not a float type (F32, BF16, F16)", name, st_dtype_name(s->dtype));
-            return -1;
-        }
+        StoredAt s; /* its own name, or a Qwen3.5 MoE release's fused experts (common/model.h) */
+        if (params_stored(st, prefix, t, &t->p[i], &s, err, errlen)) return -1;
     }
     return 0;
 }

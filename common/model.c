@@ -157,13 +157,59 @@ void params_moe_layout(const ParamTable *t, int64_t layer, MoeLayout *o) {
 
 int params_decays(const ParamInfo *p) { return p->ndim >= 2; }
 
+/* a shape as "[a, b, c]" */
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    int k = snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k < (int)n; d++) k += snprintf(buf + k, n - (size_t)k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (k < (int)n) snprintf(buf + k, n - (size_t)k, "]");
+    return buf;
+}
+
+int params_stored(const SafeTensors *st, const char *prefix, const ParamTable *t, const ParamInfo *p, StoredAt *s,
+                  char *err, size_t errlen) {
+    snprintf(s->name, sizeof s->name, "%s%s", prefix, p->name);
+    s->ndim = p->ndim, s->at = 0;
+    memcpy(s->shape, p->shape, sizeof s->shape);
+    const StTensor *f = st_find(st, s->name);
+    if (!f && p->expert >= 0) { /* a Qwen3.5 MoE release: the layer's experts in one tensor a kind */
+        const int down = p->kind == P_EXP_DOWN;
+        const int64_t E = t->experts, rows = p->shape[0], cols = p->shape[1]; /* Im x D, or D x Im */
+        snprintf(s->name, sizeof s->name, "%smodel.layers.%lld.mlp.experts.%s", prefix, (long long)p->layer,
+                 down ? "down_proj" : "gate_up_proj");
+        s->ndim = 3, s->shape[0] = E, s->shape[1] = down ? rows : 2 * rows, s->shape[2] = cols;
+        s->at = p->expert * s->shape[1] * cols + (p->kind == P_EXP_UP ? rows * cols : 0);
+        f = st_find(st, s->name);
+        if (!f) {
+            snprintf(err, errlen, "tensor \"%s%s\" is missing (and so is the fused \"%s\")", prefix, p->name, s->name);
+            return -1;
+        }
+    }
+    if (!f) { snprintf(err, errlen, "tensor \"%s\" is missing", s->name); return -1; }
+    int same = f->ndim == s->ndim;
+    for (int d = 0; same && d < s->ndim; d++) same = f->shape[d] == s->shape[d];
+    if (!same) {
+        char a[96], b[96];
+        snprintf(err, errlen, "tensor \"%s\" has the shape %s, the model's is %s", s->name,
+                 shape_str(a, sizeof a, f->ndim, f->shape), shape_str(b, sizeof b, s->ndim, s->shape));
+        return -1;
+    }
+    if (f->dtype != ST_F32 && f->dtype != ST_BF16 && f->dtype != ST_F16) {
+        snprintf(err, errlen, "tensor \"%s\" is %s, not a float type (F32, BF16, F16)", s->name, st_dtype_name(f->dtype));
+        return -1;
+    }
+    return 0;
+}
+
 int params_load(const ParamTable *t, const char *path, float *flat, char *err, size_t errlen) {
     SafeTensors st;
     if (st_open(path, &st, err, errlen)) return -1;
     memset(flat, 0, (size_t)t->total * sizeof(float));
     int rc = 0;
-    for (int64_t i = 0; i < t->n && !rc; i++)
-        rc = st_read_f32(&st, t->p[i].name, t->p[i].ndim, t->p[i].shape, flat + t->p[i].offset, err, errlen);
+    for (int64_t i = 0; i < t->n && !rc; i++) {
+        StoredAt s;
+        rc = params_stored(&st, "", t, &t->p[i], &s, err, errlen) ||
+             st_read_range_f32(&st, s.name, s.ndim, s.shape, s.at, t->p[i].numel, flat + t->p[i].offset, err, errlen);
+    }
     for (int64_t i = 0; i < t->n && !rc; i++)
         for (int64_t e = 0; e < t->p[i].numel && t->p[i].shift; e++) flat[t->p[i].offset + e] += 1.0f;
     st_close(&st);

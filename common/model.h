@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "safetensors.h"
 
 typedef enum {
     P_EMBED,        /* [vocab, hidden] */
@@ -95,6 +96,20 @@ typedef struct {
     int64_t sh_gate, sh_up, sh_down, sh_route;
 } MoeLayout;
 void params_moe_layout(const ParamTable *t, int64_t layer, MoeLayout *o);
+/* Where an HF file holds tensor p (with prefix before its name): under its own name, or, for a routed
+ * expert of a Qwen3.5 MoE release, as a slice of its layer's fused tensor (mlp.experts.gate_up_proj
+ * [E, 2 Im, D]: expert e's gate rows, then its up rows; mlp.experts.down_proj [E, D, Im]), which the
+ * Hub's checkpoints hold (transformers saves them apart, and reads both). 0 with the stored tensor's
+ * name and shape and p's first element in it (at); -1 with a message naming what is missing or
+ * mis-shaped. */
+typedef struct {
+    char name[192];
+    int ndim;
+    int64_t shape[3];
+    int64_t at;
+} StoredAt;
+int params_stored(const SafeTensors *st, const char *prefix, const ParamTable *t, const ParamInfo *p, StoredAt *s,
+                  char *err, size_t errlen);
 /* Load every tensor from an HF directory / safetensors file into flat fp32 (padding zeroed). */
 int params_load(const ParamTable *t, const char *path, float *flat, char *err, size_t errlen);
 /* transformers-style init: matrices normal(0, std), norm weights 1. Deterministic in seed and the

@@ -39,13 +39,13 @@ typedef struct {
 } Source;
 
 static void fill_piece(StateIO *s, const Piece *pc, const Source *src, float *dst, float *buf) {
-    char err[512], name[160];
-    snprintf(name, sizeof name, "%s%s", src->prefix, pc->param->name);
+    char err[512];
+    StoredAt at; /* its own name, or a Qwen3.5 MoE release's fused experts (common/model.h) */
+    if (src->st && params_stored(src->st, src->prefix, s->t, pc->param, &at, err, sizeof err)) DIE("%s", err);
     for (int64_t off = 0; off < pc->numel; off += CHUNK) {
         const int64_t n = pc->numel - off < CHUNK ? pc->numel - off : CHUNK;
         if (!src->st) params_init_piece(s->t, pc->param, src->std, src->seed, pc->elem0 + off, n, buf, s->threads);
-        else if (st_read_range_f32(src->st, name, pc->param->ndim, pc->param->shape, pc->elem0 + off, n, buf, err,
-                                   sizeof err))
+        else if (st_read_range_f32(src->st, at.name, at.ndim, at.shape, at.at + pc->elem0 + off, n, buf, err, sizeof err))
             DIE("%s", err);
         else if (!src->prefix[0]) /* an HF model's tensor: Qwen3.5's norms hold 1 + w here (common/model.h) */
             for (int64_t j = 0; j < n; j++) buf[j] = params_from_hf(pc->param, buf[j]);

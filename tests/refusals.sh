@@ -67,7 +67,7 @@ for n in 1 2 3 4 5; do
     refuse $bin "--model Qwen3 (not a size)" "neither a size" $good $R --model Qwen3
     # weights
     refuse $bin "a model missing a tensor" 'tensor "model.norm.weight" is missing' $good $R --model "$T/m_missing"
-    refuse $bin "a tensor of the wrong shape" 'tensor "model.norm.weight" has 1 dims [65' $good $R --model "$T/m_shape"
+    refuse $bin "a tensor of the wrong shape" 'tensor "model.norm.weight" has the shape [65' $good $R --model "$T/m_shape"
     refuse $bin "an integer weight" "not a float type" $good $R --model "$T/m_int"
     refuse $bin "a tensor named twice in one header" "is named twice in its header" $good $R --model "$T/m_dup"
     refuse $bin "a shape of 2^80 elements" "implausibly large" $good $R --model "$T/m_huge"

@@ -34,6 +34,7 @@
 #include "ref_qwen35.h"
 #include "ref_ring.h"
 #include "../common/docs.h"
+#include "../common/inputs.h"
 #include "test.h"
 
 static const char *GOLDEN[] = {"tied_gqa2_hd128", "untied_gqa4_s100", "yarn4_orig32", "moe_e8_k2", "masked_gqa4_s128",
@@ -329,6 +330,79 @@ static void test_qwen35_moe(const char *root) {
            "Qwen3.5-35B-A3B's table: %lld tensors (want %d), %lld elements (config: %lld)", (long long)t.n,
            30 * 784 + 10 * 781 + 3, (long long)elems, (long long)config_total_params(&c));
     params_free(&t);
+    /* a release's layout: the fixture's experts written fused (gate_up_proj [E, 2 Im, D], down_proj
+     * [E, D, Im], as the Hub's Qwen3.5-35B-A3B holds them) load to the same flat weights */
+    {
+        config_load(dir, &c, err, sizeof err);
+        params_build(&c, &t);
+        float *a = xmalloc((size_t)t.total * 4), *b = xmalloc((size_t)t.total * 4);
+        const int la = params_load(&t, dir, a, err, sizeof err);
+        EXPECT(!la, "the fixture loads: %s", err);
+        const int64_t E = c.experts, Im = c.moe_intermediate, D = c.hidden;
+        StWrite *w = xcalloc((size_t)t.n, sizeof(StWrite));
+        float *fused = xcalloc((size_t)(c.layers * 3 * E * Im * D), 4);
+        int64_t n = 0;
+        for (int64_t i = 0; i < t.n; i++) {
+            const ParamInfo *p = &t.p[i];
+            if (p->expert < 0) {
+                float *v = xmalloc((size_t)p->numel * 4); /* the HF values (the flat buffer holds 1 + w) */
+                for (int64_t e = 0; e < p->numel; e++) v[e] = params_to_hf(p, a[p->offset + e]);
+                w[n++] = (StWrite){p->name, ST_F32, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, v};
+                continue;
+            }
+            float *gu = fused + p->layer * 3 * E * Im * D, *dn = gu + 2 * E * Im * D; /* this layer's two */
+            float *to = p->kind == P_EXP_DOWN ? dn + p->expert * D * Im
+                                              : gu + p->expert * 2 * Im * D + (p->kind == P_EXP_UP ? Im * D : 0);
+            memcpy(to, a + p->offset, (size_t)p->numel * 4);
+        }
+        static char names[64][96];
+        for (int64_t l = 0; l < c.layers && l < 32; l++) {
+            float *gu = fused + l * 3 * E * Im * D;
+            snprintf(names[2 * l], 96, "model.language_model.layers.%lld.mlp.experts.gate_up_proj", (long long)l);
+            snprintf(names[2 * l + 1], 96, "model.language_model.layers.%lld.mlp.experts.down_proj", (long long)l);
+            w[n++] = (StWrite){names[2 * l], ST_F32, 3, {E, 2 * Im, D}, gu};
+            w[n++] = (StWrite){names[2 * l + 1], ST_F32, 3, {E, D, Im}, gu + 2 * E * Im * D};
+        }
+        char fdir[1024], cfg[1100], path[1100];
+        snprintf(fdir, sizeof fdir, "%s/q35moe_fused", tmpdir);
+        mkdir(fdir, 0755);
+        snprintf(cfg, sizeof cfg, "%s/config.json", fdir);
+        snprintf(path, sizeof path, "%s/model.safetensors", fdir);
+        EXPECT(!config_write_json(&c, cfg, "float32") && !st_write(path, w, n, NULL, err, sizeof err),
+               "a fused copy of the fixture written: %s", err);
+        const int lb = params_load(&t, fdir, b, err, sizeof err);
+        int64_t diff = 0;
+        for (int64_t i = 0; !la && !lb && i < t.total; i++) diff += a[i] != b[i];
+        EXPECT(!la && !lb && !diff, "a release's fused experts load to the same weights (%lld differ; %s)", (long long)diff,
+               lb ? err : "");
+        SafeTensors st;
+        EXPECT(!st_open(fdir, &st, err, sizeof err) && !inputs_check_weights(&st, "", &t, err, sizeof err),
+               "the fused release passes the weights' check: %s", err);
+        st_close(&st);
+        /* a fused tensor of the wrong shape is refused, naming both shapes */
+        w[n - 1].shape[2] = Im / 2;
+        EXPECT(!st_write(path, w, n, NULL, err, sizeof err) && params_load(&t, fdir, b, err, sizeof err) &&
+               strstr(err, "down_proj\" has the shape [8, 128, 16], the model's is [8, 128, 32]"),
+               "a fused down_proj of the wrong shape refused by name: %s", err);
+        for (int64_t i = 0; i < n; i++)
+            if (w[i].ndim != 3 || !strstr(w[i].name, "experts")) free((void *)w[i].data);
+        free(w); free(fused); free(a); free(b);
+        params_free(&t);
+    }
+    { /* --resume beside a --model whose layer kinds differ: the refusal shows the difference */
+        char d1[1024], d2[1024], p1[1100], p2[1100];
+        Qwen3Config q, r;
+        snprintf(dir, sizeof dir, "%s/q35_l2_s112", root);
+        config_load(dir, &q, err, sizeof err);
+        r = q;
+        r.linear[0] = !r.linear[0], r.linear[1] = !r.linear[1];
+        snprintf(d1, sizeof d1, "%s/kinds_a", tmpdir), snprintf(d2, sizeof d2, "%s/kinds_b", tmpdir);
+        mkdir(d1, 0755), mkdir(d2, 0755);
+        snprintf(p1, sizeof p1, "%s/config.json", d1), snprintf(p2, sizeof p2, "%s/config.json", d2);
+        EXPECT(!config_write_json(&q, p1, "float32") && !config_write_json(&r, p2, "float32") &&
+               config_for_run(&c, d1, d2, 0, 0, 0, err, sizeof err) && strstr(err, "2 layers (fl: l linear") &&
+               strstr(err, "2 layers (lf: l linear"), "a resume whose layer kinds differ, said in the refusal: %s", err);
+    }
     config_from_name("30B-A3B", &c);
     params_build(&c, &t);
     params_moe_layout(&t, 0, &m);
