@@ -52,7 +52,7 @@
 
 #define STAGE 1 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
-    "Train a Qwen3 model on one GPU: bf16 compute, fp32 master weights and AdamW state, per-layer\n"
+    "Train a Qwen3 or Qwen3.5 model on one GPU: bf16 compute, fp32 master weights and AdamW state, per-layer\n"
     "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
     "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
 
@@ -95,7 +95,7 @@ static Opts parse_opts(int argc, char **argv) {
               .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
               .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4, .moe_gemm = "loop"};
     const Opt table[] = {
-        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B) or HF model directory"},
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B, the MoE Qwen3.5-35B-A3B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
@@ -127,7 +127,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1e6]"},
-        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
+        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else its positions, 32768 for Qwen3's 40960)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         {"--packing", OPT_OPTSTR, &o.packing, "packed documents: each document (ended by <|endoftext|>, or by token ID: --packing ID) attends only to itself from position 0, and the label across a boundary counts no loss; none: off"},
     };
@@ -371,7 +371,7 @@ static void load_config(Model *M) {
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     M->S = M->o.seq;
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
-    if (!sdpa_shape_ok(&M->attn, err, sizeof err) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
+    if ((config_full_layers(&M->c) && !sdpa_shape_ok(&M->attn, err, sizeof err)) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
         if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }

@@ -61,9 +61,10 @@
 
 #define STAGE 5 /* this file's rung: its plan and its log lines say so */
 static const char *SUMMARY =
-    "Train a Qwen3 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
+    "Train a Qwen3 or Qwen3.5 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
     "attention), layer inputs, kept attention outputs and optimizer state offloaded to pinned host memory\n"
-    "(--offload), MLP and attention in sequence tiles and head groups, YaRN past 32K positions,"
+    "(--offload), MLP and attention in sequence tiles and head groups, YaRN past the trained positions\n"
+    "(Qwen3's 32K, Qwen3.5's 256K),"
     " with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
     "optimizer state, layers are all-gathered per use. bf16 compute, fp32 master weights, per-layer\n"
     "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
@@ -120,7 +121,7 @@ static Opts parse_opts(int argc, char **argv) {
               .ranks = RANK_DEFAULTS,
               .merge = "fp32", .offload = "all", .keep_attn = "auto" /* stage 5: every lever on */};
     const Opt table[] = {
-        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B) or HF model directory"},
+        {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B, the MoE Qwen3.5-35B-A3B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
@@ -152,7 +153,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
         {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: the config's, else seq / original context when longer; 1: off)", "[0,1e6]"}, /* stage 5 */
-        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else 32768)", "[0,4G]"},
+        {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else its positions, 32768 for Qwen3's 40960)", "[0,4G]"},
         {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
         {"--packing", OPT_OPTSTR, &o.packing, "packed documents: each document (ended by <|endoftext|>, or by token ID: --packing ID) attends only to itself from position 0, and the label across a boundary counts no loss; none: off"},
         /* ---- stage 2: FSDP ---- */
@@ -578,7 +579,7 @@ static void load_config(Model *M) {
     M->tile = M->S; /* until choose_tile() */
     /* ---- end stage 5 ---- */
     M->attn = (SdpaShape){.Hq = M->hg, .Hkv = M->kg, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1}; /* stage 5: one head group */
-    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
+    if (config_full_layers(&M->c) && !sdpa_shape_ok(&M->attn, err, sizeof err)) {
         if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }
@@ -1792,9 +1793,11 @@ int main(int argc, char **argv) {
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
+    char keep[2048]; /* the job's own options that change a plan: its suggestions keep them */
+    advice_keep(argc, argv, keep, sizeof keep);
     advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
                                  .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M),
-                                 .dry_run = M.o.dry_run}, &mp, visible); /* a dry-run prints what the run would */
+                                 .dry_run = M.o.dry_run, .keep = keep}, &mp, visible); /* a dry-run prints what the run would */
     if (M.o.dry_run) return 0;
     trace_open(M.o.trace); /* after the dry-run: it writes nothing */
     timeline_open(M.o.timeline);

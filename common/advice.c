@@ -78,8 +78,27 @@ int advice_gpus(RankOpts *r, int dry_run) {
  * --dry-run plans it (the GPU's memory as --gpu-gib: kept attention fills what the job would have)
  * and prints its peak per GPU and its pinned host memory per rank. *tflop: the job's model TFLOP
  * per rank and step. */
-static int fits(const char *prog, const char *model, const char *data, int64_t seq, int64_t gpus, int64_t rehearse,
-                int64_t layers, double gpu_cap, double host_cap, double *tflop) {
+void advice_keep(int argc, char **argv, char *out, size_t n) {
+    static const char *const KEEP[] = {"--offload", "--mlp-tile", "--attn-groups", "--keep-attn", "--merge", "--packing",
+                                       "--yarn-factor", "--yarn-original", "--moe-gemm", "--loss-chunk", "--eval-data"};
+    out[0] = 0;
+    for (int i = 1; i < argc; i++)
+        for (size_t k = 0; k < sizeof KEEP / sizeof KEEP[0]; k++) {
+            const size_t len = strlen(KEEP[k]);
+            if (strncmp(argv[i], KEEP[k], len) || (argv[i][len] && argv[i][len] != '=')) continue;
+            /* "--x=v", "--x v", or an optional word's flag alone (--keep-attn, --packing) */
+            const char *v = argv[i][len] == '=' ? argv[i] + len + 1
+                            : i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : NULL;
+            if (v && strchr(v, '\'')) continue;
+            const int plain = v && v[0] && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:,/+-") ==
+                                               strlen(v); /* quoted only when the shell needs it */
+            const size_t at = strlen(out);
+            snprintf(out + at, n - at, !v ? " %s" : plain ? " %s %s" : " %s '%s'", KEEP[k], v ? v : "");
+        }
+}
+
+static int fits(const char *prog, const char *model, const char *data, const char *keep, int64_t seq, int64_t gpus,
+                int64_t rehearse, int64_t layers, double gpu_cap, double host_cap, double *tflop) {
     char exe[4096], cmd[8192], line[512], dflag[4200] = "";
     const ssize_t n = prog ? (ssize_t)snprintf(exe, sizeof exe, "%s", prog) : readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0 || n >= (ssize_t)sizeof exe || strchr(model, '\'') || memchr(exe, '\'', (size_t)n)) return 0;
@@ -89,8 +108,9 @@ static int fits(const char *prog, const char *model, const char *data, int64_t s
     /* --dry-run first: a command cut short must never run a real job; LONGCTX_ADVISING: a plan asked
      * for by advice gives none of its own (each would ask for more plans) */
     const int len = snprintf(cmd, sizeof cmd, "LONGCTX_ADVISING=1 '%s' --dry-run --model '%s' --seq %lld --gpus %lld --rehearse %lld --layers "
-                             "%lld --gpu-gib %.17g --host-gib %.17g%s 2>&1", exe, model, (long long)seq, (long long)gpus,
-                             (long long)rehearse, (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30), dflag);
+                             "%lld --gpu-gib %.17g --host-gib %.17g%s%s 2>&1", exe, model, (long long)seq, (long long)gpus,
+                             (long long)rehearse, (long long)layers, gpu_cap / (1 << 30), host_cap / (1 << 30), dflag,
+                             keep ? keep : "");
     if (len < 0 || len >= (int)sizeof cmd) return 0;
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
@@ -166,9 +186,10 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
     if (!visible) {
         char job[96], dw[4200];
         job_words(a, need, job, sizeof job);
-        say("nearest: the plan, without a GPU: %s --model %s --seq %lld %s%s --dry-run; on a machine with %d GPU(s) "
+        say("nearest: the plan, without a GPU: %s --model %s --seq %lld %s%s%s --dry-run; on a machine with %d GPU(s) "
             "of %.0f GiB free and %.0f GiB of host memory, the same command runs as it is\n", a->prog, a->model,
-            (long long)a->seq, job, data_words(a, dw, sizeof dw), need, ceil(peak / gib), ceil(host / gib));
+            (long long)a->seq, job, data_words(a, dw, sizeof dw), a->keep ? a->keep : "", need, ceil(peak / gib),
+            ceil(host / gib));
         exit(1);
     }
     advise_nearest(a, visible < need ? visible : need, gpu, budget);
@@ -177,8 +198,9 @@ void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
 
 void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     Qwen3Config full; /* the model's own depth and name: the rehearsal's --layers is chosen from it */
-    char err[512], est[128], dw[4200];
-    const char *d = data_words(a, dw, sizeof dw);
+    char err[512], est[128], dw[4200], dk[8400];
+    snprintf(dk, sizeof dk, "%s%s", data_words(a, dw, sizeof dw), a->keep ? a->keep : ""); /* the job's own options */
+    const char *d = dk;
     if (config_load(a->model, &full, err, sizeof err)) return; /* the stage loaded it: cannot happen */
     /* the job's depth: the model's, or the --layers cut it asked for (advice for the whole model would
      * plan another job than the one asked) */
@@ -194,13 +216,13 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     int64_t rl = 0;
     double rtf = 0;
     for (int64_t l = L; l >= 1 && !(rl && rtf / ADVICE_STEP_TFLOPS <= 300); l = l > 4 ? l / 2 : l - 1)
-        if (fits(a->exe, a->model, a->data, seq, job, 0, l, gpu, budget, &tf)) rl = l, rtf = tf;
+        if (fits(a->exe, a->model, a->data, a->keep, seq, job, 0, l, gpu, budget, &tf)) rl = l, rtf = tf;
     if (rl)
         say("  rehearse rank 0 of %lld GPUs: %s --model %s --seq %lld --gpus %lld --rehearse 0%s%.0lld%s%s\n",
             (long long)job, a->prog, a->model, (long long)seq, (long long)job, rl < full.layers ? " --layers " : "",
             rl < full.layers ? (long long)rl : 0, d, estimate(rtf, est, sizeof est));
     for (int64_t s = seq / 2; s >= 2 * gpus * 1024; s /= 2)
-        if (fits(a->exe, a->model, a->data, s, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {
+        if (fits(a->exe, a->model, a->data, a->keep, s, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {
             say("  fewer tokens: %s --model %s --seq %lld --gpus %lld%s%s%s\n", a->prog, a->model, (long long)s,
                 (long long)gpus, cut, d, estimate(tf, est, sizeof est));
             break;
@@ -208,7 +230,7 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
     int below = 0;
     for (int i = 0; i < 6; i++) {
-        if (below && fits(a->exe, smaller[i], a->data, seq, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {
+        if (below && fits(a->exe, smaller[i], a->data, a->keep, seq, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {
             say("  a smaller model: %s --model %s --seq %lld --gpus %lld%s%s%s\n", a->prog, smaller[i], (long long)seq,
                 (long long)gpus, cut, d, estimate(tf, est, sizeof est));
             break;

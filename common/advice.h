@@ -30,7 +30,14 @@ typedef struct {
     double gpu_gib;            /* --gpu-gib (0: none) */
     double host_budget;        /* host bytes per node to plan against */
     int dry_run;               /* judge the planned machine (plan_machine), print the advice, return */
+    const char *keep;          /* the job's other options that change its plan (advice_keep), "" or NULL: none */
 } FitAsk;
+/* The options given on the command line that change a plan and that advice does not choose itself
+ * (--offload, --mlp-tile, --attn-groups, --keep-attn, --merge, --packing, --yarn-factor,
+ * --yarn-original, --moe-gemm, --loss-chunk, --eval-data), shell-quoted, each after a space, into
+ * out: a suggestion plans and prints them, so it is the same job but for what it changes. A value
+ * holding a quote is left out (advice then plans without it, as before). */
+void advice_keep(int argc, char **argv, char *out, size_t n);
 
 /* The machine a --dry-run plans for, said in its first line: this machine when it has GPUs (their
  * count, the least free memory among them less a GiB, its available host memory), else the

@@ -231,6 +231,11 @@ ok "a dry-run that does not fit prints the run's verdict and advice" \
 out=$(./stage5 --model 8B --layers 2 --seq 1M --gpus 1 --dry-run 2>&1)
 ok "the advice for a --layers cut keeps the cut" \
    "grep -q 'fewer tokens: ./stage5 --model 8B --seq [0-9]* --gpus 1 --layers 2 ' <<< \"\$out\" && grep -q 'rehearse rank 0 of 8 GPUs: .* --layers [12] ' <<< \"\$out\""
+# ... and the job's own plan-changing options: --offload none planned as --offload all suggested jobs
+# that did not fit (a front-door probe found it)
+out=$(./stage5 --model 0.6B --seq 1M --gpus 1 --offload none --dry-run 2>&1)
+ok "the advice plans and prints the job's --offload none" \
+   "grep -q 'fewer tokens: ./stage5 --model 0.6B --seq 524288 --gpus 1 --offload none ' <<< \"\$out\" && grep -q 'rehearse rank 0 of 8 GPUs: .* --offload none ' <<< \"\$out\""
 out=$(./stage1 --dry-run 2>&1)
 ok "stage 1's dry-run plans one GPU of 80 GB" "head -1 <<< \"\$out\" | grep -q '^planned for 1 GPU of 74.5 GiB: the headline'"
 out=$(./stage5 --seq 1M --gpus 8 --rehearse 0 --layers 2 --dry-run 2>&1)
