@@ -227,9 +227,12 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
                 (long long)gpus, cut, d, estimate(tf, est, sizeof est));
             break;
         }
-    const char *smaller[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"};
+    static const char *const QWEN3[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"},
+                             *const QWEN35[] = {"Qwen3.5-27B", "Qwen3.5-9B", "Qwen3.5-4B", "Qwen3.5-2B", "Qwen3.5-0.8B"};
+    const char *const *smaller = full.lin_v_heads ? QWEN35 : QWEN3; /* the same family: its tokenizer, its data */
+    const int sizes = full.lin_v_heads ? 5 : 6;
     int below = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < sizes; i++) {
         if (below && fits(a->exe, smaller[i], a->data, a->keep, seq, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {
             say("  a smaller model: %s --model %s --seq %lld --gpus %lld%s%s%s\n", a->prog, smaller[i], (long long)seq,
                 (long long)gpus, cut, d, estimate(tf, est, sizeof est));

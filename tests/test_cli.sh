@@ -236,6 +236,9 @@ ok "the advice for a --layers cut keeps the cut" \
 out=$(./stage5 --model 0.6B --seq 1M --gpus 1 --offload none --dry-run 2>&1)
 ok "the advice plans and prints the job's --offload none" \
    "grep -q 'fewer tokens: ./stage5 --model 0.6B --seq 524288 --gpus 1 --offload none ' <<< \"\$out\" && grep -q 'rehearse rank 0 of 8 GPUs: .* --offload none ' <<< \"\$out\""
+out=$(./stage5 --model Qwen3.5-27B --seq 256K --gpus 1 --dry-run 2>&1)
+ok "a Qwen3.5 model's smaller-model advice is a smaller Qwen3.5 (its tokenizer, its data)" \
+   "grep -q 'a smaller model: ./stage5 --model Qwen3.5-9B --seq 262144 --gpus 1 ' <<< \"\$out\""
 out=$(./stage1 --dry-run 2>&1)
 ok "stage 1's dry-run plans one GPU of 80 GB" "head -1 <<< \"\$out\" | grep -q '^planned for 1 GPU of 74.5 GiB: the headline'"
 out=$(./stage5 --seq 1M --gpus 8 --rehearse 0 --layers 2 --dry-run 2>&1)
