@@ -418,7 +418,7 @@ static void load_config(Model *M) {
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     M->S = M->o.seq;
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
-    if ((config_full_layers(&M->c) && !sdpa_shape_ok(&M->attn, err, sizeof err)) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
+    if (!sdpa_shape_ok(&M->attn, err, sizeof err) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
         if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }

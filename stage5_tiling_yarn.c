@@ -579,7 +579,7 @@ static void load_config(Model *M) {
     M->tile = M->S; /* until choose_tile() */
     /* ---- end stage 5 ---- */
     M->attn = (SdpaShape){.Hq = M->hg, .Hkv = M->kg, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1}; /* stage 5: one head group */
-    if (config_full_layers(&M->c) && !sdpa_shape_ok(&M->attn, err, sizeof err)) {
+    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
         if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }

@@ -86,14 +86,18 @@ void advice_keep(int argc, char **argv, char *out, size_t n) {
         for (size_t k = 0; k < sizeof KEEP / sizeof KEEP[0]; k++) {
             const size_t len = strlen(KEEP[k]);
             if (strncmp(argv[i], KEEP[k], len) || (argv[i][len] && argv[i][len] != '=')) continue;
-            /* "--x=v", "--x v", or an optional word's flag alone (--keep-attn, --packing) */
+            /* as cli_parse reads them: "--x=v"; "--x v", v any word (-0 too); an optional word's flag
+             * (--keep-attn, --packing) takes the next word unless it starts with '-' */
+            const int optional = !strcmp(KEEP[k], "--keep-attn") || !strcmp(KEEP[k], "--packing");
             const char *v = argv[i][len] == '=' ? argv[i] + len + 1
-                            : i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : NULL;
+                            : i + 1 < argc && (!optional || argv[i + 1][0] != '-') ? argv[++i] : NULL;
             if (v && strchr(v, '\'')) continue;
-            const int plain = v && v[0] && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:,/+-") ==
-                                               strlen(v); /* quoted only when the shell needs it */
-            const size_t at = strlen(out);
-            snprintf(out + at, n - at, !v ? " %s" : plain ? " %s %s" : " %s '%s'", KEEP[k], v ? v : "");
+            const int plain = v && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:,/+-") ==
+                                       strlen(v); /* quoted only when the shell needs it */
+            char one[1100];
+            const int w = snprintf(one, sizeof one, !v ? " %s" : plain ? " %s=%s" : " %s='%s'", KEEP[k], v ? v : "");
+            if (w < 0 || w >= (int)sizeof one || strlen(out) + (size_t)w >= n) continue; /* whole, or not at all */
+            strcat(out, one);
         }
 }
 
@@ -230,7 +234,7 @@ void advise_nearest(const FitAsk *a, int gpus, double gpu, double budget) {
     static const char *const QWEN3[] = {"32B", "14B", "8B", "4B", "1.7B", "0.6B"},
                              *const QWEN35[] = {"Qwen3.5-27B", "Qwen3.5-9B", "Qwen3.5-4B", "Qwen3.5-2B", "Qwen3.5-0.8B"};
     const char *const *smaller = full.lin_v_heads ? QWEN35 : QWEN3; /* the same family: its tokenizer, its data */
-    const int sizes = full.lin_v_heads ? 5 : 6;
+    const int sizes = full.lin_v_heads ? (int)(sizeof QWEN35 / sizeof *QWEN35) : (int)(sizeof QWEN3 / sizeof *QWEN3);
     int below = 0;
     for (int i = 0; i < sizes; i++) {
         if (below && fits(a->exe, smaller[i], a->data, a->keep, seq, gpus, -1, L < full.layers ? L : 0, gpu, budget, &tf)) {

@@ -444,21 +444,32 @@ int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers
            !memcmp(a->linear, b->linear, (size_t)la);
 }
 
-/* what config_same_shape compares, in words (two models that differ differ here) */
-static const char *shape_words(const Qwen3Config *c, char *buf, size_t n) {
-    char kinds[CONFIG_MAX_LAYERS + 1];
-    int64_t L = c->layers < CONFIG_MAX_LAYERS ? c->layers : CONFIG_MAX_LAYERS;
-    for (int64_t l = 0; l < L; l++) kinds[l] = config_is_linear(c, l) ? 'l' : 'f';
-    kinds[L] = 0;
-    snprintf(buf, n, "%lld layers%s%.40s%s, hidden %lld, intermediate %lld, heads %lld/%lld x %lld (%lld rotated%s), "
-             "vocab %lld%s, %lld experts of %lld (top %lld, shared %lld), linear heads %lld/%lld x %lld/%lld, conv %lld",
-             (long long)c->layers,
-             c->lin_v_heads ? " (" : "", c->lin_v_heads ? kinds : "", c->lin_v_heads ? ": l linear, f full)" : "",
-             (long long)c->hidden, (long long)c->intermediate, (long long)c->heads, (long long)c->kv_heads,
-             (long long)c->head_dim, (long long)c->rot, c->attn_gate ? ", gated" : "", (long long)c->vocab,
-             c->tied ? " tied" : "", (long long)c->experts, (long long)c->moe_intermediate, (long long)c->top_k,
-             (long long)c->shared_inter, (long long)c->lin_k_heads, (long long)c->lin_v_heads, (long long)c->lin_k_dim,
-             (long long)c->lin_v_dim, (long long)c->conv_width);
+/* what config_same_shape compares and differs between a and b, in words: "hidden 128 vs 256, layer
+ * 0's kind linear vs full" (the first layer whose kind differs) */
+static const char *shape_diff(const Qwen3Config *a, const Qwen3Config *b, int64_t layers, char *buf, size_t n) {
+    const int64_t la = layers > 0 && layers < a->layers ? layers : a->layers,
+                  lb = layers > 0 && layers < b->layers ? layers : b->layers;
+    const struct { const char *name; int64_t x, y; } f[] = {
+        {"layers", la, lb}, {"vocab", a->vocab, b->vocab}, {"hidden", a->hidden, b->hidden},
+        {"intermediate", a->intermediate, b->intermediate}, {"heads", a->heads, b->heads},
+        {"K/V heads", a->kv_heads, b->kv_heads}, {"head dim", a->head_dim, b->head_dim}, {"tied", a->tied, b->tied},
+        {"experts", a->experts, b->experts}, {"top-k", a->top_k, b->top_k},
+        {"expert width", a->moe_intermediate, b->moe_intermediate}, {"shared expert", a->shared_inter, b->shared_inter},
+        {"linear key heads", a->lin_k_heads, b->lin_k_heads}, {"linear value heads", a->lin_v_heads, b->lin_v_heads},
+        {"linear key dim", a->lin_k_dim, b->lin_k_dim}, {"linear value dim", a->lin_v_dim, b->lin_v_dim},
+        {"conv width", a->conv_width, b->conv_width}, {"output gate", a->attn_gate, b->attn_gate},
+        {"rotated dims", a->rot, b->rot}, {"(1 + w) norms", a->norm_1p, b->norm_1p}};
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].x != f[i].y && strlen(buf) + 64 < n)
+            snprintf(buf + strlen(buf), n - strlen(buf), "%s%s %lld vs %lld", buf[0] ? ", " : "", f[i].name,
+                     (long long)f[i].x, (long long)f[i].y);
+    for (int64_t l = 0; l < la && l < lb && l < CONFIG_MAX_LAYERS; l++)
+        if (a->linear[l] != b->linear[l] && strlen(buf) + 64 < n) {
+            snprintf(buf + strlen(buf), n - strlen(buf), "%slayer %lld's kind %s vs %s", buf[0] ? ", " : "",
+                     (long long)l, a->linear[l] ? "linear" : "full", b->linear[l] ? "linear" : "full");
+            break;
+        }
     return buf;
 }
 
@@ -469,9 +480,10 @@ int config_for_run(Qwen3Config *c, const char *model, const char *resume, int64_
         Qwen3Config m;
         if (config_load(model, &m, err, errlen)) return -1;
         if (!config_same_shape(c, &m, layers)) {
-            char a[256], b[256];
-            snprintf(err, errlen, "--resume %s holds a model of %s; --model %s has %s: resume the save with its own model "
-                     "(leave --model out)", resume, shape_words(c, a, sizeof a), model, shape_words(&m, b, sizeof b));
+            char d[320];
+            snprintf(err, errlen, "--resume %s holds another model than --model %s: resume the save with its own model "
+                     "(leave --model out); they differ in %s (the save's vs --model's)", resume, model,
+                     shape_diff(c, &m, layers, d, sizeof d));
             return -1;
         }
     }

@@ -33,7 +33,7 @@ int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, const ch
     const long long id = strtoll(v, &end, 10);
     if (*end || end == v || v[0] == '-' || v[0] == '+' || v[0] == ' ' || id >= vocab) {
         snprintf(err, errlen, "--packing %s: the end-of-text token id, in [0, %lld) (alone: the one the token file's tag "
-                 "names, else <|endoftext|>, %d; none: not packed)", v, (long long)vocab, TOKEN_ENDOFTEXT);
+                 "names, else Qwen3's <|endoftext|>, %d; none: not packed)", v, (long long)vocab, TOKEN_ENDOFTEXT);
         return -2;
     }
     return id;

@@ -171,7 +171,7 @@ int params_stored(const SafeTensors *st, const char *prefix, const ParamTable *t
     s->ndim = p->ndim, s->at = 0;
     memcpy(s->shape, p->shape, sizeof s->shape);
     const StTensor *f = st_find(st, s->name);
-    if (!f && p->expert >= 0) { /* a Qwen3.5 MoE release: the layer's experts in one tensor a kind */
+    if (!f && p->expert >= 0 && !prefix[0]) { /* a Qwen3.5 MoE release: the layer's experts in one tensor a kind */
         const int down = p->kind == P_EXP_DOWN;
         const int64_t E = t->experts, rows = p->shape[0], cols = p->shape[1]; /* Im x D, or D x Im */
         snprintf(s->name, sizeof s->name, "%smodel.layers.%lld.mlp.experts.%s", prefix, (long long)p->layer,

@@ -47,8 +47,8 @@ typedef enum {
     P_LIN_ALOG,     /* [Hv] A_log */
     P_LIN_NORM,     /* [dv] norm.weight: the gated RMSNorm's (plain w, not 1 + w) */
     P_LIN_OUT,      /* [hidden, Hv*dv] out_proj */
-    /* Qwen3.5 MoE: after the routed experts (stored as Qwen3's, one tensor an expert and kind: what
-     * transformers saves and the Hub holds, though it fuses them in memory), the shared expert and its gate */
+    /* Qwen3.5 MoE: after the routed experts (held as Qwen3's, one tensor an expert and kind, as transformers
+     * saves them; a release's fused ones are read by params_stored), the shared expert and its gate */
     P_SH_GATE,      /* [shared_inter, hidden] mlp.shared_expert.gate_proj */
     P_SH_UP,        /* [shared_inter, hidden] mlp.shared_expert.up_proj */
     P_SH_DOWN,      /* [hidden, shared_inter] mlp.shared_expert.down_proj */

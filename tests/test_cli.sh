@@ -235,7 +235,10 @@ ok "the advice for a --layers cut keeps the cut" \
 # that did not fit (a front-door probe found it)
 out=$(./stage5 --model 0.6B --seq 1M --gpus 1 --offload none --dry-run 2>&1)
 ok "the advice plans and prints the job's --offload none" \
-   "grep -q 'fewer tokens: ./stage5 --model 0.6B --seq 524288 --gpus 1 --offload none ' <<< \"\$out\" && grep -q 'rehearse rank 0 of 8 GPUs: .* --offload none ' <<< \"\$out\""
+   "grep -q 'fewer tokens: ./stage5 --model 0.6B --seq 524288 --gpus 1 --offload=none ' <<< \"\$out\" && grep -q 'rehearse rank 0 of 8 GPUs: .* --offload=none ' <<< \"\$out\""
+out=$(./stage5 --model 0.6B --seq 1M --gpus 1 --yarn-factor -0 --offload none --dry-run 2>&1) # a value starting with '-'
+ok "the advice reads the job's options as the parser does (--yarn-factor -0 kept, --offload not taken as its value)" \
+   "grep -q 'fewer tokens: .* --yarn-factor=-0 --offload=none ' <<< \"\$out\""
 out=$(./stage5 --model Qwen3.5-27B --seq 256K --gpus 1 --dry-run 2>&1)
 ok "a Qwen3.5 model's smaller-model advice is a smaller Qwen3.5 (its tokenizer, its data)" \
    "grep -q 'a smaller model: ./stage5 --model Qwen3.5-9B --seq 262144 --gpus 1 ' <<< \"\$out\""
