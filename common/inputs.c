@@ -20,6 +20,10 @@ static void open_tokens(TokenFile *tf, const char *path, const char *flag, const
                                            : " (data/prepare.py makes token files)");
     /* another tokenizer's ids are in range too (Qwen3's all are in Qwen3.5's vocabulary): the tag says */
     if (tokens_check_tokenizer(tf, !c->lin_v_heads, c->name, err, sizeof err)) STOP("%s %s", flag, err);
+    const int64_t tv = tokens_tag_vocab(tf->tokenizer); /* a tokenizer larger than the model's embedding */
+    if (tv > c->vocab)
+        STOP("%s %s: its tokenizer (\"%s\") has %lld ids, %s embeds %lld: a token file for another model", flag, path,
+             tf->tokenizer, (long long)tv, c->name, (long long)c->vocab);
     if (c->lin_v_heads && !tf->tokenizer[0]) /* untagged: taken as it is, but a hybrid's text is another tokenizer's */
         say("note: %s %s records no tokenizer%s: a Qwen3.5 model reads Qwen3's ids as other tokens (right for "
             "measuring time and memory, not for learning text; data/prepare.py --tokenizer MODEL_DIR/tokenizer.json)\n",

@@ -99,6 +99,11 @@ int64_t tokens_tag_eot(const char *tag) {
     return tag && sscanf(tag, "eot=%lld,", &id) == 1 && id >= 0 && id <= UINT32_MAX ? (int64_t)id : -1;
 }
 
+int64_t tokens_tag_vocab(const char *tag) {
+    long long id, n;
+    return tag && sscanf(tag, "eot=%lld,vocab=%lld", &id, &n) == 2 && n > 0 ? (int64_t)n : -1;
+}
+
 int64_t tokens_file_eot(const char *path) {
     FILE *f = path ? fopen(path, "rb") : NULL;
     if (!f) return -1;

@@ -56,6 +56,8 @@ int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *mo
  * generation's tokenizer.json), or -1. tokens_file_eot reads it from a file's header alone (-1 when
  * untagged, or unreadable: tokens_open_file says why later). */
 int64_t tokens_tag_eot(const char *tag);
+/* the vocabulary such a tag names (its tokenizer's largest id + 1), or -1 */
+int64_t tokens_tag_vocab(const char *tag);
 int64_t tokens_file_eot(const char *path);
 
 /* Windows of seq+1 tokens (inputs and shifted labels) that start seq tokens apart. Global window

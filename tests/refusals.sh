@@ -149,6 +149,9 @@ ok "--packing alone takes a tagged file's end of text (eot=7)" "grep -q 'a docum
 tag "$T/q35.tok" "$T/q35_eot999.tok" "eot=999,vocab=1000"
 refuse stage1 "--packing alone, the tag's end of text past the vocabulary" "past this model's vocabulary" --model "$Q" \
     --data "$T/q35_eot999.tok" --seq 112 --steps 1 --packing
+tag "$T/q35.tok" "$T/q35_v1000.tok" "eot=7,vocab=1000"
+refuse stage1 "a token file whose tokenizer is larger than the model's vocabulary" "has 1000 ids" --model "$Q" \
+    --data "$T/q35_v1000.tok" --seq 112 --steps 1
 U=tests/golden/untied_gqa4_s100
 ./build/check_stage tokens "$U" "$T/u.tok" > /dev/null
 tag "$T/u.tok" "$T/u_other.tok" "eot=248044,vocab=248077"

@@ -686,6 +686,8 @@ static void test_tokens(void) {
            "another tokenizer's ids: refused by a Qwen3 model, taken by a Qwen3.5 one");
     if (!rc) tokens_close(&tf);
     /* --packing alone takes the end of text the tag names; past the model's vocabulary it is refused */
+    EXPECT(tokens_tag_vocab("eot=248044,vocab=248077") == 248077 && tokens_tag_vocab("qwen3") == -1,
+           "a tag's vocabulary (the ids a model must embed)");
     EXPECT(tokens_file_eot(path) == 248044 && tokens_tag_eot("qwen3") == -1 &&
            docs_eot_option("", 248320, 0, path, err, sizeof err) == 248044 &&
            docs_eot_option("", 151936, 1, path, err, sizeof err) == -2 && strstr(err, "past this model's vocabulary") &&
