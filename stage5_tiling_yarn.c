@@ -1793,8 +1793,10 @@ int main(int argc, char **argv) {
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
     tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
     open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
+    /* ---- stage 5: advice ---- */
     char keep[2048]; /* the job's own options that change a plan: its suggestions keep them */
     advice_keep(argc, argv, keep, sizeof keep);
+    /* ---- end stage 5 ---- */
     advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
                                  .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M),
                                  .dry_run = M.o.dry_run, .keep = keep}, &mp, visible); /* a dry-run prints what the run would */
