@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate
+all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -113,6 +113,8 @@ $(B)/zigzag_grid: $(B)/bench/zigzag_grid.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 $(B)/sdpa_rate: $(B)/bench/sdpa_rate.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -ldl -lstdc++
+$(B)/gdn_rate: $(B)/bench/gdn_rate.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 $(B)/bench/%.o: bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<

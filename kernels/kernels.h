@@ -183,6 +183,13 @@ void gdn_compose(float *S_out, const float *S_in, const float *maps, int64_t Hv,
 void gdn_compose_bwd(float *dS_out, const float *dS_in, const float *maps, const float *Cb, int64_t Hv, int64_t dk,
                      int64_t dv, cudaStream_t st);
 int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_t chunk);
+/* 1: the plain kernels (token by token, each token's inputs read as it comes) for the rule's forward,
+ * maps and backward; 0 (the default): the tiled ones, the same recurrence with a tile of tokens'
+ * inputs fetched while the previous tile runs (the same per-token code; the backward sums dq and dk over
+ * a warp's rows in another order). gdn_rule_tile(8 or 16) fixes the tile's tokens (0: chosen per launch
+ * so the grid stays resident); for the tests and the bench. */
+void gdn_rule_plain(int on);
+void gdn_rule_tile(int tokens);
 /* the gated RMSNorm over rows of n: y = w (x / rms(x)) silu(z); rstd [rows] kept */
 void gdn_norm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w, int64_t rows, int64_t n,
                   float eps, cudaStream_t st);

@@ -1030,8 +1030,9 @@ static void test_gdn_conv_halo(int64_t S, int64_t C, int64_t K, int64_t cut) {
 /* The gated delta rule through the GPU's whole path (l2 norms, rule forward, its backward, the norms'
  * backward) against tests/ref_gdn.c in fp64, document by document: an initial state in and its
  * gradient out, the final state out and its gradient in, GQA-like key heads shared by value heads. */
-static void test_gdn_rule(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk,
-                          const int64_t *start, int64_t nd) {
+static const char *rule_kind = "tiled"; /* which of the rule's kernels runs (gdn_rule_plain) */
+static void test_gdn_rule_one(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk,
+                              const int64_t *start, int64_t nd) {
     const int64_t C = 2 * Hk * dk + Hv * dv, G = Hv / Hk, ms = dv * dk;
     bf16_t *qkv_d, *do_d;
     float *qkv = rand_bf16(&qkv_d, S * C, 1.0), *dout = rand_bf16(&do_d, S * Hv * dv, 1.0);
@@ -1113,8 +1114,9 @@ static void test_gdn_rule(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t
         }
     char name[128];
     float *out;
-    snprintf(name, sizeof name, "gdn_rule_fwd o S %lld Hk %lld Hv %lld dk %lld dv %lld chunk %lld docs %lld", (long long)S,
-             (long long)Hk, (long long)Hv, (long long)dk, (long long)dv, (long long)chunk, (long long)nd);
+    snprintf(name, sizeof name, "gdn_rule_fwd (%s) o S %lld Hk %lld Hv %lld dk %lld dv %lld chunk %lld docs %lld",
+             rule_kind, (long long)S, (long long)Hk, (long long)Hv, (long long)dk, (long long)dv, (long long)chunk,
+             (long long)nd);
     REPORT(name, rel_d(out = down_bf16(o_d, S * Hv * dv), o, S * Hv * dv), TOL_BF16); free(out);
     REPORT("gdn_rule_fwd final state (fp32)", rel_d(out = down_f32(S0_d, Hv * ms), Sst, Hv * ms), 1e-4); free(out);
     REPORT("gdn_rule_bwd dq dk dv (raw, bf16)", rel_d(out = down_bf16(dqkv_d, S * C), dqkv, S * C), TOL_BF16); free(out);
@@ -1153,6 +1155,23 @@ static void test_gdn_rule(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t
     free(db); free(dS); free(dqkv);
     void *ptrs[] = {qkv_d, do_d, g_d, beta_d, pos_d, S0_d, dSf_d, rq_d, rk_d, states_d, scr_d, o_d, dqkv_d, dq_d, dk_d, dg_d, db_d};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
+}
+
+/* every kernel of the rule, each against the reference: the plain ones, then the tiled ones the stages
+ * run, with tiles of 16 tokens and of 8 (what a grid too large for 16's shared memory gets) */
+static void test_gdn_rule(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk, const int64_t *start,
+                          int64_t nd) {
+    gdn_rule_plain(1);
+    rule_kind = "plain";
+    test_gdn_rule_one(S, Hk, Hv, dk, dv, chunk, start, nd);
+    gdn_rule_plain(0);
+    gdn_rule_tile(16);
+    rule_kind = "tiled 16";
+    test_gdn_rule_one(S, Hk, Hv, dk, dv, chunk, start, nd);
+    gdn_rule_tile(8);
+    rule_kind = "tiled 8";
+    test_gdn_rule_one(S, Hk, Hv, dk, dv, chunk, start, nd);
+    gdn_rule_tile(0);
 }
 
 /* the gates and the gated RMSNorm against fp64 loops */
@@ -1319,6 +1338,8 @@ int main(int argc, char **argv) {
         test_gdn_rule(300, 2, 4, 64, 32, 64, docs, 8);    /* documents: 1-token ones, starts on chunk edges */
         test_gdn_rule(200, 1, 2, 128, 128, 64, one, 1);   /* the released models' head dims */
         test_gdn_rule(257, 2, 6, 128, 128, 32, docs, 7);
+        test_gdn_rule(75, 1, 2, 32, 32, 20, one, 1);      /* chunks of 20: tiles cut short inside a chunk */
+        test_gdn_rule(11, 1, 2, 64, 32, 16, one, 1);      /* fewer tokens than a tile */
         test_gdn_gates_norm(300, 6, 128);
         test_gdn_gates_norm(77, 4, 64);
         test_gated_attn_pieces(100, 3, 256, 64);           /* the released models' head: 64 of 256 rotated */
