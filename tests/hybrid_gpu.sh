@@ -7,6 +7,7 @@
 #  - stages 2-5 on the same fixtures: stage 2 on 1 and 2 ranks (data parallel), stages 3-5 on P = 1,
 #    2, 4, 8 local ranks, the linear layers' state maps and conv halos crossing ranks; each against the
 #    reference on the whole sequence;
+#  - a release's fused experts (tests/fuse_experts.py) load in every stage and give the same check;
 #  - save + resume gives the uninterrupted run's next loss (within 1e-4), and transformers loads the
 #    save and agrees on the loss (tests/hf_check.py);
 #  - planted bugs in stage 3 at P = 2, each seen to fail the reference check: chunks run from a zero
@@ -64,6 +65,21 @@ for g in tests/golden/q35*/; do
     done
     for P in 1 2 4; do run "$name.s4.P$P" stage4 --local-ranks $P --data "$tmp/$name.tok"; done
 done
+
+if [ -z "${PLANTS_ONLY:-}" ]; then
+    # a Qwen3.5 MoE release holds each layer's routed experts fused (gate_up_proj, down_proj): stage 1's
+    # load and stages 2-5's sharded one read slices of them (params_stored)
+    echo "== a release's fused experts (tests/fuse_experts.py): stages 1-5 against the reference"
+    g=$tmp/q35moe_fused
+    python3 tests/fuse_experts.py tests/golden/q35moe_l2_s112 "$g"
+    ok "the fixture's experts fused" "[ -s '$g/model.safetensors' ]"
+    S=$(./build/check_stage tokens "$g" "$tmp/fused.tok"); pk=
+    run fused.s1 stage1 --data "$tmp/fused.tok"
+    run fused.s2.P1 stage2 --local-ranks 1 --data "$tmp/fused.tok"
+    run fused.s3.P2 stage3 --local-ranks 2 --merge fp32 --data "$tmp/fused.tok"
+    run fused.s4.P2 stage4 --local-ranks 2 --data "$tmp/fused.tok"
+    run fused.s5.P2 stage5 --local-ranks 2 --mlp-tile 7 --data "$tmp/fused.tok"
+fi
 
 echo "== planted bugs in stage 3's exchange, P = 2: each must fail the reference check"
 mkdir -p build/plant

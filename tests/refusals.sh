@@ -2,7 +2,7 @@
 # refusals.sh -- every stage refuses bad input by name before the GPU is touched: numbers out of
 # range, token files too short for the job's windows, files that are directories or FIFOs,
 # config.json fields past their bounds, weights and saves wrong in one way each (made by
-# tests/make_bad_inputs.py). Each case is a real run (no --dry-run: the run must refuse it, not
+# tests/make_bad_inputs.py), a MoE release's fused experts (planned) and one missing a tensor. Each case is a real run (no --dry-run: the run must refuse it, not
 # only its plan) and passes when the program exits non-zero with the expected words on the LAST
 # line of its output (stdout and stderr together, as a log holds them), printed as "stageN: ..."
 # with no source line. A message written before buffered stdout reached the log sat above the plan
@@ -158,5 +158,30 @@ tag "$T/u.tok" "$T/u_other.tok" "eot=248044,vocab=248077"
 refuse stage1 "another tokenizer's ids for a Qwen3 model" "ids are another tokenizer's" --model "$U" --data "$T/u_other.tok" --seq 100
 refuse stage4 "another tokenizer's ids for a Qwen3 model" "reads Qwen3's" --model "$U" --data "$T/u_other.tok" --seq 100 \
     --local-ranks 2
+# a Qwen3.5 MoE release holds each layer's routed experts fused (gate_up_proj, down_proj; tests/fuse_experts.py
+# writes the MoE fixture so): every stage plans it, and a release missing one of them is refused by both names
+F=$T/q35moe_fused
+python3 tests/fuse_experts.py tests/golden/q35moe_l2_s112 "$F" > /dev/null
+./build/check_stage tokens "$F" "$T/fused.tok" > /dev/null
+for run in "stage1" "stage2 --local-ranks 1" "stage3 --local-ranks 2" "stage4 --local-ranks 2" "stage5 --local-ranks 2"; do
+    set -- $run
+    out=$(timeout 60 ./$1 --model "$F" --data "$T/fused.tok" --seq 112 --steps 1 ${2:-} ${3:-} --dry-run 2>&1); rc=$?
+    ok "$1 plans a release's fused experts (exit $rc)" "[ $rc -eq 0 ] && grep -q 'total (peak)' <<< \"\$out\""
+done
+mkdir -p "$T/fused_bad" && cp "$F/config.json" "$T/fused_bad/"
+python3 -c 'import json, struct, sys
+src, dst, drop = sys.argv[1:4]; b = open(src, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); h.pop("__metadata__", None); data = b[8 + n:]; out, blobs, off = {}, [], 0
+for k, v in h.items():
+    if k == drop: continue
+    x = data[v["data_offsets"][0]:v["data_offsets"][1]]; out[k] = dict(v, data_offsets=[off, off + len(x)]); off += len(x); blobs.append(x)
+j = json.dumps(out).encode(); j += b" " * (-len(j) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(j)) + j + b"".join(blobs))' "$F/model.safetensors" "$T/fused_bad/model.safetensors" \
+    model.layers.1.mlp.experts.down_proj
+for run in "stage1" "stage3 --local-ranks 2"; do
+    set -- $run
+    refuse $1 "a fused release missing a layer's down_proj" 'and so is the fused "model.layers.1.mlp.experts.down_proj"' \
+        --model "$T/fused_bad" --data "$T/fused.tok" --seq 112 --steps 1 ${2:-} ${3:-}
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
