@@ -2,7 +2,7 @@
  * gates, the q/k l2 norms, the gated delta rule forward and backward, and the gated RMSNorm. The
  * rule is written plainly first: token by token, as tests/ref_gdn.c reads it (a learner's first read
  * of linear attention, and the GPU's own reference). The stages run it tiled (below the plain
- * kernels): the same recurrence and the same per-token code (rule_step, rule_out, rule_back), with a
+ * kernels): the same recurrence and the same per-token code (rule_step, row_dot, rule_back), with a
  * tile of tokens' inputs fetched while the previous tile runs; ./build/gdn_rate times both.
  *
  * Layouts (row-major, S tokens): qkv [S, C] with C = 2 Hk dk + Hv dv channels, q of key head kh at
@@ -283,9 +283,10 @@ __device__ __forceinline__ float rule_step(float *s, const float *kp, float a, f
     return u;
 }
 
-/* o_t's entry of this lane's row: S_t q_t (a quad sum) */
+/* a row (this lane's part s, in registers) dotted with a vector's part in shared memory, summed over
+ * the quad: o_t's entry is row_dot(S_t, q_t), the backward's u is a row_dot(S_{t-1}, k_t) */
 template <int DK>
-__device__ __forceinline__ float rule_out(const float *s, const float *qp) {
+__device__ __forceinline__ float row_dot(const float *s, const float *qp) {
     constexpr int P = Part<DK>::P;
     float o0 = 0.f, o1 = 0.f;
 #pragma unroll
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(32) gdn_fwd_kernel(bf16_t *o, float *states, f
         float d;
         rule_step<DK>(s, kp, __expf(A.g[th]), A.beta[th], MAPS && m >= 0 ? 0.f : bf(A.qkv, t * A.C + vc), &d);
         if (MAPS) continue;
-        const float out = rule_out<DK>(s, qp);
+        const float out = row_dot<DK>(s, qp);
         if (p == 0) st_bf(o, th * A.dv + i, out);
     }
     if (S_io) {
@@ -446,14 +447,7 @@ __device__ __forceinline__ float rule_back(float *ds, float *xq, float *xk, cons
                                            const float *qp, float a, float b, float v, float gi, bool start,
                                            float *dbe, float *dga) {
     constexpr int P = Part<DK>::P;
-    float u0 = 0.f, u1 = 0.f;
-#pragma unroll
-    for (int e = 0; e < P; e += 4) {
-        const F4 k = ld4(kp + e);
-        u0 += sp[e] * k.v[0] + sp[e + 2] * k.v[2];
-        u1 += sp[e + 1] * k.v[1] + sp[e + 3] * k.v[3];
-    }
-    const float u = a * quad_sum(u0 + u1), d = b * (v - u);
+    const float u = a * row_dot<DK>(sp, kp), d = b * (v - u);
     float dd0 = 0.f, dd1 = 0.f;
 #pragma unroll
     for (int e = 0; e < P; e += 4) {
@@ -595,7 +589,7 @@ extern "C" int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_
 /* The same recurrence, with what its tokens read staged ahead. The plain kernels above wait on memory
  * once per token (k and q, the gates, v): at 32K tokens that wait, not the arithmetic, is their time.
  * Here a warp copies the next tile of tokens' k and q into shared memory (cp.async) and their gates and
- * v into registers while it runs the current tile from shared memory; rule_step, rule_out and
+ * v into registers while it runs the current tile from shared memory; rule_step, row_dot and
  * rule_back are the plain kernels' own. Needs qkv's rows (and dout's) 16-byte aligned: the launchers
  * fall back to the plain kernels otherwise, and gdn_rule_plain(1) asks for them (the tests compare).
  * A tile is TL = 16 tokens, or 8 where 16's shared memory would leave part of the grid for a second wave
@@ -718,7 +712,7 @@ __global__ void __launch_bounds__(32) gdn_fwd_tiled_kernel(bf16_t *o, float *sta
             float d;
             rule_step<DK>(s, T.kq[j][0] + p * LD, T.a[j], T.b[j], has_v ? T.v[j][r8] : 0.f, &d);
             if (MAPS) continue;
-            const float out = rule_out<DK>(s, T.kq[j][1] + p * LD);
+            const float out = row_dot<DK>(s, T.kq[j][1] + p * LD);
             if (p == 0) st_bf(o, (t * A.Hv + h) * A.dv + i, out);
         }
     }
