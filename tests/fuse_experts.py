@@ -50,7 +50,10 @@ def write(path, tensors, meta):
 
 
 def fuse(src, out):
-    header, data, meta = read(os.path.join(src, "model.safetensors"))
+    path = os.path.join(src, "model.safetensors")
+    if not os.path.isfile(path):
+        sys.exit(f"error: {path} is not a file (this script reads one unsharded model.safetensors)")
+    header, data, meta = read(path)
     layers, kept = {}, []
     for name in header:
         m = EXPERT.match(name)
