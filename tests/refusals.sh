@@ -165,7 +165,7 @@ python3 tests/fuse_experts.py tests/golden/q35moe_l2_s112 "$F" > /dev/null
 ./build/check_stage tokens "$F" "$T/fused.tok" > /dev/null
 for run in "stage1" "stage2 --local-ranks 1" "stage3 --local-ranks 2" "stage4 --local-ranks 2" "stage5 --local-ranks 2"; do
     set -- $run
-    out=$(timeout 60 ./$1 --model "$F" --data "$T/fused.tok" --seq 112 --steps 1 ${2:-} ${3:-} --dry-run 2>&1); rc=$?
+    out=$(timeout 60 "$BIN/$1" --model "$F" --data "$T/fused.tok" --seq 112 --steps 1 ${2:-} ${3:-} --dry-run 2>&1); rc=$?
     ok "$1 plans a release's fused experts (exit $rc)" "[ $rc -eq 0 ] && grep -q 'total (peak)' <<< \"\$out\""
 done
 mkdir -p "$T/fused_bad" && cp "$F/config.json" "$T/fused_bad/"
