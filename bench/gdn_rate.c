@@ -186,6 +186,8 @@ int main(int argc, char **argv) {
         }
         i++;
     }
+    int gpus = 0;
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) DIE("gdn_rate times GPU kernels: no usable GPU here");
     cudaStream_t st;
     CUDA_CHECK(cudaStreamCreate(&st));
     for (int64_t i = 0; i < nseq; i++) run(seq[i], Hk, Hv, dk, dv, iters, st);
