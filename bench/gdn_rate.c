@@ -152,42 +152,43 @@ static void run(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int i
 int main(int argc, char **argv) {
     int64_t seq[MAXSEQ] = {8192, 32768}, nseq = 2, Hk = 16, Hv = 32, dk = 128, dv = 128;
     int iters = 5;
+    longctx_prog = "gdn_rate"; /* bad input says "gdn_rate: ...", no source line */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: gdn_rate [--seq 8192,32768] [--hk 16] [--hv 32] [--dk 128] [--dv 128] [--iters 5] [--tile 8|16]\n");
             return 0;
         }
-        if (!v) DIE("%s needs a value (--help)", a);
+        if (!v) STOP("%s needs a value (--help)", a);
         char *end;
         if (!strcmp(a, "--seq")) {
             nseq = 0;
             for (const char *s = v;; s = end + 1) {
-                if (nseq == MAXSEQ) DIE("--seq takes at most %d lengths (%s)", MAXSEQ, v);
+                if (nseq == MAXSEQ) STOP("--seq takes at most %d lengths (%s)", MAXSEQ, v);
                 seq[nseq] = strtoll(s, &end, 10);
                 if (end == s || (*end && *end != ',') || seq[nseq] < 1 || seq[nseq] > (1 << 22))
-                    DIE("--seq takes lengths of 1 to 4194304 tokens, comma-separated (%s)", v);
+                    STOP("--seq takes lengths of 1 to 4194304 tokens, comma-separated (%s)", v);
                 nseq++;
                 if (!*end) break;
             }
         } else {
             const long long x = strtoll(v, &end, 10);
-            if (*end || x < 1 || x > 4096) DIE("%s takes a number of 1 to 4096 (%s)", a, v);
+            if (*end || x < 1 || x > 4096) STOP("%s takes a number of 1 to 4096 (%s)", a, v);
             if (!strcmp(a, "--hk")) Hk = x;
             else if (!strcmp(a, "--hv")) Hv = x;
             else if (!strcmp(a, "--dk")) dk = x;
             else if (!strcmp(a, "--dv")) dv = x;
             else if (!strcmp(a, "--iters")) iters = (int)(x < 64 ? x : 64);
             else if (!strcmp(a, "--tile")) {
-                if (x != 8 && x != 16) DIE("--tile takes 8 or 16 (%s)", v);
+                if (x != 8 && x != 16) STOP("--tile takes 8 or 16 (%s)", v);
                 gdn_rule_tile((int)x);
             }
-            else DIE("unknown option %s (--help)", a);
+            else STOP("unknown option %s (--help)", a);
         }
         i++;
     }
     int gpus = 0;
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) DIE("gdn_rate times GPU kernels: no usable GPU here");
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) STOP("it times GPU kernels, and finds no usable GPU here");
     cudaStream_t st;
     CUDA_CHECK(cudaStreamCreate(&st));
     for (int64_t i = 0; i < nseq; i++) run(seq[i], Hk, Hv, dk, dv, iters, st);

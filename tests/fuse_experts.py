@@ -15,6 +15,12 @@ import shutil
 import struct
 import sys
 
+def refuse(msg):
+    """bad input: the message on stderr, exit 2 (as the stages do)"""
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 EXPERT = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
 
 
@@ -52,7 +58,7 @@ def write(path, tensors, meta):
 def fuse(src, out):
     path = os.path.join(src, "model.safetensors")
     if not os.path.isfile(path):
-        sys.exit(f"error: {path} is not a file (this script reads one unsharded model.safetensors)")
+        refuse(f"{path} is not a file (this script reads one unsharded model.safetensors)")
     header, data, meta = read(path)
     layers, kept = {}, []
     for name in header:
@@ -62,13 +68,13 @@ def fuse(src, out):
         else:
             kept.append(name)
     if not layers:
-        sys.exit(f"error: {src}/model.safetensors has no per-expert tensors (*.mlp.experts.N.gate_proj.weight) to fuse")
+        refuse(f"{src}/model.safetensors has no per-expert tensors (*.mlp.experts.N.gate_proj.weight) to fuse")
     tensors = [(n, header[n]["dtype"], header[n]["shape"], tensor(header, data, n)) for n in kept]
     for prefix, parts in sorted(layers.items()):
         E = 1 + max(e for e, _ in parts)
         missing = [f"{prefix}.{e}.{k}_proj.weight" for e in range(E) for k in ("gate", "up", "down") if (e, k) not in parts]
         if missing:
-            sys.exit(f"error: {missing[0]} is missing: every expert needs its gate, up and down")
+            refuse(f"{missing[0]} is missing: every expert needs its gate, up and down")
         g0, d0 = header[parts[(0, "gate")]], header[parts[(0, "down")]]
         dtype, (I, H) = g0["dtype"], g0["shape"]
         gate_up = b"".join(tensor(header, data, parts[(e, k)]) for e in range(E) for k in ("gate", "up"))

@@ -183,5 +183,24 @@ for run in "stage1" "stage3 --local-ranks 2"; do
     refuse $1 "a fused release missing a layer's down_proj" 'and so is the fused "model.layers.1.mlp.experts.down_proj"' \
         --model "$T/fused_bad" --data "$T/fused.tok" --seq 112 --steps 1 ${2:-} ${3:-}
 done
+# the tools beside the stages: build/gdn_rate's options (before any CUDA call) and tests/fuse_experts.py's
+# inputs, each refused by name on its last line, exit 2, no source line
+tool_refuses() { # WHAT WORDS PROG CMD...: CMD exits 2 and its last line holds WORDS and no source line
+    local what=$1 words=$2 prog=$3; shift 3
+    local out rc last
+    out=$(timeout 60 "$@" 2>&1 < /dev/null); rc=$?
+    last=$(tail -n 1 <<< "$out")
+    ok "$prog refuses $what" "[ $rc -eq 2 ] && grep -qF -- \"\$words\" <<< \"\$last\" && ! grep -qE '[a-z]\\.(c|py):[0-9]' <<< \"\$last\""
+    echo "  $prog -> ${last:0:200}"
+}
+G="$BIN/build/gdn_rate"; [ -x "$G" ] || G=./build/gdn_rate
+tool_refuses "--seq 32k" "comma-separated (32k)" gdn_rate "$G" --seq 32k
+tool_refuses "--seq with 17 lengths" "at most 16 lengths" gdn_rate "$G" --seq 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
+tool_refuses "--tile 4" "--tile takes 8 or 16 (4)" gdn_rate "$G" --tile 4
+tool_refuses "--hv 0" "--hv takes a number of 1 to 4096 (0)" gdn_rate "$G" --hv 0
+tool_refuses "--hv with no value" "--hv needs a value" gdn_rate "$G" --hv
+tool_refuses "an unknown option" "unknown option --bogus" gdn_rate "$G" --bogus 1
+tool_refuses "a directory without model.safetensors" "is not a file" fuse_experts python3 tests/fuse_experts.py "$T" "$T/fx1"
+tool_refuses "a model without per-expert tensors" "no per-expert tensors" fuse_experts python3 tests/fuse_experts.py "$Q" "$T/fx2"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
