@@ -33,7 +33,7 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 B := build
 HOST_SRC := common/tensor.c common/files.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c common/docs.c \
             common/memplan.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c common/inputs.c
-GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/hybrid.c common/advice.c
+GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/attn.c common/run.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/deltanet.c common/advice.c
 KERN_SRC := $(wildcard kernels/*.cu)
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 GPU_OBJ  := $(GPU_SRC:%.c=$(B)/%.o) $(KERN_SRC:%.cu=$(B)/%.o)

@@ -1,148 +1,67 @@
-/* stage1_single_gpu.c -- train a Qwen3 model on one GPU, in bf16, on long sequences.
+/* stage1_single_gpu.c -- train a Qwen3 model on long sequences: rung 1 of longctx.c's ladder.
  *
- * The first rung of longctx.c: one GPU, and everything the later stages build on.
- *
- * What every stage does, from stage 1 on:
- *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
- *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
- *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the
- *     layer's forward first. --keep-attn also keeps the attention output O and its LSE, so
- *     backward never runs attention forward again (costs S*heads*head_dim bf16 per layer);
- *   - chunked NLL: logits exist for one chunk of rows at a time, loss and d(logits) in one pass;
- *   - AdamW on fp32 master weights, with fp32 gradients and moments;
- *   - dense and MoE models: a router over experts, each token's top-k, the load-balancing
- *     loss (common/moe.c);
- *   - packed documents (--packing): each document of a window attends only to itself, from
- *     position 0, its attention cut into blocks (common/docs.h) that skip what it does not see;
- *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
+ * Each rung is a complete trainer that adds one lever to the rung before (`make diffs` shows it):
+ *   1. one GPU: a Qwen3 layer's forward and backward in bf16 (cuBLASLt GEMMs, cuDNN flash attention
+ *      with its fp32 log-sum-exp), each layer's input kept and the rest recomputed, the loss a chunk
+ *      of rows at a time, AdamW on fp32 master weights; the memory planned before anything is taken
  *
  *   make stage1 && ./stage1                       # 0.6B on the shipped books
- *   ./stage1 --model 0.6B --seq 131072 --keep-attn --steps 5
+ *   ./stage1 --seq 131072 --keep-attn --steps 5   # attention's output kept: no attention recompute
  */
 
 /* ============================================================ includes and usage */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include <cuda_runtime_api.h>
-#include <cublasLt.h>
-#include <cudnn.h>
-
-#include "common/advice.h"
-#include "common/check.h"
-#include "common/cli.h"
-#include "common/config.h"
-#include "common/gemm.h"
-#include "common/gpu.h"
-#include "common/inputs.h"
-#include "common/memplan.h"
-#include "common/model.h"
-#include "common/hybrid.h"
-#include "common/moe.h"
-#include "common/sdpa.h"
-#include "common/state.h"
-#include "common/tensor.h"
-#include "common/tokens.h"
-#include "common/train.h"
-#include "kernels/kernels.h"
+#include "common/stage.h" /* every header of common/ and kernels/, with what each holds */
 
 #define STAGE 1 /* this file's rung: its plan and its log lines say so */
-static const char *SUMMARY =
-    "Train a Qwen3 or Qwen3.5 model on one GPU: bf16 compute, fp32 master weights and AdamW state, per-layer\n"
-    "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
-    "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
+static const char *SUMMARY = "Train a Qwen3 or Qwen3.5 model on one GPU: bf16, checkpointing, flash attention, AdamW." STAGE_USAGE;
 
 /* ============================================================ options */
 typedef struct {
     const char *model;       /* size name or HF directory */
     const char *data;        /* token file */
-    int64_t seq;             /* tokens per step */
+    int64_t seq;             /* tokens per step (sequence length) */
     int64_t steps;
-    double lr, min_lr_frac;
-    int64_t warmup;
-    const char *schedule;    /* cosine | constant */
-    double wd, beta1, beta2, eps, clip;
+    AdamOpts adam;           /* --lr, its schedule, AdamW's decay, moments, clip (common/train.h) */
     int64_t loss_chunk;      /* rows of logits at a time */
     const char *keep_attn;   /* every layer's attention O and LSE kept (alone or all) or none */
     int64_t layers;          /* 0: all */
     int64_t seed;
-    const char *save;        /* HF directory + trainer state */
-    int64_t save_every;
-    int64_t save_keep;       /* newest DIR/step-N directories kept (0: all) */
-    const char *resume;
     int dry_run;
-    const char *log;         /* JSON lines */
-    const char *eval_data;   /* held-out token file, evaluated forward only */
-    int64_t eval_every;      /* evaluate every N steps (and after the last; 0: after the last only) */
-    int64_t eval_windows;    /* windows of eval_data per evaluation */
-    const char *dump_grads;  /* tests: loss + all gradients of the first step (safetensors) */
-    int profile;             /* time kernel classes with CUDA events */
+    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
     double yarn_factor;
     int64_t yarn_original;
-    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
-    const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
-    const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     const char *packing;     /* packed documents: NULL/none off; "" <|endoftext|> ends one; or that token id */
+    RunOpts run;             /* saves, evaluation, logs and profiles (common/run.h) */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
-    Opts o = {.model = "0.6B", .data = TOKENS_SHIPPED, .seq = 16384, .steps = 50, .lr = 3e-4,
-              .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4, .moe_gemm = "loop"};
+    Opts o = {.model = "0.6B", .data = TOKENS_SHIPPED, .seq = 16384, .steps = 50, .adam = ADAM_DEFAULTS,
+              .loss_chunk = 4096, .seed = 1234, .moe_gemm = "loop", .run = RUN_DEFAULTS};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B, the MoE Qwen3.5-35B-A3B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
-        {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate", "(0,1]"},
-        {"--warmup", OPT_INT, &o.warmup, "linear warmup steps", "[0,1G]"},
-        {"--schedule", OPT_STRING, &o.schedule, "after warmup: cosine | constant"},
-        {"--min-lr-frac", OPT_DOUBLE, &o.min_lr_frac, "cosine floor as a fraction of --lr", "[0,1]"},
-        {"--wd", OPT_DOUBLE, &o.wd, "AdamW decoupled weight decay (matrices only)", "[0,1]"},
-        {"--beta1", OPT_DOUBLE, &o.beta1, "AdamW beta1", "[0,1)"},
-        {"--beta2", OPT_DOUBLE, &o.beta2, "AdamW beta2", "[0,1)"},
-        {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon", "(0,1]"},
-        {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)", "[0,inf)"},
+        ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
         {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none (stage 4 adds N, auto and gpu:N,host:M)"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
-        {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
-        {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)", "[0,1G]"},
-        {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
-        {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
         {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1e6]"},
-        {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
-        {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
-        {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
-        {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation", "[1,1G]"},
-        {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
-        {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
-        {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
-        {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1e6]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else its positions, 32768 for Qwen3's 40960)", "[0,4G]"},
-        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
+        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)", "loop|grouped"},
         {"--packing", OPT_OPTSTR, &o.packing, "packed documents: each document (ended by <|endoftext|>, or by token ID: --packing ID) attends only to itself from position 0, and the label across a boundary counts no loss; none: off"},
+        RUN_OPTIONS(o.run), /* --save, --resume, --eval-data, --log, --profile, ... (common/run.h) */
     };
     const int n = (int)(sizeof table / sizeof table[0]);
     char err[256];
     const int rc = cli_parse(argc, argv, table, n, err, sizeof err);
     if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
     if (rc) STOP("%s", err);
-    if (o.steps == 0 && !o.save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
-    const char *asked = o.resume;
-    if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
-    if (o.resume && (!cli_given(argc, argv, "--model") || !strcmp(o.model, asked))) o.model = o.resume; /* its own model */
-    if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
-    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
-    if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped");
+    run_opts_check(&o.run, &o.model, cli_given(argc, argv, "--model"), o.steps);
     if (o.yarn_factor > 0 && o.yarn_factor < 1) STOP("--yarn-factor %g: 0 (as the config says) or at least 1", o.yarn_factor);
     return o;
 }
@@ -168,12 +87,12 @@ typedef struct {        /* kept from forward to backward */
 typedef struct {        /* one layer's working set; regions A, B1, B2 and C share memory (see plan) */
     /* persistent through the step */
     bf16_t *dx;         /* [S, D] gradient of the residual stream */
-    uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 */
+    uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 (stage 3 on: [S], the labels w.labels) */
     int32_t *pos;       /* [S] RoPE positions */
     float *inv_freq;    /* [hd/2] RoPE inverse frequencies (YaRN applied) */
     float *losses;      /* [S] per-token NLL (0 where the label is masked) */
     uint8_t *label_w;   /* [S] 1 where this position's label counts in the loss, 0 where masked */
-    double *loss_sum;   /* [1] */
+    double *loss_sum;   /* [1] the step's summed NLL */
     double *gnorm_sq;   /* [1] squared global gradient norm */
     double *red;        /* [1024] reduction scratch */
     /* A: attention half of a layer */
@@ -212,7 +131,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *dlogits;    /* [chunk, V] */
     bf16_t *dhf;        /* [S, D] */
     MoeTile moe;        /* MoE: B1 for an MoE model's MLP, and the step's statistics (common/moe.h) */
-    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/hybrid.h) */
+    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/deltanet.h) */
     /* library workspaces */
     void *sdpa_ws;
     int64_t sdpa_ws_bytes;
@@ -229,7 +148,8 @@ static const ArenaSpec ARENAS[A_N] = {
 typedef struct {
     Qwen3Config c;
     Opts o;
-    int64_t S;
+    Job job;            /* this rank's place in the job: one GPU here (common/ranks.h) */
+    int64_t S;          /* tokens this rank computes each step */
     SdpaShape attn;
     Params p;
     Saved sv;
@@ -243,14 +163,14 @@ typedef struct {
     double aux;         /* MoE: the step's load-balancing loss */
     int64_t eot;        /* --packing: the token that ends a document; -1: not packed */
     int64_t slack;      /* --packing: DOCS_SLACK_ROWS rows of zeros after each buffer blocks read; else 0 */
-    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h) */
+    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h); docs.call NULL: not packed */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
+    MemPlan mp;         /* the plan the run was checked against */
+    struct Data *eval;  /* --eval-data's windows (the data section) */
 } Model;
 
 /* ============================================================ build */
-#define BF(n) ((int64_t)(n) * 2)
-#define F32(n) ((int64_t)(n) * 4)
 
 /* Carve every tensor from the arenas. With NULL arena bases this only measures: the same code
  * is the memory plan (--dry-run) and the allocation. */
@@ -314,7 +234,7 @@ static void carve(Model *M) {
         w->blk = arena_take(W, BF(S * Q), "packed: block O/dQ");
         w->lse_blk = arena_take(W, F32(c->heads * S), "packed: block LSE");
     }
-    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S, 0); /* Qwen3.5: a linear layer's instead */
+    deltanet_carve_over(&w->gdn, W, mixer_a, c, S, S, 0); /* Qwen3.5: a linear layer's instead */
     const int64_t region_b = arena_mark(W);
     /* B1 */
     w->xn2 = arena_take(W, BF(S * D), "xn2");
@@ -338,7 +258,7 @@ static void carve(Model *M) {
     w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
     if (M->eot >= 0) w->dkv_blk = arena_take(W, BF(2 * S * KV), "packed: block dK, dV");
     if (c->attn_gate) w->dq_raw = arena_take(W, BF(S * QR), "dq_raw (query and gate)");
-    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S, 1); /* Qwen3.5: a linear layer's backward instead */
+    deltanet_carve_over(&w->gdn, W, mixer_b, c, S, S, 1); /* Qwen3.5: a linear layer's backward instead */
     arena_release(W, persistent);
     /* C */
     w->hf = arena_take(W, BF(S * D), "hf");
@@ -363,7 +283,7 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+    if (config_for_run(&M->c, o->model, o->run.resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
     if (M->kept && M->c.lin_v_heads) STOP("--keep-attn with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)");
@@ -380,30 +300,27 @@ static void load_config(Model *M) {
     M->p.total = M->p.table.total;
 }
 
-/* the training state this rank holds, for checkpoint I/O (common/state.h) */
-static StateIO state_io(Model *M) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+/* the training state this rank holds, for loads and saves (common/state.h) */
+static StateIO state_io(void *m) {
+    Model *M = m;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN), here = M->job.here; /* the ranks of this process share them */
     return (StateIO){.c = &M->c, .t = &M->p.table, .pieces = M->p.pieces, .npieces = M->p.npieces, .total = M->p.total,
-                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = 0,
-                     .threads = cores > 0 ? (int)cores : 1, .comm = NULL, .st = M->gpu.stream};
+                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->job.rank,
+                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->job.comm, .st = M->gpu.stream};
 }
 
 /* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
  * returns the step training continues after (0 unless --resume) */
 static int64_t init_weights(Model *M) {
     StateIO io = state_io(M);
-    const int64_t step = state_load(&io, M->o.model, M->o.resume, M->c.init_std, (uint64_t)M->o.seed);
+    const int64_t step = state_load(&io, M->o.model, M->o.run.resume, M->c.init_std, (uint64_t)M->o.seed);
     cast_f32_to_bf16(M->p.w, M->p.master, M->p.total, M->gpu.stream);
     return step;
 }
 
+/* RoPE: its frequencies (YaRN's where the config asks) and each row's position */
 static void setup_rope(Model *M) {
-    double inv[512], af;
-    float invf[512];
-    rope_inv_freq(&M->c, inv, &af);
-    for (int64_t i = 0; i < M->c.rot / 2; i++) invf[i] = (float)inv[i];
-    M->attn_factor = (float)af;
-    gpu_upload(M->w.inv_freq, invf, F32(M->c.rot / 2), M->gpu.stream);
+    M->attn_factor = attn_rope_upload(&M->c, M->w.inv_freq, M->gpu.stream);
     int32_t *pos = xmalloc((size_t)(4 * M->S));
     for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)t;
     gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
@@ -417,40 +334,16 @@ static float *G(const Model *M, ParamKind k, int64_t l) { return M->p.grad + par
 /* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
 static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->c.hidden; }
 
-/* an MoE layer's router and experts, as common/moe.c takes them */
+/* an MoE layer's router and experts, a Qwen3.5 linear layer's weights, as common/ takes them */
 #define MOE_W(M, l) moe_weights(&(MoeWeights){0}, &(M)->p.table, l, W(M, P_ROUTER, l))
 #define MOE_G(M, l) moe_grads(&(MoeGrads){0}, &(M)->p.table, l, G(M, P_ROUTER, l))
-/* a Qwen3.5 linear layer's, as common/hybrid.c takes them */
-#define GDN_W(M, l) (&(GdnWeights16){W(M, P_LIN_QKV, l), W(M, P_LIN_Z, l), W(M, P_LIN_B, l), W(M, P_LIN_A, l),     \
-                                     W(M, P_LIN_CONV, l), W(M, P_LIN_DT, l), W(M, P_LIN_ALOG, l), W(M, P_LIN_NORM, l), \
-                                     W(M, P_LIN_OUT, l)})
-#define GDN_G(M, l) (&(GdnGrads32){G(M, P_LIN_QKV, l), G(M, P_LIN_Z, l), G(M, P_LIN_B, l), G(M, P_LIN_A, l),       \
-                                   G(M, P_LIN_CONV, l), G(M, P_LIN_DT, l), G(M, P_LIN_ALOG, l), G(M, P_LIN_NORM, l),   \
-                                   G(M, P_LIN_OUT, l)})
+#define GDN_W(M, l) deltanet_weights(&(GdnWeights16){0}, &(M)->p.table, l, W(M, P_LIN_QKV, l))
+#define GDN_G(M, l) deltanet_grads(&(GdnGrads32){0}, &(M)->p.table, l, G(M, P_LIN_QKV, l))
 
 /* ============================================================ forward */
-/* Qwen3.5's linear attention layer: x -> x_mid = x + out_proj(the gated delta rule's output, normed
- * and gated), in the steps of common/hybrid.h */
-static void linear_forward(Model *M, int64_t l, const bf16_t *x) {
-    Work *w = &M->w;
-    GdnWork *g = &w->gdn;
-    const GdnWeights16 *Wl = GDN_W(M, l);
-    cudaStream_t st = M->gpu.stream;
-    mark(st, K_ELEM);
-    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), M->S, M->c.hidden, (float)M->c.eps, st);
-    hybrid_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
-    hybrid_conv(g, &M->c, Wl, w->pos, 0, NULL, st);
-    hybrid_gates(g, &M->c, Wl, M->S, st);
-    hybrid_rule(g, &M->c, w->pos, 0, NULL, st); /* from a zero state */
-    hybrid_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
-}
-
-/* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
+/* x -> x_mid = x + o_proj(attention(head norms and RoPE of q and k, v)), xn = input_layernorm(x).
+ * run_attn = 0 reuses kept O/LSE. A Qwen3.5 hybrid's linear layers take Gated DeltaNet instead. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
-    if (config_is_linear(&M->c, l)) { /* Qwen3.5: a linear attention layer instead */
-        linear_forward(M, l, x);
-        return;
-    }
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
@@ -459,23 +352,20 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
         w->o = M->sv.o + l * (S + M->slack) * Q;
         w->lse = M->sv.lse + l * c->heads * S;
     }
-    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
-    mark(st, K_GEMM);
+    if (config_is_linear(c, l)) { /* Qwen3.5: common/deltanet.h */
+        deltanet_forward(&M->gemm, &w->gdn, c, GDN_W(M, l), w->xn, x, w->x_mid, w->pos, S, st);
+        return;
+    }
     linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l), S, D, config_q_rows(c), 0.f, st);
     linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
     linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
-    mark(st, K_ELEM);
-    hybrid_q_fwd(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq, M->attn_factor, S, st);
-    hybrid_k_fwd(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
-    mark(st, K_ATTN);
-    if (run_attn && M->eot >= 0) /* --packing: the window's documents' blocks (common/sdpa.h) */
-        sdpa_packed_fwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->q, w->k, w->v, w->blk,
-                        w->lse_blk, w->o, w->lse, w->sdpa_ws, w->sdpa_ws_bytes, st);
-    else if (run_attn) sdpa_fwd(&M->sdpa, &M->attn, w->o, w->lse, w->q, w->k, w->v, w->sdpa_ws, w->sdpa_ws_bytes);
-    mark(st, K_ELEM);
-    const bf16_t *o_in = hybrid_gate_fwd(c, w->og, w->o, w->q_raw, c->heads, S, st); /* Qwen3.5: o sigmoid(gate) */
-    mark(st, K_GEMM);
+    attn_q_norm_rope(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq, M->attn_factor, S, st);
+    attn_k_norm_rope(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
+    if (run_attn) /* cuDNN flash attention; --packing: each document's blocks alone, docs.call (common/sdpa.h) */
+        sdpa_causal_fwd(&M->sdpa, &M->attn, M->docs.call, w->q, w->k, w->v, w->o, w->lse, w->blk, w->lse_blk,
+                        w->sdpa_ws, w->sdpa_ws_bytes, st);
+    const bf16_t *o_in = attn_out_gate(c, w->og, w->o, w->q_raw, c->heads, S, st); /* Qwen3.5: o sigmoid(gate) */
     linear_fwd_add(&M->gemm, w->x_mid, x, o_in, W(M, P_O, l), S, Q, D, st);
 }
 
@@ -487,16 +377,13 @@ static void mlp_rows_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd
     Work *w = &M->w;
     const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
     if (c->experts) {
         moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, n, fwd, st);
         return;
     }
-    mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
     linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
-    mark(st, K_ELEM);
     swiglu_fwd(w->h, w->g, w->u, n * I, st);
 }
 
@@ -509,15 +396,12 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     cudaStream_t st = M->gpu.stream;
     mlp_rows_forward(M, l, t0, n, 1);
     if (c->experts) moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st); /* they join the residual */
-    else {
-        mark(st, K_GEMM);
-        linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
-    }
+    else linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
 }
 
 static void forward(Model *M) {
     const int64_t S = M->S, D = M->c.hidden;
-    mark(M->gpu.stream, K_ELEM);
+    mark(M->gpu.stream, K_ELEM); /* --profile: the layers' region (common/train.h) */
     embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     for (int64_t l = 0; l < M->c.layers; l++) {
         progress_at(M->gpu.stream, 0, l);
@@ -569,18 +453,14 @@ static void mlp_rows_backward(Model *M, int64_t l, int64_t t0, int64_t n) {
     bf16_t *dx = w->dx + t0 * D;
     if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
     else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
-        mark(st, K_GEMM);
         linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
         linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
-        mark(st, K_ELEM);
         swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
-        mark(st, K_GEMM);
         linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
         linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
         linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
         linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
     }
-    mark(st, K_ELEM);
     rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D, st);
 }
 
@@ -601,46 +481,22 @@ static void attention_backward(Model *M, int64_t l) {
                   QR = config_q_rows(c);
     bf16_t *dqr = config_plain_heads(c) ? w->dq : w->dq_raw; /* d(q_proj's output) */
     cudaStream_t st = M->gpu.stream;
-    /* d(o) = dx Wo, then (Qwen3.5) the gate's backward, flash attention backward, head norms + RoPE, projections */
-    mark(st, K_GEMM);
+    /* d(o) = dx Wo, then (Qwen3.5) the gate's backward, attention's backward, head norms + RoPE, projections */
     linear_dw(gm, G(M, P_O, l), w->dx, c->attn_gate ? w->og : w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
-    mark(st, K_ELEM);
-    hybrid_gate_bwd(c, w->d_o, w->dq_raw, w->o, w->q_raw, c->heads, S, st);
-    mark(st, K_ATTN);
-    if (M->eot >= 0)
-        sdpa_packed_bwd(&M->sdpa, &M->attn, docplan_call(&M->docs, 0), w->dq, w->dk, w->dv, w->q, w->k,
-                        w->v, w->o, w->d_o, w->lse, w->blk, w->dkv_blk, w->lse_blk, w->softmax_sum, w->dq_accum,
-                        w->sdpa_ws, w->sdpa_ws_bytes, st);
-    else sdpa_bwd(&M->sdpa, &M->attn, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse, w->softmax_sum,
-                  w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes);
-    mark(st, K_ELEM);
-    hybrid_q_bwd(c, dqr, w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq,
-                 M->attn_factor, S, st);
-    hybrid_k_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor,
-                 S, st);
-    mark(st, K_GEMM);
+    attn_out_gate_bwd(c, w->d_o, w->dq_raw, w->o, w->q_raw, c->heads, S, st);
+    sdpa_causal_bwd(&M->sdpa, &M->attn, M->docs.call, w->dq, w->dk, w->dv, w->q, w->k, w->v, w->o, w->d_o, w->lse,
+                    w->softmax_sum, w->dq_accum, w->blk, w->dkv_blk, w->lse_blk, w->sdpa_ws, w->sdpa_ws_bytes, st);
+    attn_q_norm_rope_bwd(c, dqr, w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), c->heads, w->pos,
+                         w->inv_freq, M->attn_factor, S, st);
+    attn_k_norm_rope_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
+                         M->attn_factor, S, st);
     linear_dw(gm, G(M, P_Q, l), dqr, w->xn, S, D, QR, st);
     linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
     linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
     linear_dx(gm, w->dxn, dqr, W(M, P_Q, l), S, D, QR, 0.f, st);
     linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
     linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
-}
-
-/* Qwen3.5's linear attention layer backward: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
- * w.dxn. Its forward has just run again. */
-static void linear_backward(Model *M, int64_t l) {
-    Work *w = &M->w;
-    GdnWork *g = &w->gdn;
-    const GdnWeights16 *Wl = GDN_W(M, l);
-    const GdnGrads32 *Gl = GDN_G(M, l);
-    cudaStream_t st = M->gpu.stream;
-    hybrid_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
-    hybrid_rule_bwd(g, &M->c, w->pos, 0, NULL, 0, st); /* the final state's gradient is zero */
-    hybrid_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
-    hybrid_conv_bwd(g, &M->c, Wl, Gl, w->pos, 0, NULL, NULL, st);
-    hybrid_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
 }
 
 /* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
@@ -653,24 +509,24 @@ static void layer_backward(Model *M, int64_t l) {
     /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
     attention_forward(M, l, x, !M->kept);
     mlp_backward(M, l);
-    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5 */
+    if (config_is_linear(c, l)) /* Qwen3.5: common/deltanet.h */
+        deltanet_backward(&M->gemm, &w->gdn, c, GDN_W(M, l), GDN_G(M, l), w->xn, w->dx, w->dxn, w->pos, S, st);
     else attention_backward(M, l);
-    mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
 }
 
 static void backward(Model *M) {
+    mark(M->gpu.stream, K_ELEM); /* --profile: the layers' region */
     for (int64_t l = M->c.layers - 1; l >= 0; l--) {
         progress_at(M->gpu.stream, 1, l);
         layer_backward(M, l);
     }
-    mark(M->gpu.stream, K_ELEM);
     embedding_bwd(G(M, P_EMBED, 0), M->w.dx, M->w.ids, M->S, M->c.hidden, M->gpu.stream);
 }
 
 /* ============================================================ update */
 static void update(Model *M, int64_t step, double lr) {
-    const Opts *o = &M->o;
+    const AdamOpts *o = &M->o.adam;
     Params *p = &M->p;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_OPTIM);
@@ -686,57 +542,48 @@ static void update(Model *M, int64_t step, double lr) {
 }
 
 /* ============================================================ data */
-typedef struct {
+typedef struct Data {
     const TokenFile *tf; /* the run's (Model.in): one copy for every rank of the process */
     Loader ld;
-    uint32_t *host;     /* [S+1] */
-    uint8_t *wt;        /* [seq+1] the window's loss weights */
-    int64_t *start;     /* [S+1] --packing: where the window's documents start */
-    int64_t *gpos;      /* [S] --packing: each row's position in the window (here 0..S-1) */
-    int32_t *pos;       /* [S] --packing: its RoPE position, from its document's start */
-    int64_t epoch;
+    uint32_t *host;     /* [seq+1] the window's tokens (stage 3 on: then [2, S], this rank's ids and labels) */
+    uint8_t *wt;        /* [seq+1] the window's loss weights (stage 3 on: then [S], its labels') */
+    DocsWindow docs;    /* --packing: the window's documents (common/docs.h) */
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
 
 static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     char err[512];
     d->tf = tf;
-    if (loader_init(&d->ld, tf, M->S, 1, 0, err, sizeof err)) DIE("%s", err);
-    d->host = xmalloc((size_t)(4 * (M->S + 1)));
-    d->wt = xmalloc((size_t)(M->S + 1));
-    d->epoch = -1;
+    if (loader_init(&d->ld, tf, M->o.seq, M->job.dp, job_dp_rank(&M->job), err, sizeof err)) DIE("%s", err);
+    d->host = xmalloc((size_t)(4 * (M->o.seq + 1)));
+    d->wt = xmalloc((size_t)(M->o.seq + 1));
     if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
         loader_pack(&d->ld, (uint32_t)M->eot);
-        d->start = xmalloc((size_t)(8 * (M->S + 1)));
-        d->gpos = xmalloc((size_t)(8 * M->S));
-        d->pos = xmalloc((size_t)(4 * M->S));
-        for (int64_t t = 0; t < M->S; t++) d->gpos[t] = t;
+        docs_window_open(&d->docs, M->o.seq, M->S, M->job.P);
     }
-    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
-           (long long)d->ld.windows, (long long)M->S);
-    if (d->tf->weights)
-        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
+    /* every rank counts every rank's labels in its own copy of the file (and its ends of text): the copies,
+     * and each node's config.json, must agree (one rank here: nothing to compare) */
+    job_same_inputs(&M->job, loader_digest(&d->ld) ^ config_digest(&M->c), tf->path, d->tf->count, d->tf->counted,
+                    M->c.layers, M->gpu.stream);
+    loader_report(&d->ld);
 }
 
 /* --packing: the window's documents, their RoPE positions and attention blocks */
 static void pack_window(Data *d, Model *M) {
-    const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
-    docs_positions(d->start, n, d->pos);
-    int32_t *pos = d->pos; /* stage 3 on: this rank's rows' */
+    DocsWindow *dw = &d->docs;
+    const int64_t S = M->S;
+    docs_window_cut(dw, d->host, M->o.seq, (uint32_t)M->eot);
+    int32_t *pos = dw->pos; /* stage 3 on: this rank's rows' */
     docplan_reset(&M->docs);
-    docplan_add(&M->docs, d->start, n, d->gpos, 0, S, d->gpos, 0, S); /* one call: the window against itself */
+    docplan_add(&M->docs, dw->start, dw->n, dw->rows, 0, S, dw->rows, 0, S); /* one call: the window against itself */
     CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_upload(&M->docs, M->gpu.stream);
-    docplan_trace(&M->docs, n, d->pos, M->o.seq, pos, S);
+    docplan_trace(&M->docs, dw->n, dw->pos, M->o.seq, pos, S);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
 static void data_load(Data *d, Model *M, int64_t step) {
-    const int64_t e = loader_window(&d->ld, step, d->host);
-    if (e != d->epoch) {
-        if (d->epoch >= 0) say("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
-        d->epoch = e;
-    }
+    loader_next(&d->ld, step, d->host);
     M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
     loader_weights(&d->ld, step, d->wt);
     CUDA_CHECK(cudaMemcpyAsync(M->w.ids, d->host, (size_t)(4 * (M->S + 1)), cudaMemcpyHostToDevice, M->gpu.stream));
@@ -746,196 +593,100 @@ static void data_load(Data *d, Model *M, int64_t step) {
 }
 
 /* ============================================================ evaluation */
-/* --eval-data: the held-out loss, the mean NLL over the labels that count in the file's first
- * --eval-windows windows. The training forward and loss run without their backward, in the
- * training's own buffers: no memory beyond the plan, and the gradients and optimizer state are not
- * touched. Divided by the labels of all the windows (every rank's), never by a rank's share. */
-static int64_t eval_passes(const Model *M) { return M->o.eval_windows; }
-
-static void eval_open(Data *ev, Model *M) {
-    char err[512];
-    data_open(ev, M, &M->in.eval);
-    if (loader_check_eval(&ev->ld, eval_passes(M), err, sizeof err)) DIE("%s", err);
-}
-
-static EvalResult evaluate(Model *M, Data *ev) {
-    const int64_t counted = M->counted; /* the training step's, for its report */
-    const double t0 = now_s();
-    measure_pause(1); /* the step's profile and collective counts are the step's */
-    EvalResult r = {.windows = eval_passes(M) * ev->ld.world};
-    double sum = 0;
-    for (int64_t k = 0; k < eval_passes(M); k++) {
-        data_load(ev, M, k);
-        if (!M->counted) continue; /* windows of prompt only */
-        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
-        forward(M);
-        loss_and_head_backward(M, 0);
-        double ls;
-        gpu_download(&ls, M->w.loss_sum, 8, M->gpu.stream);
-        sum += ls;
-        r.labels += M->counted;
-    }
-    measure_pause(0);
-    M->counted = counted;
-    r.loss = sum / (double)r.labels;
-    r.sec = now_s() - t0;
-    if (!isfinite(r.loss)) DIE("the evaluation's loss is %f -- stopping", r.loss);
-    return r;
-}
-
-/* the evaluation after `step`, when --eval-every (or the last step) asks for one */
-static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
-    if (!M->o.eval_data || !eval_due(M->o.eval_every, step, M->o.steps)) return (EvalResult){0};
-    return evaluate(M, ev);
+/* --eval-data (common/run.h): held-out window k's summed NLL -- the training forward and loss, in the
+ * training's own buffers, without their backward -- and its labels (every rank's: the denominator) */
+static double eval_window(void *m, int64_t k, int64_t *labels) {
+    Model *M = m;
+    data_load(M->eval, M, k);
+    if (!(*labels = M->counted)) return 0; /* windows of prompt only */
+    if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
+    forward(M);
+    loss_and_head_backward(M, 0);
+    double sum;
+    gpu_download(&sum, M->w.loss_sum, 8, M->gpu.stream);
+    return sum;
 }
 
 /* ============================================================ main */
-/* every file the run reads, checked before the GPU is touched (and by --dry-run) */
-static void open_inputs(Model *M) {
-    const Opts *o = &M->o;
-    inputs_open(&M->in, &(InputsAsk){.data = o->data, .eval_data = o->eval_data, .model = o->model, .resume = o->resume,
-                                     .save = o->save, .log = o->log, .trace = o->trace, .timeline = o->timeline,
-                                     .dump_grads = o->dump_grads, .window = M->S,
-                                     .world = 1, .eval_steps = eval_passes(M), .steps = o->steps},
-                &M->c, &M->p.table);
-}
-
-static void save_checkpoint(Model *M, const char *dir, int64_t step) {
-    StateIO io = state_io(M);
-    state_save(&io, dir, step, M->S, M->o.data, M->o.save_keep);
-}
-
-/* SIGTERM or SIGUSR1 before `step + 1` (with --save): save `step` unless its save is made, and stop */
-static int preempted(Model *M, int64_t step, int64_t start) {
-    if (!M->o.save) return 0;
-    const int sig = preempt_pending();
-    if (!sig) return 0;
-    if (step > start && !save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
-    preempt_report(sig, step, start, M->o.save);
-    return 1;
-}
-
 /* one rank's training run: allocate as planned, initialise, loop */
-static void train(Model *M, const MemPlan *mp) {
+static void train(Model *M) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
     M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
     sdpa_init(&M->sdpa, M->gpu.stream);
     M->sdpa.verbose = 1;
     setup_rope(M);
-    int64_t step = init_weights(M);
-    const int64_t start = step; /* 0, or the step of the save resumed from */
-    /* the real cuDNN workspace must fit the planned one */
-    const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
-    if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
-        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
+    int64_t step = init_weights(M); /* 0, or the step of the save resumed from */
+    sdpa_check_workspace(&M->sdpa, &M->attn, M->w.sdpa_ws_bytes); /* the real cuDNN plans fit the planned one */
 
-    Data data;
+    Data data, eval;
     data_open(&data, M, &M->in.data);
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
-    Data eval;
-    if (M->o.eval_data) eval_open(&eval, M);
-    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* the printing rank logs */
-    if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
-    const double flops = config_step_flops(&M->c, M->S);
-    cudaEvent_t ev0, ev1;
-    CUDA_CHECK(cudaEventCreate(&ev0));
-    CUDA_CHECK(cudaEventCreate(&ev1));
-    say("training %lld steps of %lld tokens (%.3g model TFLOP per step)\n", (long long)M->o.steps,
-           (long long)M->S, flops / 1e12);
-    progress_start(M->c.layers); /* on a terminal: where the step is */
-    if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
-        const EvalResult e0 = evaluate(M, &eval);
-        eval_report(STAGE, step, &e0, log);
-    }
-    if (M->o.save) preempt_arm(); /* SIGTERM, SIGUSR1: save after the step in flight, then stop */
-    const double t_start = now_s();
+    if (M->o.run.eval_data) { data_open(&eval, M, &M->in.eval); run_check_eval(&M->o.run, &M->job, &eval.ld); }
+    M->eval = &eval;
+    Run run = {.o = &M->o.run, .h = {M, state_io, eval_window}, .job = M->job, .stage = STAGE, .c = &M->c,
+               .data = M->o.data, .seq = M->o.seq, .S = M->S, .steps = M->o.steps, .mp = &M->mp, .st = M->gpu.stream};
+    run_begin(&run, step); /* the held-out loss before the first step; SIGTERM and SIGUSR1 armed */
+    cudaStream_t st = M->gpu.stream;
     for (step = step + 1; step <= M->o.steps; step++) {
-        if (preempted(M, step - 1, start)) break;
-        cudaStream_t st = M->gpu.stream;
-        const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
+        if (run_stopping(&run, step - 1)) break; /* a signal: step - 1 saved, stop */
+        const double lr = adam_lr(&M->o.adam, M->o.steps, step);
         data_load(&data, M, step - 1);
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
-            const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(STAGE, step, &ev, log);
-            if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
+            run_skipped(&run, step);
             continue;
         }
-        CUDA_CHECK(cudaEventRecord(ev0, st));
+        run_clock_start(&run);
         mark(st, K_OPTIM);
         CUDA_CHECK(cudaMemsetAsync(M->p.grad, 0, (size_t)F32(M->p.total), st));
         if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
-        if (M->c.experts) /* each rank's router gets its tokens' share (stage 2 on: the reduce-scatter adds them) */
-            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S), NULL, st);
+        if (M->c.experts) /* each rank's router gets the job's tokens' share (stage 2 on: the ranks' add up) */
+            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->o.seq * M->job.dp), M->job.comm, st);
         loss_and_head_backward(M, 1);
         backward(M);
-        if (M->o.dump_grads && step == 1) {
-            double ls;
-            gpu_download(&ls, M->w.loss_sum, 8, st);
-            StateIO io = state_io(M);
-            state_dump(&io, M->o.dump_grads, ls / (double)M->counted + aux_term(M));
-        }
+        run_dump(&run, step, M->w.loss_sum, M->counted, aux_term(M)); /* --dump-grads: before the update */
         update(M, step - data.skipped, lr); /* AdamW's bias correction counts its updates */
-        mark(st, K_END);
-        CUDA_CHECK(cudaEventRecord(ev1, st));
+        run_clock_stop(&run);
         double loss_sum, gsq;
         gpu_download(&loss_sum, M->w.loss_sum, 8, st);
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
+        const double loss = loss_sum / (double)M->counted + aux_term(M); /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
-        const double pairs = (double)M->docs.pairs; /* --packing: this window's attention work */
-        const double fl = M->eot >= 0 ? config_step_flops_pairs(&M->c, M->S, pairs) : flops;
-        const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = STAGE, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
-                               .labels = M->counted, .eval = ev,
-                               .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
-                               .sec = sec, .tokens = (double)M->S, .tflops = fl / sec / 1e12,
-                               .attn_tflop = M->eot >= 0 ? config_attn_flops(&M->c, pairs) / 1e12 : 0,
-                               .attn_tflop_full = config_attn_flops(&M->c, (double)M->S * M->S / 2) / 1e12,
-                               .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
-                               .mem_plan_gib = (double)memplan_peak(mp) / (1 << 30)},
-                    log);
-        prof_report(st);
-        if (M->o.profile && M->c.experts && rank_prints()) /* MoE: the ragged GEMMs' algorithm lookups */
-            say("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
-        fflush(stdout);
-        if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
+        run_step(&run, &(StepLog){.step = step, .epoch = data.ld.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
+                                  .labels = M->counted, .keep_attn = (int)M->kept},
+                 M->eot >= 0 ? (double)M->docs.pairs : -1); /* --packing: the attention its blocks computed */
     }
-    say("done: %.1f s\n", now_s() - t_start);
-    if (M->o.save && step > M->o.steps) save_checkpoint(M, M->o.save, M->o.steps); /* not after a stop */
-    if (log) fclose(log);
+    run_end(&run, step);
 }
 
-/* the run's one rank: its GPU, the plan checked against it, then training (stage 2 runs one per GPU) */
-static void rank_main(Model *M, const MemPlan *mp) {
-    gpu_init(&M->gpu, 0);
-    char why[512];
-    if (plan_fits(mp, 1, 1, M->o.gpu_gib, M->gpu.name, why, sizeof why)) STOP("%s", why);
-    train(M, mp);
+/* one rank: its GPU and its own copy of the model state (stage 2 runs one per GPU) */
+static void rank_main(const Rank *r, void *tmpl) {
+    Model *M = xcalloc(1, sizeof *M);
+    *M = *(const Model *)tmpl;
+    job_join(&M->job, r);
+    gpu_init(&M->gpu, r->device);
+    train(M);
 }
 
 int main(int argc, char **argv) {
-    static Model M; /* large; zero-initialised */
+    static Model M; /* large; zero-initialised; every rank starts from a copy */
     M.o = parse_opts(argc, argv);
+    M.job = JOB_ONE;
     plan_machine(M.o.dry_run, NULL, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPU, else the headline's */
-    prof_enable(M.o.profile);
     load_config(&M);
     config_print(&M.c);
-    MemPlan mp = plan_memory(&M);
-    char title[256];
-    snprintf(title, sizeof title, "stage %d, %s, seq %lld%s%s%s%s", STAGE, M.c.name, (long long)M.S,
-             M.kept ? ", --keep-attn" : "", M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "",
-             M.eot >= 0 ? ", --packing" : "");
-    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    M.mp = plan_memory(&M);
+    char title[512];
+    int n = snprintf(title, sizeof title, "stage %d, %s, seq %lld", STAGE, M.c.name, (long long)M.S);
+    memplan_title_tail(title + n, sizeof title - n, M.kept, M.c.experts ? M.o.moe_gemm : NULL, 0, M.eot >= 0);
+    memplan_print(&M.mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
-    open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
+    /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
     if (M.o.dry_run) return 0;
-    trace_open(M.o.trace); /* after the dry-run: it writes nothing */
-    timeline_open(M.o.timeline);
-    rank_main(&M, &mp); /* stage 2: one per GPU */
+    run_instruments(&M.o.run); /* --profile, --trace, --timeline */
+    ranks_run_one(&M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: one per GPU */
     return 0;
 }

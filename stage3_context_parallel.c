@@ -1,168 +1,80 @@
-/* stage3_context_parallel.c -- train a Qwen3 model on one long sequence split over several GPUs.
+/* stage3_context_parallel.c -- train a Qwen3 model on long sequences: rung 3 of longctx.c's ladder.
  *
- * Stage 2 plus context parallelism: the P ranks share ONE sequence in 2P zigzag chunks (common/
- * zigzag.h), and attention is a ring: each block's K/V travels on to the next rank while cuDNN
- * computes, partial outputs merge by their log-sum-exp, and dK/dV travel home in the backward.
- * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
+ * Each rung is a complete trainer that adds one lever to the rung before (`make diffs` shows it):
+ *   1. one GPU: a Qwen3 layer's forward and backward in bf16 (cuBLASLt GEMMs, cuDNN flash attention
+ *      with its fp32 log-sum-exp), each layer's input kept and the rest recomputed, the loss a chunk
+ *      of rows at a time, AdamW on fp32 master weights; the memory planned before anything is taken
+ *   2. FSDP (ZeRO-3) over P GPUs: each rank keeps 1/P of the weights, gradients and AdamW state; a
+ *      layer's weights are all-gathered just before use, its gradients reduce-scattered after
+ *   3. context parallelism: the P ranks share one sequence in 2P zigzag chunks; attention is a ring
+ *      of K/V blocks merged by log-sum-exp; a hybrid's linear layers pass their state as affine maps
  *
- * What every stage does, from stage 1 on:
- *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
- *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
- *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the
- *     layer's forward first. --keep-attn also keeps the attention output O and its LSE, so
- *     backward never runs attention forward again (costs S*heads*head_dim bf16 per layer);
- *   - chunked NLL: logits exist for one chunk of rows at a time, loss and d(logits) in one pass;
- *   - AdamW on fp32 master weights, with fp32 gradients and moments;
- *   - dense and MoE models: a router over experts, each token's top-k, the load-balancing
- *     loss (common/moe.c);
- *   - packed documents (--packing): each document of a window attends only to itself, from
- *     position 0, its attention cut into blocks (common/docs.h) that skip what it does not see;
- *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
- *
- *   make stage3 && ./stage3 --gpus 8 --seq 1M     # 0.6B on the books, 1M tokens over 8 GPUs
- *   ./stage3 --local-ranks 4 --model 0.6B --layers 2 --seq 16K    # 4 ranks on one GPU
+ *   make stage3 && ./stage3 --gpus 8 --seq 1M                      # 0.6B, 1M tokens over 8 GPUs
+ *   ./stage3 --local-ranks 4 --model 0.6B --layers 2 --seq 16K     # 4 ranks on one GPU
  */
 
 /* ============================================================ includes and usage */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include <cuda_runtime_api.h>
-#include <cublasLt.h>
-#include <cudnn.h>
-
-#include "common/advice.h"
-#include "common/check.h"
-#include "common/cli.h"
-#include "common/comm.h"
-#include "common/config.h"
-#include "common/gemm.h"
-#include "common/gpu.h"
-#include "common/inputs.h"
-#include "common/memplan.h"
-#include "common/model.h"
-#include "common/hybrid.h"
-#include "common/moe.h"
-#include "common/ranks.h"
-#include "common/sdpa.h"
-#include "common/shard.h"
-#include "common/state.h"
-#include "common/tensor.h"
-#include "common/tokens.h"
-#include "common/train.h"
-#include "common/zigzag.h"
-#include "kernels/kernels.h"
+#include "common/stage.h" /* every header of common/ and kernels/, with what each holds */
 
 #define STAGE 3 /* this file's rung: its plan and its log lines say so */
-static const char *SUMMARY =
-    "Train a Qwen3 or Qwen3.5 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
-    "attention), with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
-    "optimizer state, layers are all-gathered per use. bf16 compute, fp32 master weights, per-layer\n"
-    "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
-    "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
+static const char *SUMMARY = "Train a Qwen3 or Qwen3.5 model on one sequence over P GPUs: context parallelism, FSDP." STAGE_USAGE;
 
 /* ============================================================ options */
 typedef struct {
     const char *model;       /* size name or HF directory */
     const char *data;        /* token file */
-    int64_t seq;             /* tokens per step */
+    int64_t seq;             /* tokens per step (sequence length) */
     int64_t steps;
-    double lr, min_lr_frac;
-    int64_t warmup;
-    const char *schedule;    /* cosine | constant */
-    double wd, beta1, beta2, eps, clip;
+    AdamOpts adam;           /* --lr, its schedule, AdamW's decay, moments, clip (common/train.h) */
     int64_t loss_chunk;      /* rows of logits at a time */
     const char *keep_attn;   /* every layer's attention O and LSE kept (alone or all) or none */
     int64_t layers;          /* 0: all */
     int64_t seed;
-    const char *save;        /* HF directory + trainer state */
-    int64_t save_every;
-    int64_t save_keep;       /* newest DIR/step-N directories kept (0: all) */
-    const char *resume;
     int dry_run;
-    const char *log;         /* JSON lines */
-    const char *eval_data;   /* held-out token file, evaluated forward only */
-    int64_t eval_every;      /* evaluate every N steps (and after the last; 0: after the last only) */
-    int64_t eval_windows;    /* windows of eval_data per evaluation */
-    const char *dump_grads;  /* tests: loss + all gradients of the first step (safetensors) */
-    int profile;             /* time kernel classes with CUDA events */
+    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
     double yarn_factor;
     int64_t yarn_original;
-    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
-    const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
-    const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     const char *packing;     /* packed documents: NULL/none off; "" <|endoftext|> ends one; or that token id */
+    RunOpts run;             /* saves, evaluation, logs and profiles (common/run.h) */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
     const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
-    Opts o = {.model = "0.6B", .data = TOKENS_SHIPPED, .seq = 16384, .steps = 50, .lr = 3e-4,
-              .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4, .moe_gemm = "loop",
-              .ranks = RANK_DEFAULTS,
-              .merge = "fp32"};
+    Opts o = {.model = "0.6B", .data = TOKENS_SHIPPED, .seq = 16384, .steps = 50, .adam = ADAM_DEFAULTS,
+              .loss_chunk = 4096, .seed = 1234, .moe_gemm = "loop", .run = RUN_DEFAULTS,
+              .ranks = RANK_DEFAULTS, .merge = "fp32"};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B, the MoE Qwen3.5-35B-A3B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
-        {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate", "(0,1]"},
-        {"--warmup", OPT_INT, &o.warmup, "linear warmup steps", "[0,1G]"},
-        {"--schedule", OPT_STRING, &o.schedule, "after warmup: cosine | constant"},
-        {"--min-lr-frac", OPT_DOUBLE, &o.min_lr_frac, "cosine floor as a fraction of --lr", "[0,1]"},
-        {"--wd", OPT_DOUBLE, &o.wd, "AdamW decoupled weight decay (matrices only)", "[0,1]"},
-        {"--beta1", OPT_DOUBLE, &o.beta1, "AdamW beta1", "[0,1)"},
-        {"--beta2", OPT_DOUBLE, &o.beta2, "AdamW beta2", "[0,1)"},
-        {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon", "(0,1]"},
-        {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)", "[0,inf)"},
+        ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
         {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none (stage 4 adds N, auto and gpu:N,host:M)"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
-        {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
-        {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)", "[0,1G]"},
-        {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
-        {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
         {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1e6]"},
-        {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
-        {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
-        {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
-        {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation", "[1,1G]"},
-        {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
-        {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
-        {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
-        {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: as the config says)", "[0,1e6]"},
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else its positions, 32768 for Qwen3's 40960)", "[0,4G]"},
-        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
+        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)", "loop|grouped"},
         {"--packing", OPT_OPTSTR, &o.packing, "packed documents: each document (ended by <|endoftext|>, or by token ID: --packing ID) attends only to itself from position 0, and the label across a boundary counts no loss; none: off"},
+        RUN_OPTIONS(o.run), /* --save, --resume, --eval-data, --log, --profile, ... (common/run.h) */
         /* ---- stage 2: FSDP ---- */
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
-        {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16"}, /* stage 3 */
+        {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16", "fp32|bf16"}, /* stage 3 */
     };
     const int n = (int)(sizeof table / sizeof table[0]);
     char err[256];
     const int rc = cli_parse(argc, argv, table, n, err, sizeof err);
     if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
     if (rc) STOP("%s", err);
-    if (o.steps == 0 && !o.save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
-    const char *asked = o.resume;
-    if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
-    if (o.resume && (!cli_given(argc, argv, "--model") || !strcmp(o.model, asked))) o.model = o.resume; /* its own model */
-    if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
-    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
-    if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped");
+    run_opts_check(&o.run, &o.model, cli_given(argc, argv, "--model"), o.steps);
     if (o.yarn_factor > 0 && o.yarn_factor < 1) STOP("--yarn-factor %g: 0 (as the config says) or at least 1", o.yarn_factor);
-    if (strcmp(o.merge, "fp32") && strcmp(o.merge, "bf16")) STOP("--merge is fp32 or bf16"); /* stage 3 */
-    ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
+    ranks_check_opts(&o.ranks, o.run.save || o.run.resume || o.run.dump_grads); /* stage 2 */
     return o;
 }
 
@@ -199,12 +111,12 @@ typedef struct {        /* kept from forward to backward */
 typedef struct {        /* one layer's working set; regions A, B1, B2 and C share memory (see plan) */
     /* persistent through the step */
     bf16_t *dx;         /* [S, D] gradient of the residual stream */
-    uint32_t *ids;      /* [S+1] tokens (stage 3: [S], this rank's; its labels are w.labels, not ids + 1) */
+    uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 (stage 3 on: [S], the labels w.labels) */
     int32_t *pos;       /* [S] RoPE positions */
     float *inv_freq;    /* [hd/2] RoPE inverse frequencies (YaRN applied) */
     float *losses;      /* [S] per-token NLL (0 where the label is masked) */
     uint8_t *label_w;   /* [S] 1 where this position's label counts in the loss, 0 where masked */
-    double *loss_sum;   /* [1] */
+    double *loss_sum;   /* [1] the step's summed NLL */
     double *gnorm_sq;   /* [1] squared global gradient norm */
     double *red;        /* [1024] reduction scratch */
     /* A: attention half of a layer */
@@ -240,31 +152,21 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *dlogits;    /* [chunk, V] */
     bf16_t *dhf;        /* [S, D] */
     /* ---- stage 3: ring attention ---- */
-    /* (S here is this rank's share of the sequence) */
+    /* (S here is this rank's share of the sequence; a ring runs one attention call, of M->attn's Ha
+     * query and Hka K/V heads: every head, until stage 5's head groups) */
     uint32_t *labels;   /* [S] the next token at each of this rank's positions */
-    bf16_t *kv;         /* [2, S, Hkv*hd] this rank's K then V (k, v point into it): one ring message */
-    bf16_t *kv_ring[2]; /* [2, S, Hkv*hd] K/V blocks received from the previous rank */
-    bf16_t *blk;        /* [S, Hq*hd] one block's O (forward) or dQ (backward) */
-    float *lse_blk;     /* [Hq, S] one block's LSE (forward) or the final LSE of its rows (backward) */
-    bf16_t *dkv_blk;    /* [2, S, Hkv*hd] one block's dK, dV */
-    void *o_acc;        /* [S, Hq*hd] running output in fp32 (--merge fp32; bf16 merges into o) */
-    void *dq_acc;       /* [S, Hq*hd] dQ accumulator (merge precision) */
-    void *dkv_ring[2];  /* [2, S, Hkv*hd] travelling dK/dV (merge precision) */
-    /* Qwen3.5's linear layers: what crosses ranks is each chunk's conv tail and state map, whatever S
-     * (K = conv width, C = conv channels, ms = Hv dv dk, one state; slot (rank, k): rank's chunk k) */
-    bf16_t *tails;      /* [2, K-1, C] our chunks' last conv inputs; tails_all [2P, K-1, C] every chunk's */
-    bf16_t *tails_all;
-    bf16_t *dhalo;      /* [2, K-1, C] what our chunks' first tokens send back to their halos; dhalo_all: every chunk's */
-    bf16_t *dhalo_all;
-    float *maps;        /* [2, Hv, dv + dk, dk] our chunks' state maps (B, then M); maps_all [2P, ...] */
-    float *maps_all;
-    float *cmaps;       /* [2, ms] our chunks' backward from a zero final gradient (C); cmaps_all [2P, ms] */
-    float *cmaps_all;
-    float *s_start;     /* [2, ms] our chunks' true initial states (forward), final states' gradients (backward) */
-    float *compose;     /* [2, ms] the running composition, in turn */
+    bf16_t *kv;         /* [2, S, Hkv*hd] this rank's K then V (k, v point into it) */
+    bf16_t *kv_ring[2]; /* [2, S, Hka*hd] K/V blocks received from the previous rank */
+    bf16_t *blk;        /* [S, Ha*hd] one block's O (forward) or dQ (backward) */
+    float *lse_blk;     /* [Ha, S] one block's LSE (forward) or the final LSE of its rows (backward) */
+    bf16_t *dkv_blk;    /* [2, S, Hka*hd] one block's dK, dV */
+    void *o_acc;        /* [S, Ha*hd] running output in fp32 (--merge fp32; bf16 merges into o) */
+    void *dq_acc;       /* [S, Ha*hd] dQ accumulator (merge precision) */
+    void *dkv_ring[2];  /* [2, S, Hka*hd] travelling dK/dV (merge precision) */
+    GdnShare share;     /* the linear layers' state: maps and conv tails, every chunk's (common/deltanet.h) */
     /* ---- end stage 3 ---- */
     MoeTile moe;        /* MoE: B1 for an MoE model's MLP, and the step's statistics (common/moe.h) */
-    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/hybrid.h) */
+    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/deltanet.h) */
     /* library workspaces */
     void *sdpa_ws;
     int64_t sdpa_ws_bytes;
@@ -281,7 +183,8 @@ static const ArenaSpec ARENAS[A_N] = {
 typedef struct {
     Qwen3Config c;
     Opts o;
-    int64_t S;
+    Job job;            /* this rank's place in the job: one GPU here (common/ranks.h) */
+    int64_t S;          /* tokens this rank computes each step */
     SdpaShape attn;
     Params p;
     Saved sv;
@@ -295,23 +198,23 @@ typedef struct {
     double aux;         /* MoE: the step's load-balancing loss */
     int64_t eot;        /* --packing: the token that ends a document; -1: not packed */
     int64_t slack;      /* --packing: DOCS_SLACK_ROWS rows of zeros after each buffer blocks read; else 0 */
-    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h) */
+    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h); docs.call NULL: not packed */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
+    MemPlan mp;         /* the plan the run was checked against */
+    struct Data *eval;  /* --eval-data's windows (the data section) */
     /* ---- stage 2: FSDP ---- */
-    int rank, local, P; /* global rank, rank within this process, number of ranks */
-    Comm *comm;
     cudaStream_t comm_st;           /* gathers and reduce-scatters run here, beside the compute */
     cudaEvent_t ready[4], freed[4]; /* per gathered buffer: slots 0-1 layers, 2 embedding, 3 tail */
     cudaEvent_t grads_done[4], reduced[4], comm_done;
     /* ---- end stage 2 ---- */
-    cudaEvent_t ring_ev[4];         /* stage 3: K/V pass (0 sent-from ready, 1 received), dK/dV pass (2, 3) */
-    BlockTimer blocks;              /* stage 3: rehearsal: one layer's ring blocks timed */
+    /* ---- stage 3: context parallelism ---- */
+    cudaEvent_t ring_ev[4];         /* the K/V pass (0: sent-from ready, 1: received), the dK/dV pass (2, 3) */
+    BlockTimer blocks;              /* rehearsal: one layer's ring blocks timed */
+    /* ---- end stage 3 ---- */
 } Model;
 
 /* ============================================================ build */
-#define BF(n) ((int64_t)(n) * 2)
-#define F32(n) ((int64_t)(n) * 4)
 #define P_UNITS(layout, i) ((int64_t)(layout)->P * (layout)->u[i].shard) /* a unit's gathered (padded) size */
 
 /* Carve every tensor from the arenas. With NULL arena bases this only measures: the same code
@@ -361,30 +264,12 @@ static void carve(Model *M) {
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
     if (c->experts) moe_carve_step(&w->moe, W, c); /* MoE: the step's router statistics */
-    /* ---- stage 3: context parallelism for linear attention ---- */
-    if (c->lin_v_heads) {
-        const int64_t P2 = 2 * M->P, hl = (c->conv_width - 1) * config_conv_channels(c),
-                      ms = c->lin_v_heads * c->lin_v_dim * c->lin_k_dim, mm = ms + c->lin_v_heads * c->lin_k_dim * c->lin_k_dim;
-        w->tails = arena_take(W, BF(2 * hl), "linear: our conv tails");
-        w->tails_all = arena_take(W, BF(P2 * hl), "linear: every conv tail");
-        w->dhalo = arena_take(W, BF(2 * hl), "linear: our halo gradients");
-        w->dhalo_all = arena_take(W, BF(P2 * hl), "linear: every halo gradient");
-        w->maps = arena_take(W, F32(2 * mm), "linear: our state maps");
-        w->maps_all = arena_take(W, F32(P2 * mm), "linear: every state map");
-        w->cmaps = arena_take(W, F32(2 * ms), "linear: our backward maps");
-        w->cmaps_all = arena_take(W, F32(P2 * ms), "linear: every backward map");
-        w->s_start = arena_take(W, F32(2 * ms), "linear: our initial states");
-        w->compose = arena_take(W, F32(2 * ms), "linear: composition");
-    }
-    /* ---- end stage 3 ---- */
+    deltanet_carve_share(&w->share, W, c, M->job.P); /* stage 3: the linear layers' state passing */
     const int64_t persistent = arena_mark(W);
     /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
      * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
      * a phase's tensors are dead before the next phase's first kernel, queued behind them on that
-     * stream, writes there; nothing else writes into the working set -- stage 3: but for the ring's
-     * receives on the communication stream, into the K/V buffers (A, live through the attention) and
-     * the travelling dK/dV (B2); ring_backward's last ring_wait orders the compute stream after the
-     * final receive, so no later phase writes where a transfer is still landing. */
+     * stream, writes there; nothing else writes into the working set. */
     /* A */
     w->xn = arena_take(W, BF(S * D), "xn");
     w->rstd1 = arena_take(W, F32(S), "rstd1");
@@ -394,14 +279,17 @@ static void carve(Model *M) {
     w->k_raw = arena_take(W, BF(S * KV), "k_raw");
     w->q = arena_take(W, BF((S + R) * Q), "q");
     /* ---- stage 3: ring attention ---- */
-    const int64_t acc = !strcmp(M->o.merge, "fp32") ? 4 : 2; /* bytes per accumulator element */
+    const int64_t acc = !strcmp(M->o.merge, "fp32") ? 4 : 2, /* bytes per accumulator element */
+                  QA = M->attn.Hq * M->attn.D, KVA = M->attn.Hkv * M->attn.D; /* one attention call's widths */
     w->kv = arena_take(W, BF((2 * S + R) * KV), "k and v");
     w->k = w->kv;
     w->v = w->kv ? w->kv + S * KV : NULL;
-    for (int i = 0; i < 2; i++) w->kv_ring[i] = arena_take(W, BF((2 * S + R) * KV), "ring K/V");
-    w->blk = arena_take(W, BF(S * Q), "block O / dQ");
-    w->lse_blk = arena_take(W, F32(c->heads * S), "block LSE");
-    w->dkv_blk = arena_take(W, BF(2 * S * KV), "block dK, dV");
+    /* the ring's receives (communication stream) land in kv_ring (A, live through the attention) and
+     * dkv_ring (B2); ring_backward's last ring_wait orders the compute stream after the final one */
+    for (int i = 0; i < 2; i++) w->kv_ring[i] = arena_take(W, BF((2 * S + R) * KVA), "ring K/V");
+    w->blk = arena_take(W, BF(S * QA), "block O / dQ");
+    w->lse_blk = arena_take(W, F32(M->attn.Hq * S), "block LSE");
+    w->dkv_blk = arena_take(W, BF(2 * S * KVA), "block dK, dV");
     /* ---- end stage 3 ---- */
     w->rstd_q = arena_take(W, F32(S * c->heads), "rstd_q");
     w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
@@ -410,7 +298,7 @@ static void carve(Model *M) {
         w->lse = arena_take(W, F32(c->heads * S), "lse");
     }
     if (c->attn_gate) w->og = arena_take(W, BF(S * Q), "gated o");
-    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S / 2, 0); /* Qwen3.5: a linear layer's instead (stage 3: its 2 chunks) */
+    deltanet_carve_over(&w->gdn, W, mixer_a, c, S, S / 2, 0); /* Qwen3.5: a linear layer's instead (stage 3: its 2 chunks) */
     const int64_t region_b = arena_mark(W);
     /* B1 */
     w->xn2 = arena_take(W, BF(S * D), "xn2");
@@ -434,12 +322,12 @@ static void carve(Model *M) {
     w->dq_accum = arena_take(W, F32(c->heads * S * c->head_dim), "dq_accum");
     /* ---- stage 3: ring attention ---- */
     /* B2 is free while a ring forward runs (only backward uses it otherwise) */
-    w->o_acc = arena_take(W, acc * S * Q, "running O");
-    w->dq_acc = arena_take(W, acc * S * Q, "dQ accumulator");
-    for (int i = 0; i < 2; i++) w->dkv_ring[i] = arena_take(W, acc * 2 * S * KV, "travelling dK/dV");
+    w->o_acc = arena_take(W, acc * S * QA, "running O");
+    w->dq_acc = arena_take(W, acc * S * QA, "dQ accumulator");
+    for (int i = 0; i < 2; i++) w->dkv_ring[i] = arena_take(W, acc * 2 * S * KVA, "travelling dK/dV");
     /* ---- end stage 3 ---- */
     if (c->attn_gate) w->dq_raw = arena_take(W, BF(S * QR), "dq_raw (query and gate)");
-    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S / 2, 1); /* Qwen3.5: its backward instead (stage 3: 2 chunks) */
+    deltanet_carve_over(&w->gdn, W, mixer_b, c, S, S / 2, 1); /* Qwen3.5: its backward instead (stage 3: 2 chunks) */
     arena_release(W, persistent);
     /* C */
     w->hf = arena_take(W, BF(S * D), "hf");
@@ -455,7 +343,7 @@ static MemPlan plan_memory(Model *M) {
     carve(M);
     MemPlan mp = memplan_of(M->arena, A_N);
     /* ---- stage 2: FSDP ---- */
-    if (M->P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, ranks_nccl_estimate(&M->o.ranks, M->P));
+    if (M->job.P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, ranks_nccl_estimate(&M->o.ranks, M->job.P));
     /* ---- end stage 2 ---- */
     return mp;
 }
@@ -468,15 +356,15 @@ static void allocate(Model *M) {
 static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
+    if (config_for_run(&M->c, o->model, o->run.resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
     if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
     if (M->kept && M->c.lin_v_heads) STOP("--keep-attn with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)");
     if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, o->data, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
-    if (zigzag_check(M->o.seq, M->P, err, sizeof err) || hybrid_chunk_ok(&M->c, M->o.seq / (2 * M->P), err, sizeof err))
+    if (zigzag_check(M->o.seq, M->job.P, err, sizeof err) || deltanet_chunk_ok(&M->c, M->o.seq / (2 * M->job.P), err, sizeof err))
         STOP("%s", err); /* stage 3 */
-    M->S = M->o.seq / M->P;                                             /* this rank's tokens */
+    M->S = M->o.seq / M->job.P;                                        /* this rank's tokens */
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
         if (!M->o.dry_run) STOP("%s", err);
@@ -484,41 +372,34 @@ static void load_config(Model *M) {
     }
     params_build(&M->c, &M->p.table);
     /* ---- stage 2: FSDP ---- */
-    shard_build(&M->p.table, M->P, &M->p.shards); /* each rank takes its pieces when it starts */
+    shard_build(&M->p.table, M->job.P, &M->p.shards); /* each rank takes its pieces when it starts */
     M->p.total = M->p.shards.shard_total;
     /* ---- end stage 2 ---- */
 }
 
-/* the training state this rank holds, for checkpoint I/O (common/state.h) */
-static StateIO state_io(Model *M) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int here = ranks_here(&M->o.ranks); /* stage 2: the ranks of this process share the cores */
+/* the training state this rank holds, for loads and saves (common/state.h) */
+static StateIO state_io(void *m) {
+    Model *M = m;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN), here = M->job.here; /* the ranks of this process share them */
     return (StateIO){.c = &M->c, .t = &M->p.table, .pieces = M->p.pieces, .npieces = M->p.npieces, .total = M->p.total,
-                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->rank,
-                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->comm, .st = M->gpu.stream};
+                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->job.rank,
+                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->job.comm, .st = M->gpu.stream};
 }
 
 /* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
  * returns the step training continues after (0 unless --resume) */
 static int64_t init_weights(Model *M) {
     StateIO io = state_io(M);
-    const int64_t step = state_load(&io, M->o.model, M->o.resume, M->c.init_std, (uint64_t)M->o.seed);
+    const int64_t step = state_load(&io, M->o.model, M->o.run.resume, M->c.init_std, (uint64_t)M->o.seed);
     cast_f32_to_bf16(M->p.w, M->p.master, M->p.total, M->gpu.stream);
     return step;
 }
 
+/* RoPE: its frequencies (YaRN's where the config asks) and each row's position */
 static void setup_rope(Model *M) {
-    double inv[512], af;
-    float invf[512];
-    rope_inv_freq(&M->c, inv, &af);
-    for (int64_t i = 0; i < M->c.rot / 2; i++) invf[i] = (float)inv[i];
-    M->attn_factor = (float)af;
-    gpu_upload(M->w.inv_freq, invf, F32(M->c.rot / 2), M->gpu.stream);
+    M->attn_factor = attn_rope_upload(&M->c, M->w.inv_freq, M->gpu.stream);
     int32_t *pos = xmalloc((size_t)(4 * M->S));
-    int64_t *zz = xmalloc((size_t)(8 * M->S)); /* stage 3: the global positions of this rank's tokens */
-    zigzag_positions(M->o.seq, M->P, M->rank, zz);
-    for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)zz[t];
-    free(zz);
+    zigzag_rope_positions(M->o.seq, M->job.P, M->job.rank, pos); /* stage 3: this rank's tokens' places */
     gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
     free(pos);
 }
@@ -555,7 +436,7 @@ static void fetch(Model *M, int64_t u) {
     const ShardUnit *su = &M->p.shards.u[u];
     const int s = slot_of(M, u);
     CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->freed[s], 0));
-    comm_all_gather_bf16(M->comm, unit_w(M, u), M->p.w + su->shard_offset, su->shard, M->comm_st);
+    comm_all_gather_bf16(M->job.comm, unit_w(M, u), M->p.w + su->shard_offset, su->shard, M->comm_st);
     CUDA_CHECK(cudaEventRecord(M->ready[s], M->comm_st));
 }
 static void await_unit(Model *M, int64_t u) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ready[slot_of(M, u)], 0)); }
@@ -574,7 +455,7 @@ static void reduce_grads(Model *M, int64_t u) {
     const int s = slot_of(M, u);
     CUDA_CHECK(cudaEventRecord(M->grads_done[s], M->gpu.stream));
     CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->grads_done[s], 0));
-    comm_reduce_scatter_f32(M->comm, M->p.grad + su->shard_offset, unit_g(M, u), su->shard, 1.f,
+    comm_reduce_scatter_f32(M->job.comm, M->p.grad + su->shard_offset, unit_g(M, u), su->shard, 1.f,
                             M->comm_st);
     CUDA_CHECK(cudaEventRecord(M->reduced[s], M->comm_st));
 }
@@ -585,124 +466,23 @@ static void reduce_grads(Model *M, int64_t u) {
  * on the communication stream, once the compute stream has produced `send` (and is done with
  * `recv`). Event pair ev, ev+1. */
 static void ring_pass(Model *M, const void *send, void *recv, int64_t bytes, int ev) {
+    const int P = M->job.P, r = M->job.rank;
     CUDA_CHECK(cudaEventRecord(M->ring_ev[ev], M->gpu.stream));
     CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[ev], 0));
-    comm_sendrecv(M->comm, send, (M->rank + 1) % M->P, recv, (M->rank + M->P - 1) % M->P, bytes, M->comm_st);
+    comm_sendrecv(M->job.comm, send, (r + 1) % P, recv, (r + P - 1) % P, bytes, M->comm_st);
     CUDA_CHECK(cudaEventRecord(M->ring_ev[ev + 1], M->comm_st));
 }
 static void ring_wait(Model *M, int ev) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ring_ev[ev + 1], 0)); }
-
-/* Linear attention (Qwen3.5) crosses ranks as state, not K/V (../shared/DESIGN.md section 9). A chunk
- * maps its initial state to its final one affinely, S_end = S_start M + B, M and B its own; the ranks
- * exchange their chunks' maps (a few MB a layer whatever the sequence length), every rank composes
- * them in sequence order and runs its chunks from their true initial states. No rank waits on a
- * chain of the others. The backward mirrors it: dS_start = dS_end M^T + C. The conv (width K) reads
- * K-1 tokens before a chunk: its halo, the previous chunk's last inputs, crosses too. */
-/* every rank's `bytes` of in into out [P, bytes] (rank-major), on the communication stream */
-static void cp_gather(Model *M, void *out, const void *in, int64_t bytes) {
-    CUDA_CHECK(cudaEventRecord(M->ring_ev[0], M->gpu.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[0], 0));
-    comm_all_gather_bf16(M->comm, out, in, bytes / 2, M->comm_st);
-    CUDA_CHECK(cudaEventRecord(M->ring_ev[1], M->comm_st));
-    ring_wait(M, 0);
-}
-/* zigzag: chunk ch of 2P is rank ch's first (k 0), or rank 2P-1-ch's second (k 1); its slot rank*2 + k */
-static int64_t chunk_slot(const Model *M, int64_t ch) { return ch < M->P ? 2 * ch : 2 * (2 * M->P - 1 - ch) + 1; }
-static int64_t our_chunk(const Model *M, int k) { return k ? 2 * M->P - 1 - M->rank : M->rank; }
-
-/* every chunk's last K-1 conv inputs (mix rows) into w.tails_all */
-static void linear_halos(Model *M) {
-    Work *w = &M->w;
-    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
-    for (int k = 0; k < 2; k++)
-        CUDA_CHECK(cudaMemcpyAsync(w->tails + k * h * C, w->gdn.mix + ((k + 1) * n - h) * C, (size_t)BF(h * C),
-                                   cudaMemcpyDeviceToDevice, M->gpu.stream));
-    cp_gather(M, w->tails_all, w->tails, BF(2 * h * C));
-}
-/* our chunk k's halo: the previous chunk's tail (none before the sequence) */
-static const bf16_t *halo_of(const Model *M, int k) {
-    const int64_t ch = our_chunk(M, k), hl = (M->c.conv_width - 1) * config_conv_channels(&M->c);
-    return ch ? M->w.tails_all + chunk_slot(M, ch - 1) * hl : NULL;
-}
-
-/* if chunk ch is one of ours, its state (w.s_start's slot) is cur: zero when NULL */
-static void if_ours(Model *M, int64_t ch, const float *cur) {
-    const int64_t ms = hybrid_state_size(&M->c);
-    for (int k = 0; k < 2; k++) {
-        if (our_chunk(M, k) != ch) continue;
-        float *s = M->w.s_start + k * ms;
-        if (cur) CUDA_CHECK(cudaMemcpyAsync(s, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, M->gpu.stream));
-        else CUDA_CHECK(cudaMemsetAsync(s, 0, (size_t)F32(ms), M->gpu.stream));
-    }
-}
-
-/* our chunks' maps, exchanged; composed in sequence order into our chunks' initial states, w.s_start */
-static void linear_states(Model *M) {
-    Work *w = &M->w;
-    const Qwen3Config *c = &M->c;
-    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
-    cudaStream_t st = M->gpu.stream;
-    for (int k = 0; k < 2; k++) hybrid_maps(&w->gdn, c, w->pos, k, w->maps + k * mm, st);
-    cp_gather(M, w->maps_all, w->maps, F32(2 * mm));
-    const float *cur = NULL; /* the state before chunk ch; NULL: zero */
-    for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
-        if_ours(M, ch, cur); /* chunk ch starts from cur */
-        if (ch == our_chunk(M, 1)) break; /* the state after our last chunk: nobody's */
-        float *next = w->compose + (ch % 2) * ms;
-        gdn_compose(next, cur, w->maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
-        cur = next;
-    }
-}
-
-/* the backward's: our chunks' C, exchanged; composed from the last chunk back into the gradients of our
- * chunks' final states (w.s_start, reused) */
-static void linear_state_grads(Model *M) {
-    Work *w = &M->w;
-    const Qwen3Config *c = &M->c;
-    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
-    cudaStream_t st = M->gpu.stream;
-    CUDA_CHECK(cudaMemsetAsync(w->cmaps, 0, (size_t)F32(2 * ms), st));
-    for (int k = 0; k < 2; k++) hybrid_rule_bwd(&w->gdn, c, w->pos, k, w->cmaps + k * ms, 1, st);
-    cp_gather(M, w->cmaps_all, w->cmaps, F32(2 * ms));
-    const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
-    for (int64_t ch = 2 * M->P - 1; ch >= our_chunk(M, 0); ch--) {
-        if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */
-        if (ch == our_chunk(M, 0)) break; /* the gradient before our first chunk: nobody's */
-        float *next = w->compose + (ch % 2) * ms;
-        gdn_compose_bwd(next, cur, w->maps_all + chunk_slot(M, ch) * mm, w->cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
-                        st);
-        cur = next;
-    }
-}
-
-/* what each chunk's first tokens sent back to its halo, exchanged, added to the previous chunk's dmix */
-static void linear_dhalos(Model *M) {
-    Work *w = &M->w;
-    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
-    cp_gather(M, w->dhalo_all, w->dhalo, BF(2 * h * C));
-    for (int k = 0; k < 2; k++) {
-        const int64_t next = our_chunk(M, k) + 1;
-        if (next < 2 * M->P)
-            add_bf16_into(w->gdn.dmix + ((k + 1) * n - h) * C, 0, w->dhalo_all + chunk_slot(M, next) * h * C, h * C,
-                          M->gpu.stream);
-    }
-}
-
 /* ---- end stage 3 ---- */
 
 /* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
 static bf16_t *ckpt(const Model *M, int64_t l) { return M->sv.x + l * M->S * M->c.hidden; }
 
-/* an MoE layer's router and experts, as common/moe.c takes them */
+/* an MoE layer's router and experts, a Qwen3.5 linear layer's weights, as common/ takes them */
 #define MOE_W(M, l) moe_weights(&(MoeWeights){0}, &(M)->p.table, l, W(M, P_ROUTER, l))
 #define MOE_G(M, l) moe_grads(&(MoeGrads){0}, &(M)->p.table, l, G(M, P_ROUTER, l))
-/* a Qwen3.5 linear layer's, as common/hybrid.c takes them */
-#define GDN_W(M, l) (&(GdnWeights16){W(M, P_LIN_QKV, l), W(M, P_LIN_Z, l), W(M, P_LIN_B, l), W(M, P_LIN_A, l),     \
-                                     W(M, P_LIN_CONV, l), W(M, P_LIN_DT, l), W(M, P_LIN_ALOG, l), W(M, P_LIN_NORM, l), \
-                                     W(M, P_LIN_OUT, l)})
-#define GDN_G(M, l) (&(GdnGrads32){G(M, P_LIN_QKV, l), G(M, P_LIN_Z, l), G(M, P_LIN_B, l), G(M, P_LIN_A, l),       \
-                                   G(M, P_LIN_CONV, l), G(M, P_LIN_DT, l), G(M, P_LIN_ALOG, l), G(M, P_LIN_NORM, l),   \
-                                   G(M, P_LIN_OUT, l)})
+#define GDN_W(M, l) deltanet_weights(&(GdnWeights16){0}, &(M)->p.table, l, W(M, P_LIN_QKV, l))
+#define GDN_G(M, l) deltanet_grads(&(GdnGrads32){0}, &(M)->p.table, l, G(M, P_LIN_QKV, l))
 
 /* ============================================================ forward */
 /* ---- stage 3: ring attention ---- */
@@ -738,52 +518,107 @@ static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, floa
     cudaStream_t st = M->gpu.stream;
     fill_f32(lse, -INFINITY, H * n, st);
     if (M->eot >= 0) ring_zero_slack(M, kv);
+    blocks_watch(&M->blocks, at, 0); /* rehearsal: if this is the layer timed, its blocks are */
     const bf16_t *cur = kv;
-    for (int i = 0; i < M->P; i++) {
-        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+    for (int i = 0; i < M->job.P; i++) {
+        if (i + 1 < M->job.P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
         SdpaBlocks one;
         DocBlock whole;
-        blocks_mark(&M->blocks, st, at, 0, i, 0);
         sdpa_blocks_fwd(&M->sdpa, &sh, step_blocks(M, i, &b, &one, &whole), w->q, cur, cur + n * KV, w->blk,
                         w->lse_blk, acc, f32, lse, n, w->sdpa_ws, w->sdpa_ws_bytes, st);
-        blocks_mark(&M->blocks, st, at, 0, i, 1);
-        if (i + 1 < M->P) {
+        if (i + 1 < M->job.P) {
             ring_wait(M, 0);
             cur = w->kv_ring[i % 2];
         }
     }
     if (f32) cast_f32_to_bf16(o, w->o_acc, n * Q, st);
 }
-/* ---- end stage 3 ---- */
 
-/* Qwen3.5's linear attention layer: x -> x_mid = x + out_proj(the gated delta rule's output, normed
- * and gated), in the steps of common/hybrid.h */
+/* ---- stage 3: the linear layers' state ---- */
+/* Linear attention (Qwen3.5) crosses ranks as state, not K/V (docs/context_parallel_state.md derives
+ * it). A chunk maps its initial state to its final one affinely, S_end = S_start M + B, M and B its
+ * own; the ranks exchange their chunks' maps (a few MB a layer whatever the sequence length), and a
+ * rank composes them in sequence order up to its own chunks, whose true initial states it then runs
+ * them from. No rank waits on a chain of the others. The backward mirrors it: dS_start = dS_end M^T
+ * + C. The conv (width K) reads K-1 tokens before a chunk: its halo, the previous chunk's last
+ * inputs, crosses too. */
+/* every rank's `bytes` of in into out [P, bytes] (rank-major), on the communication stream */
+static void cp_gather(Model *M, void *out, const void *in, int64_t bytes) {
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[0], M->gpu.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[0], 0));
+    comm_all_gather_bf16(M->job.comm, out, in, bytes / 2, M->comm_st);
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[1], M->comm_st));
+    ring_wait(M, 0);
+}
+/* zigzag: chunk ch of 2P is rank ch's head (k 0) or rank 2P-1-ch's tail (k 1), in slot rank * 2 + k */
+static int64_t chunk_slot(const Model *M, int64_t ch) { return zigzag_slot(M->job.P, ch); }
+static int64_t our_chunk(const Model *M, int k) { return zigzag_chunk(M->job.P, M->job.rank, k); }
+
+/* every chunk's last K-1 conv inputs (mix rows) into w.tails_all */
+static void linear_halos(Model *M) {
+    Work *w = &M->w;
+    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
+    for (int k = 0; k < 2; k++)
+        CUDA_CHECK(cudaMemcpyAsync(w->share.tails + k * h * C, w->gdn.mix + ((k + 1) * n - h) * C, (size_t)BF(h * C),
+                                   cudaMemcpyDeviceToDevice, M->gpu.stream));
+    cp_gather(M, w->share.tails_all, w->share.tails, BF(2 * h * C));
+}
+/* our chunk k's halo: the previous chunk's tail (none before the sequence) */
+static const bf16_t *halo_of(const Model *M, int k) {
+    const int64_t ch = our_chunk(M, k), hl = (M->c.conv_width - 1) * config_conv_channels(&M->c);
+    return ch ? M->w.share.tails_all + chunk_slot(M, ch - 1) * hl : NULL;
+}
+
+/* if chunk ch is one of ours, its state (w.s_start's slot) is cur: zero when NULL */
+static void if_ours(Model *M, int64_t ch, const float *cur) {
+    const int64_t ms = deltanet_state_size(&M->c);
+    for (int k = 0; k < 2; k++) {
+        if (our_chunk(M, k) != ch) continue;
+        float *s = M->w.share.s_start + k * ms;
+        if (cur) CUDA_CHECK(cudaMemcpyAsync(s, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, M->gpu.stream));
+        else CUDA_CHECK(cudaMemsetAsync(s, 0, (size_t)F32(ms), M->gpu.stream));
+    }
+}
+
+/* our chunks' maps, exchanged; composed in sequence order into our chunks' initial states, w.s_start */
+static void linear_states(Model *M) {
+    Work *w = &M->w;
+    const Qwen3Config *c = &M->c;
+    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
+    cudaStream_t st = M->gpu.stream;
+    for (int k = 0; k < 2; k++) deltanet_maps(&w->gdn, c, w->pos, k, w->share.maps + k * mm, st);
+    cp_gather(M, w->share.maps_all, w->share.maps, F32(2 * mm));
+    const float *cur = NULL; /* the state before chunk ch; NULL: zero */
+    for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
+        if_ours(M, ch, cur); /* chunk ch starts from cur */
+        if (ch == our_chunk(M, 1)) break; /* the state after our last chunk: nobody's */
+        float *next = w->share.compose + (ch % 2) * ms;
+        gdn_compose(next, cur, w->share.maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
+        cur = next;
+    }
+}
+
+/* Qwen3.5's linear attention layer over this rank's two chunks: xn -> x_mid, its conv fed the
+ * halos and its rule run from the chunks' true initial states (common/deltanet.h's steps) */
 static void linear_forward(Model *M, int64_t l, const bf16_t *x) {
     Work *w = &M->w;
     GdnWork *g = &w->gdn;
     const GdnWeights16 *Wl = GDN_W(M, l);
     cudaStream_t st = M->gpu.stream;
-    mark(st, K_ELEM);
-    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), M->S, M->c.hidden, (float)M->c.eps, st);
-    hybrid_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
-    /* ---- stage 3: context parallelism for linear attention ---- */
+    deltanet_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
     linear_halos(M);
-    for (int k = 0; k < 2; k++) hybrid_conv(g, &M->c, Wl, w->pos, k, halo_of(M, k), st);
-    hybrid_gates(g, &M->c, Wl, M->S, st);
+    for (int k = 0; k < 2; k++) deltanet_conv(g, &M->c, Wl, w->pos, k, halo_of(M, k), st);
+    deltanet_gates(g, &M->c, Wl, M->S, st);
     linear_states(M);
-    for (int k = 0; k < 2; k++) hybrid_rule(g, &M->c, w->pos, k, w->s_start + k * hybrid_state_size(&M->c), st);
-    /* ---- end stage 3 ---- */
-    hybrid_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
+    for (int k = 0; k < 2; k++) deltanet_rule(g, &M->c, w->pos, k, w->share.s_start + k * deltanet_state_size(&M->c), st);
+    deltanet_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
 }
-
-/* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
+/* ---- end stage 3 ---- */
+/* x -> x_mid = x + o_proj(attention(head norms and RoPE of q and k, v)), xn = input_layernorm(x).
+ * run_attn = 0 reuses kept O/LSE. A Qwen3.5 hybrid's linear layers take Gated DeltaNet instead. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
-    if (config_is_linear(&M->c, l)) { /* Qwen3.5: a linear attention layer instead */
-        linear_forward(M, l, x);
-        return;
-    }
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
@@ -792,20 +627,18 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
         w->o = M->sv.o + l * (S + M->slack) * Q;
         w->lse = M->sv.lse + l * c->heads * S;
     }
-    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
-    mark(st, K_GEMM);
+    if (config_is_linear(c, l)) { /* Qwen3.5: common/deltanet.h */
+        linear_forward(M, l, x); /* stage 3: its state passed between the chunks */
+        return;
+    }
     linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l), S, D, config_q_rows(c), 0.f, st);
     linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
     linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
-    mark(st, K_ELEM);
-    hybrid_q_fwd(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq, M->attn_factor, S, st);
-    hybrid_k_fwd(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
-    mark(st, K_ATTN);
+    attn_q_norm_rope(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq, M->attn_factor, S, st);
+    attn_k_norm_rope(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
     if (run_attn) ring_forward(M, l, w->kv, w->o, w->lse); /* stage 3 */
-    mark(st, K_ELEM);
-    const bf16_t *o_in = hybrid_gate_fwd(c, w->og, w->o, w->q_raw, c->heads, S, st); /* Qwen3.5: o sigmoid(gate) */
-    mark(st, K_GEMM);
+    const bf16_t *o_in = attn_out_gate(c, w->og, w->o, w->q_raw, c->heads, S, st); /* Qwen3.5: o sigmoid(gate) */
     linear_fwd_add(&M->gemm, w->x_mid, x, o_in, W(M, P_O, l), S, Q, D, st);
 }
 
@@ -817,16 +650,13 @@ static void mlp_rows_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd
     Work *w = &M->w;
     const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
     if (c->experts) {
         moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, n, fwd, st);
         return;
     }
-    mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
     linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
-    mark(st, K_ELEM);
     swiglu_fwd(w->h, w->g, w->u, n * I, st);
 }
 
@@ -839,10 +669,7 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
     cudaStream_t st = M->gpu.stream;
     mlp_rows_forward(M, l, t0, n, 1);
     if (c->experts) moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st); /* they join the residual */
-    else {
-        mark(st, K_GEMM);
-        linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
-    }
+    else linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
 }
 
 static void forward(Model *M) {
@@ -853,7 +680,7 @@ static void forward(Model *M) {
     fetch(M, 1);                        /* layer 0 */
     await_unit(M, 0);
     /* ---- end stage 2 ---- */
-    mark(M->gpu.stream, K_ELEM);
+    mark(M->gpu.stream, K_ELEM); /* --profile: the layers' region (common/train.h) */
     embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     for (int64_t l = 0; l < M->c.layers; l++) {
         progress_at(M->gpu.stream, 0, l);
@@ -884,7 +711,7 @@ static void loss_and_head_backward(Model *M, int grads) {
     for (int64_t c0 = 0; c0 < S; c0 += C) {
         const int64_t n = S - c0 < C ? S - c0 : C;
         linear_fwd(&M->gemm, w->logits, 1, w->hf + c0 * D, lm, n, D, V, 0.f, st);
-        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->labels + c0, w->label_w + c0, n, V,
+        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->labels + c0, w->label_w + c0, n, V, /* stage 3 */
                       1.f / (float)M->counted, st);
         if (!grads) continue;
         linear_dw(&M->gemm, dlm, w->dlogits, w->hf + c0 * D, n, D, V, st);
@@ -921,31 +748,30 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
         sdpa_zero_slack((bf16_t *)o, n, Q, st); /* kept O too: each layer's has its own rows of slack */
         sdpa_zero_slack((bf16_t *)d_o, n, Q, st);
     }
+    blocks_watch(&M->blocks, at, 1); /* rehearsal: if this is the layer timed, its blocks are */
     char *dkv = w->dkv_ring[0];
     const bf16_t *cur = kv;
-    for (int i = 0; i < M->P; i++) {
-        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+    for (int i = 0; i < M->job.P; i++) {
+        if (i + 1 < M->job.P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
         SdpaBlocks one;
         DocBlock whole;
-        blocks_mark(&M->blocks, st, at, 1, i, 0);
         /* each block's dQ adds up here; its dK/dV join the running sum once it has arrived */
         sdpa_blocks_bwd(&M->sdpa, &sh, step_blocks(M, i, &b, &one, &whole), w->q, cur, cur + n * KV, o, d_o, lse, n,
                         w->dq_acc, dkv, dkv + acc * n * KV, f32, w->blk, w->dkv_blk, w->lse_blk, w->softmax_sum,
                         w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes, i > 0 ? dkv_arrived : NULL, M, st);
-        blocks_mark(&M->blocks, st, at, 1, i, 1);
-        if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
+        if (M->job.P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
             char *next = w->dkv_ring[(i + 1) % 2];
             ring_pass(M, dkv, next, acc * 2 * n * KV, 2);
             dkv = next;
         }
-        if (i + 1 < M->P) {
+        if (i + 1 < M->job.P) {
             ring_wait(M, 0);
             cur = w->kv_ring[i % 2];
         }
     }
-    if (M->P > 1) ring_wait(M, 2);
+    if (M->job.P > 1) ring_wait(M, 2);
     if (f32) {
         cast_f32_to_bf16(dq, w->dq_acc, n * Q, st);
         cast_f32_to_bf16(dkv_out, (float *)dkv, 2 * n * KV, st);
@@ -953,6 +779,60 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
         CUDA_CHECK(cudaMemcpyAsync(dq, w->dq_acc, (size_t)BF(n * Q), cudaMemcpyDeviceToDevice, st));
         CUDA_CHECK(cudaMemcpyAsync(dkv_out, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
     }
+}
+
+/* ---- stage 3: the linear layers' state ---- */
+/* the backward's: our chunks' C, exchanged; composed from the last chunk back into the gradients of our
+ * chunks' final states (w.s_start, reused) */
+static void linear_state_grads(Model *M) {
+    Work *w = &M->w;
+    const Qwen3Config *c = &M->c;
+    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
+    cudaStream_t st = M->gpu.stream;
+    CUDA_CHECK(cudaMemsetAsync(w->share.cmaps, 0, (size_t)F32(2 * ms), st));
+    for (int k = 0; k < 2; k++) deltanet_rule_bwd(&w->gdn, c, w->pos, k, w->share.cmaps + k * ms, 1, st);
+    cp_gather(M, w->share.cmaps_all, w->share.cmaps, F32(2 * ms));
+    const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
+    for (int64_t ch = 2 * M->job.P - 1; ch >= our_chunk(M, 0); ch--) {
+        if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */
+        if (ch == our_chunk(M, 0)) break; /* the gradient before our first chunk: nobody's */
+        float *next = w->share.compose + (ch % 2) * ms;
+        gdn_compose_bwd(next, cur, w->share.maps_all + chunk_slot(M, ch) * mm, w->share.cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
+                        st);
+        cur = next;
+    }
+}
+
+/* what each chunk's first tokens sent back to its halo, exchanged, added to the previous chunk's dmix */
+static void linear_dhalos(Model *M) {
+    Work *w = &M->w;
+    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
+    cp_gather(M, w->share.dhalo_all, w->share.dhalo, BF(2 * h * C));
+    for (int k = 0; k < 2; k++) {
+        const int64_t next = our_chunk(M, k) + 1;
+        if (next < 2 * M->job.P)
+            add_bf16_into(w->gdn.dmix + ((k + 1) * n - h) * C, 0, w->share.dhalo_all + chunk_slot(M, next) * h * C, h * C,
+                          M->gpu.stream);
+    }
+}
+
+/* the linear layer's backward over our two chunks: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
+ * w.dxn; its forward has just run again */
+static void linear_backward(Model *M, int64_t l) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    const GdnGrads32 *Gl = GDN_G(M, l);
+    cudaStream_t st = M->gpu.stream;
+    deltanet_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
+    linear_state_grads(M);
+    for (int k = 0; k < 2; k++) deltanet_rule_bwd(g, &M->c, w->pos, k, w->share.s_start + k * deltanet_state_size(&M->c), 0, st);
+    deltanet_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
+    for (int k = 0; k < 2; k++)
+        deltanet_conv_bwd(g, &M->c, Wl, Gl, w->pos, k, halo_of(M, k),
+                          w->share.dhalo + k * (M->c.conv_width - 1) * config_conv_channels(&M->c), st);
+    linear_dhalos(M);
+    deltanet_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
 }
 /* ---- end stage 3 ---- */
 
@@ -967,18 +847,14 @@ static void mlp_rows_backward(Model *M, int64_t l, int64_t t0, int64_t n) {
     bf16_t *dx = w->dx + t0 * D;
     if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
     else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
-        mark(st, K_GEMM);
         linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
         linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
-        mark(st, K_ELEM);
         swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
-        mark(st, K_GEMM);
         linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
         linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
         linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
         linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
     }
-    mark(st, K_ELEM);
     rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D, st);
 }
 
@@ -1000,46 +876,20 @@ static void attention_backward(Model *M, int64_t l) {
     bf16_t *dqr = config_plain_heads(c) ? w->dq : w->dq_raw; /* d(q_proj's output) */
     cudaStream_t st = M->gpu.stream;
     /* d(o) = dx Wo, then (Qwen3.5) the gate's backward, attention's backward, head norms + RoPE, projections */
-    mark(st, K_GEMM);
     linear_dw(gm, G(M, P_O, l), w->dx, c->attn_gate ? w->og : w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
-    mark(st, K_ELEM);
-    hybrid_gate_bwd(c, w->d_o, w->dq_raw, w->o, w->q_raw, c->heads, S, st);
-    mark(st, K_ATTN);
+    attn_out_gate_bwd(c, w->d_o, w->dq_raw, w->o, w->q_raw, c->heads, S, st);
     ring_backward(M, l, w->kv, w->o, w->d_o, w->lse, w->dq, w->dk); /* stage 3 */
-    mark(st, K_ELEM);
-    hybrid_q_bwd(c, dqr, w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), c->heads, w->pos, w->inv_freq,
-                 M->attn_factor, S, st);
-    hybrid_k_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor,
-                 S, st);
-    mark(st, K_GEMM);
+    attn_q_norm_rope_bwd(c, dqr, w->dq, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), c->heads, w->pos,
+                         w->inv_freq, M->attn_factor, S, st);
+    attn_k_norm_rope_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
+                         M->attn_factor, S, st);
     linear_dw(gm, G(M, P_Q, l), dqr, w->xn, S, D, QR, st);
     linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
     linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
     linear_dx(gm, w->dxn, dqr, W(M, P_Q, l), S, D, QR, 0.f, st);
     linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
     linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
-}
-
-/* Qwen3.5's linear attention layer backward: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
- * w.dxn. Its forward has just run again. */
-static void linear_backward(Model *M, int64_t l) {
-    Work *w = &M->w;
-    GdnWork *g = &w->gdn;
-    const GdnWeights16 *Wl = GDN_W(M, l);
-    const GdnGrads32 *Gl = GDN_G(M, l);
-    cudaStream_t st = M->gpu.stream;
-    hybrid_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
-    /* ---- stage 3: context parallelism for linear attention ---- */
-    linear_state_grads(M);
-    for (int k = 0; k < 2; k++) hybrid_rule_bwd(g, &M->c, w->pos, k, w->s_start + k * hybrid_state_size(&M->c), 0, st);
-    hybrid_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
-    for (int k = 0; k < 2; k++)
-        hybrid_conv_bwd(g, &M->c, Wl, Gl, w->pos, k, halo_of(M, k),
-                        w->dhalo + k * (M->c.conv_width - 1) * config_conv_channels(&M->c), st);
-    linear_dhalos(M);
-    /* ---- end stage 3 ---- */
-    hybrid_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
 }
 
 /* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
@@ -1052,13 +902,13 @@ static void layer_backward(Model *M, int64_t l) {
     /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
     attention_forward(M, l, x, !M->kept);
     mlp_backward(M, l);
-    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5 */
+    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5; stage 3: its state passed between the chunks */
     else attention_backward(M, l);
-    mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
 }
 
 static void backward(Model *M) {
+    mark(M->gpu.stream, K_ELEM); /* --profile: the layers' region */
     /* ---- stage 2: FSDP ---- */
     const int64_t last = M->p.shards.nunits - 1;
     fetch(M, M->c.layers); /* the last layer */
@@ -1072,7 +922,6 @@ static void backward(Model *M) {
         reduce_grads(M, 1 + l);
     }
     /* ---- end stage 2 ---- */
-    mark(M->gpu.stream, K_ELEM);
     embedding_bwd(G(M, P_EMBED, 0), M->w.dx, M->w.ids, M->S, M->c.hidden, M->gpu.stream);
     /* ---- stage 2: FSDP ---- */
     reduce_grads(M, 0);
@@ -1086,12 +935,12 @@ static void backward(Model *M) {
 
 /* ============================================================ update */
 static void update(Model *M, int64_t step, double lr) {
-    const Opts *o = &M->o;
+    const AdamOpts *o = &M->o.adam;
     Params *p = &M->p;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_OPTIM);
     sumsq_f32(M->w.gnorm_sq, p->grad, p->total, M->w.red, st);
-    comm_all_reduce_f64(M->comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
+    comm_all_reduce_f64(M->job.comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
     const float bc1 = (float)(1.0 - pow(o->beta1, (double)step)), bc2 = (float)(1.0 - pow(o->beta2, (double)step));
     for (int64_t i = 0; i < p->npieces; i++) { /* decay differs per tensor; stage 2: the pieces this rank owns */
         const Piece *t = &p->pieces[i];
@@ -1103,76 +952,57 @@ static void update(Model *M, int64_t step, double lr) {
 }
 
 /* ============================================================ data */
-typedef struct {
+typedef struct Data {
     const TokenFile *tf; /* the run's (Model.in): one copy for every rank of the process */
     Loader ld;
-    uint32_t *host;     /* [seq+1] the window's tokens (then [2, S], this rank's ids and labels) */
-    uint8_t *wt;        /* [seq+1] the window's loss weights (then [S], this rank's labels') */
-    int64_t epoch;
-    int64_t *start;     /* [seq+1] --packing: where the window's documents start */
-    int64_t *gpos;      /* [P, S] --packing: each rank's rows' positions in the window (stage 3: zigzag) */
-    int32_t *pos;       /* [seq + S] --packing: each window position's RoPE position, from its document's
-                         * start; then this rank's rows' */
+    uint32_t *host;     /* [seq+1] the window's tokens (stage 3 on: then [2, S], this rank's ids and labels) */
+    uint8_t *wt;        /* [seq+1] the window's loss weights (stage 3 on: then [S], its labels') */
+    DocsWindow docs;    /* --packing: the window's documents (common/docs.h) */
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
 
 static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     char err[512];
     d->tf = tf;
-    if (loader_init(&d->ld, tf, M->o.seq, 1, 0, err, sizeof err)) DIE("%s", err); /* stage 3: one sequence */
+    if (loader_init(&d->ld, tf, M->o.seq, M->job.dp, job_dp_rank(&M->job), err, sizeof err)) DIE("%s", err);
     d->host = xmalloc((size_t)(4 * (M->o.seq + 1 + 2 * M->S)));
     d->wt = xmalloc((size_t)(M->o.seq + 1 + M->S));
-    d->epoch = -1;
     if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
         loader_pack(&d->ld, (uint32_t)M->eot);
-        d->start = xmalloc((size_t)(8 * (M->o.seq + 1)));
-        d->gpos = xmalloc((size_t)(8 * M->S * M->P));
-        d->pos = xmalloc((size_t)(4 * (M->o.seq + M->S)));
-        for (int r = 0; r < M->P; r++) zigzag_positions(M->o.seq, M->P, r, d->gpos + r * M->S); /* stage 3 */
+        docs_window_open(&d->docs, M->o.seq, M->S, M->job.P);
+        for (int r = 0; r < M->job.P; r++) zigzag_positions(M->o.seq, M->job.P, r, d->docs.rows + r * M->S); /* stage 3 */
     }
-    /* ---- stage 2: FSDP ---- */
-    /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
-     * copies' weights (and with --packing their end-of-text tokens) must be the same, or the ranks
-     * would divide by different counts and skip different steps (different collectives); so must
-     * each node's config.json (its layer kinds decide which collectives a layer issues) */
-    if (!comm_same_i64(M->comm, loader_digest(&d->ld) ^ config_digest(&M->c), M->gpu.stream))
-        STOP("%s or the model's config differs between ranks (here: %lld tokens, %lld labels count; %lld layers): every "
-             "node needs the same file and model", tf->path, (long long)d->tf->count, (long long)d->tf->counted,
-             (long long)M->c.layers);
-    /* ---- end stage 2 ---- */
-    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
-           (long long)d->ld.windows, (long long)M->o.seq);
-    if (d->tf->weights)
-        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
+    /* every rank counts every rank's labels in its own copy of the file (and its ends of text): the copies,
+     * and each node's config.json, must agree (one rank here: nothing to compare) */
+    job_same_inputs(&M->job, loader_digest(&d->ld) ^ config_digest(&M->c), tf->path, d->tf->count, d->tf->counted,
+                    M->c.layers, M->gpu.stream);
+    loader_report(&d->ld);
 }
 
 /* --packing: the window's documents, their RoPE positions and attention blocks */
 static void pack_window(Data *d, Model *M) {
-    const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
-    docs_positions(d->start, n, d->pos);
+    DocsWindow *dw = &d->docs;
+    const int64_t S = M->S;
+    docs_window_cut(dw, d->host, M->o.seq, (uint32_t)M->eot);
     /* ---- stage 3: ring attention ---- */
     /* this rank's rows' positions, and one call per ring step: its queries against the K/V it brings */
-    const int64_t *mine = d->gpos + M->rank * S;
-    int32_t *pos = d->pos + M->o.seq;
-    for (int64_t t = 0; t < S; t++) pos[t] = d->pos[mine[t]];
+    const int64_t *mine = dw->rows + M->job.rank * S;
+    int32_t *pos = dw->pos + M->o.seq;
+    for (int64_t t = 0; t < S; t++) pos[t] = dw->pos[mine[t]];
     docplan_reset(&M->docs);
-    for (int i = 0; i < M->P; i++) {
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
-        docplan_add(&M->docs, d->start, n, mine, b.q0, b.nq, d->gpos + b.src * S, b.k0, b.nk);
+    for (int i = 0; i < M->job.P; i++) {
+        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
+        docplan_add(&M->docs, dw->start, dw->n, mine, b.q0, b.nq, dw->rows + b.src * S, b.k0, b.nk);
     }
     /* ---- end stage 3 ---- */
     CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_upload(&M->docs, M->gpu.stream);
-    docplan_trace(&M->docs, n, d->pos, M->o.seq, pos, S);
+    docplan_trace(&M->docs, dw->n, dw->pos, M->o.seq, pos, S);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
 static void data_load(Data *d, Model *M, int64_t step) {
-    const int64_t e = loader_window(&d->ld, step, d->host);
-    if (e != d->epoch) {
-        if (d->epoch >= 0) say("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
-        d->epoch = e;
-    }
+    loader_next(&d->ld, step, d->host);
     M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
     loader_weights(&d->ld, step, d->wt);
     /* ---- stage 3: ring attention ---- */
@@ -1181,7 +1011,7 @@ static void data_load(Data *d, Model *M, int64_t step) {
     uint32_t *ids = d->host + M->o.seq + 1, *labels = ids + M->S;
     uint8_t *lw = d->wt + M->o.seq + 1;
     int64_t *pos = xmalloc((size_t)(8 * M->S));
-    zigzag_positions(M->o.seq, M->P, M->rank, pos);
+    zigzag_positions(M->o.seq, M->job.P, M->job.rank, pos);
     for (int64_t t = 0; t < M->S; t++) {
         ids[t] = d->host[pos[t]];
         labels[t] = d->host[pos[t] + 1]; /* shifted before the split: a chunk's last label is the next chunk's first token */
@@ -1197,239 +1027,123 @@ static void data_load(Data *d, Model *M, int64_t step) {
 }
 
 /* ============================================================ evaluation */
-/* --eval-data: the held-out loss, the mean NLL over the labels that count in the file's first
- * --eval-windows windows. The training forward and loss run without their backward, in the
- * training's own buffers: no memory beyond the plan, and the gradients and optimizer state are not
- * touched. Divided by the labels of all the windows (every rank's), never by a rank's share. */
-static int64_t eval_passes(const Model *M) { return M->o.eval_windows; } /* stage 3: the ranks share each window */
-
-static void eval_open(Data *ev, Model *M) {
-    char err[512];
-    data_open(ev, M, &M->in.eval);
-    if (loader_check_eval(&ev->ld, eval_passes(M), err, sizeof err)) DIE("%s", err);
-}
-
-static EvalResult evaluate(Model *M, Data *ev) {
-    const int64_t counted = M->counted; /* the training step's, for its report */
-    const double t0 = now_s();
-    measure_pause(1); /* the step's profile and collective counts are the step's */
-    EvalResult r = {.windows = eval_passes(M) * ev->ld.world};
-    double sum = 0;
-    for (int64_t k = 0; k < eval_passes(M); k++) {
-        data_load(ev, M, k);
-        if (!M->counted) continue; /* windows of prompt only */
-        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
-        forward(M);
-        loss_and_head_backward(M, 0);
-        /* ---- stage 2: FSDP ---- */
-        comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, M->gpu.stream); /* every rank's labels */
-        release(M, 0); /* as the backward would: the next fetch may overwrite them */
-        release(M, M->p.shards.nunits - 1);
-        /* ---- end stage 2 ---- */
-        double ls;
-        gpu_download(&ls, M->w.loss_sum, 8, M->gpu.stream);
-        sum += ls;
-        r.labels += M->counted;
-    }
-    measure_pause(0);
-    M->counted = counted;
-    r.loss = sum / (double)r.labels;
-    r.sec = now_s() - t0;
-    if (!isfinite(r.loss)) DIE("the evaluation's loss is %f -- stopping", r.loss);
-    return r;
-}
-
-/* the evaluation after `step`, when --eval-every (or the last step) asks for one */
-static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
-    if (!M->o.eval_data || !eval_due(M->o.eval_every, step, M->o.steps)) return (EvalResult){0};
-    return evaluate(M, ev);
+/* --eval-data (common/run.h): held-out window k's summed NLL -- the training forward and loss, in the
+ * training's own buffers, without their backward -- and its labels (every rank's: the denominator) */
+static double eval_window(void *m, int64_t k, int64_t *labels) {
+    Model *M = m;
+    data_load(M->eval, M, k);
+    if (!(*labels = M->counted)) return 0; /* windows of prompt only */
+    if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
+    forward(M);
+    loss_and_head_backward(M, 0);
+    /* ---- stage 2: FSDP ---- */
+    comm_all_reduce_f64(M->job.comm, M->w.loss_sum, 1, M->gpu.stream); /* every rank's labels */
+    release(M, 0); /* as the backward would: the next fetch may overwrite them */
+    release(M, M->p.shards.nunits - 1);
+    /* ---- end stage 2 ---- */
+    double sum;
+    gpu_download(&sum, M->w.loss_sum, 8, M->gpu.stream);
+    return sum;
 }
 
 /* ============================================================ main */
-/* every file the run reads, checked before the GPU is touched (and by --dry-run) */
-static void open_inputs(Model *M) {
-    const Opts *o = &M->o;
-    inputs_open(&M->in, &(InputsAsk){.data = o->data, .eval_data = o->eval_data, .model = o->model, .resume = o->resume,
-                                     .save = o->save, .log = o->log, .trace = o->trace, .timeline = o->timeline,
-                                     .dump_grads = o->dump_grads, .window = M->o.seq /* stage 3: one sequence */,
-                                     .world = 1, .eval_steps = eval_passes(M), .steps = o->steps},
-                &M->c, &M->p.table);
-}
-
-static void save_checkpoint(Model *M, const char *dir, int64_t step) {
-    StateIO io = state_io(M);
-    state_save(&io, dir, step, M->S, M->o.data, M->o.save_keep);
-}
-
-/* SIGTERM or SIGUSR1 before `step + 1` (with --save): save `step` unless its save is made, and stop */
-static int preempted(Model *M, int64_t step, int64_t start) {
-    if (!M->o.save) return 0;
-    const int sig = (int)-comm_min_i64(M->comm, -(int64_t)preempt_pending(), M->gpu.stream); /* stage 2: one step, every rank */
-    if (!sig) return 0;
-    if (step > start && !save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
-    preempt_report(sig, step, start, M->o.save);
-    return 1;
-}
-
 /* one rank's training run: allocate as planned, initialise, loop */
-static void train(Model *M, const MemPlan *mp) {
+static void train(Model *M) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
     M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
     sdpa_init(&M->sdpa, M->gpu.stream);
     M->sdpa.verbose = 1;
     setup_rope(M);
-    int64_t step = init_weights(M);
-    const int64_t start = step; /* 0, or the step of the save resumed from */
-    /* the real cuDNN workspace must fit the planned one */
-    const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
-    if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
-        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
+    int64_t step = init_weights(M); /* 0, or the step of the save resumed from */
+    sdpa_check_workspace(&M->sdpa, &M->attn, M->w.sdpa_ws_bytes); /* the real cuDNN plans fit the planned one */
 
-    Data data;
+    Data data, eval;
     data_open(&data, M, &M->in.data);
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
-    Data eval;
-    if (M->o.eval_data) eval_open(&eval, M);
-    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* the printing rank logs */
-    if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
-    const double flops = config_step_flops(&M->c, M->o.seq) / M->P; /* stage 3: one rank's share of the sequence */
-    const int share = M->o.ranks.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
-    cudaEvent_t ev0, ev1;
-    CUDA_CHECK(cudaEventCreate(&ev0));
-    CUDA_CHECK(cudaEventCreate(&ev1));
-    say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
-           M->P, (long long)M->S, flops / 1e12);
-    progress_start(M->c.layers); /* on a terminal: where the step is */
-    /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
-     * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
-    comm_barrier(M->comm, M->gpu.stream);
-    if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
-        const EvalResult e0 = evaluate(M, &eval);
-        eval_report(STAGE, step, &e0, log);
-    }
-    if (M->o.save) preempt_arm(); /* SIGTERM, SIGUSR1: save after the step in flight, then stop */
-    const double t_start = now_s();
+    if (M->o.run.eval_data) { data_open(&eval, M, &M->in.eval); run_check_eval(&M->o.run, &M->job, &eval.ld); }
+    M->eval = &eval;
+    Run run = {.o = &M->o.run, .h = {M, state_io, eval_window}, .job = M->job, .stage = STAGE, .c = &M->c,
+               .data = M->o.data, .seq = M->o.seq, .S = M->S, .steps = M->o.steps, .mp = &M->mp, .st = M->gpu.stream};
+    run_begin(&run, step); /* the held-out loss before the first step; SIGTERM and SIGUSR1 armed */
+    cudaStream_t st = M->gpu.stream;
     for (step = step + 1; step <= M->o.steps; step++) {
-        if (preempted(M, step - 1, start)) break;
-        cudaStream_t st = M->gpu.stream;
-        const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
+        if (run_stopping(&run, step - 1)) break; /* a signal: step - 1 saved, stop */
+        const double lr = adam_lr(&M->o.adam, M->o.steps, step);
         data_load(&data, M, step - 1);
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
-            const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(STAGE, step, &ev, log);
-            if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
+            run_skipped(&run, step);
             continue;
         }
-        CUDA_CHECK(cudaEventRecord(ev0, st));
+        run_clock_start(&run);
         mark(st, K_OPTIM);
         zero_grads(M, 0); /* stage 2: layer gradients are zeroed per layer, shards overwritten */
         zero_grads(M, M->p.shards.nunits - 1);
         if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
-        if (M->c.experts) /* each rank's router gets its tokens' share (stage 2 on: the reduce-scatter adds them) */
-            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S * M->P), M->comm, st);
+        if (M->c.experts) /* each rank's router gets the job's tokens' share (stage 2 on: the ranks' add up) */
+            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->o.seq * M->job.dp), M->job.comm, st);
         loss_and_head_backward(M, 1);
         backward(M);
-        comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
-        const int64_t tokens = M->S * M->P;
-        if (M->o.dump_grads && step == 1) {
-            double ls;
-            gpu_download(&ls, M->w.loss_sum, 8, st);
-            StateIO io = state_io(M);
-            state_dump(&io, M->o.dump_grads, ls / (double)M->counted + aux_term(M));
-        }
+        comm_all_reduce_f64(M->job.comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
+        run_dump(&run, step, M->w.loss_sum, M->counted, aux_term(M)); /* --dump-grads: before the update */
         update(M, step - data.skipped, lr); /* AdamW's bias correction counts its updates */
-        mark(st, K_END);
-        CUDA_CHECK(cudaEventRecord(ev1, st));
+        run_clock_stop(&run);
         double loss_sum, gsq;
         gpu_download(&loss_sum, M->w.loss_sum, 8, st);
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
+        const double loss = loss_sum / (double)M->counted + aux_term(M); /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
-        const double pairs = (double)M->docs.pairs; /* --packing: this window's attention work */
-        const double fl = M->eot >= 0 ? config_step_flops_pairs(&M->c, M->S, pairs) : flops;
-        const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
-                               .labels = M->counted, .eval = ev,
-                               .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
-                               .sec = sec, .tokens = (double)tokens, .tflops = fl * share / sec / 1e12,
-                               .attn_tflop = M->eot >= 0 ? config_attn_flops(&M->c, pairs) / 1e12 : 0,
-                               .attn_tflop_full = config_attn_flops(&M->c, (double)M->o.seq * M->o.seq / 2) / M->P / 1e12,
-                               .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
-                               .mem_plan_gib = (double)memplan_peak(mp) * share / (1 << 30)},
-                    log);
-        comm_step_report(M->comm, sec); /* stage 2: rehearsal only: bytes moved and their modelled time */
-        /* stage 3, rehearsal only: do the ring's hops hide under its blocks? */
-        const int64_t kv_bytes = BF(2 * M->S * M->c.kv_heads * M->c.head_dim), acc = strcmp(M->o.merge, "fp32") ? 2 : 4;
-        blocks_report(&M->blocks, 1e3 * comm_ring_hop_s(M->comm, kv_bytes), 1e3 * comm_ring_hop_s(M->comm, kv_bytes * acc / 2));
-        prof_report(st);
-        if (M->o.profile && M->c.experts && rank_prints()) /* MoE: the ragged GEMMs' algorithm lookups */
-            say("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
-        fflush(stdout);
-        if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
+        run_step(&run, &(StepLog){.step = step, .epoch = data.ld.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
+                                  .labels = M->counted, .keep_attn = (int)M->kept},
+                 M->eot >= 0 ? (double)M->docs.pairs : -1); /* --packing: the attention its blocks computed */
     }
-    say("done: %.1f s\n", now_s() - t_start);
-    if (M->o.save && step > M->o.steps) save_checkpoint(M, M->o.save, M->o.steps); /* not after a stop */
-    if (log) fclose(log);
+    run_end(&run, step);
 }
 
-/* ---- stage 2: FSDP ---- */
-typedef struct {
-    const Model *tmpl;  /* options, config, tables: read-only, every rank starts from a copy */
-    const MemPlan *mp;
-} RankArgs;
-
-/* one rank: its own model state, GPU stream, communication stream and events */
-static void rank_main(const Rank *r, void *arg) {
-    const RankArgs *a = arg;
+/* one rank: its GPU and its own copy of the model state (stage 2 runs one per GPU) */
+static void rank_main(const Rank *r, void *tmpl) {
     Model *M = xcalloc(1, sizeof *M);
-    *M = *a->tmpl;
-    M->local = r->local;
-    M->comm = r->comm;
-    M->rank = comm_rank_id(r->comm);
+    *M = *(const Model *)tmpl;
+    job_join(&M->job, r);
     gpu_init(&M->gpu, r->device);
+    /* ---- stage 2: FSDP ---- */
     CUDA_CHECK(cudaStreamCreateWithFlags(&M->comm_st, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {M->ready, M->freed, M->reduced, M->grads_done};
     for (int k = 0; k < 4; k++)
         for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&evs[k][s], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&M->comm_done, cudaEventDisableTiming));
-    /* ---- stage 3: ring attention ---- */
+    M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->job.rank, &M->p.pieces);
+    /* ---- end stage 2 ---- */
+    /* ---- stage 3: context parallelism ---- */
     for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&M->ring_ev[s], cudaEventDisableTiming));
-    blocks_init(&M->blocks, M->P, M->o.ranks.rehearse >= 0 ? config_attn_layer(&M->c, M->c.layers / 2) : -1);
+    const int64_t kv = BF(2 * M->S * M->attn.Hkv * M->attn.D), acc = strcmp(M->o.merge, "fp32") ? 2 : 4; /* a ring's K/V */
+    blocks_init(&M->blocks, M->job.P, M->o.ranks.rehearse >= 0 ? config_attn_layer(&M->c, M->c.layers / 2) : -1,
+                1e3 * comm_ring_hop_s(M->job.comm, kv), 1e3 * comm_ring_hop_s(M->job.comm, kv * acc / 2));
     /* ---- end stage 3 ---- */
-    M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->rank, &M->p.pieces);
-    train(M, a->mp);
-    comm_barrier(M->comm, M->gpu.stream);
+    train(M);
+    comm_barrier(M->job.comm, M->gpu.stream); /* stage 2: every rank is done before any exits */
 }
-/* ---- end stage 2 ---- */
 
 int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised; every rank starts from a copy */
     M.o = parse_opts(argc, argv);
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPUs, else the headline's */
-    prof_enable(M.o.profile);
-    M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
+    M.job = job_plan(&M.o.ranks, 0); /* stage 3: P ranks sharing each window, one sequence */
     load_config(&M);
     config_print(&M.c);
-    MemPlan mp = plan_memory(&M);
-    char title[256];
-    snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s%s%s%s%s%s", STAGE, M.c.name,
-             (long long)M.o.seq, M.P, (long long)M.S, M.o.merge, M.kept ? ", --keep-attn" : "",
-             M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "",
-             M.eot >= 0 ? ", --packing" : "");
-    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    M.mp = plan_memory(&M);
+    char title[512];
+    int n = snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s", STAGE, M.c.name,
+                     (long long)M.o.seq, M.job.P, (long long)M.S, M.o.merge);
+    memplan_title_tail(title + n, sizeof title - n, M.kept, M.c.experts ? M.o.moe_gemm : NULL, M.o.ranks.rehearse >= 0, M.eot >= 0);
+    memplan_print(&M.mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
-    open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
+    /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
     if (M.o.dry_run) return 0;
-    trace_open(M.o.trace); /* after the dry-run: it writes nothing */
-    timeline_open(M.o.timeline);
-    /* ---- stage 2: FSDP ---- */
-    RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
-    ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);
-    /* ---- end stage 2 ---- */
+    run_instruments(&M.o.run); /* --profile, --trace, --timeline */
+    ranks_run(&M.o.ranks, &M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: a rank per GPU, each from a copy of M */
     return 0;
 }

@@ -1,107 +1,46 @@
-/* stage5_tiling_yarn.c -- train Qwen3-32B on a million tokens over 8 GPUs: every lever of the ladder,
- * plus the last one, sequence tiling, and the RoPE scaling that long contexts need.
+/* stage5_tiling_yarn.c -- train a Qwen3 model on long sequences: rung 5 of longctx.c's ladder.
  *
- * Stage 4 plus sequence tiling and YaRN, every lever on by default (--seq 1M: Qwen3-32B, YaRN x32):
- * the MLP runs T rows at a time ([T, I] replaces [S, I]), attention a group of heads at a time, and
- * past Qwen3's 32768 positions RoPE is YaRN with factor seq / 32768.
- * The rest is the stage before's: `make diffs` shows this file against it, the lever alone.
+ * Each rung is a complete trainer that adds one lever to the rung before (`make diffs` shows it):
+ *   1. one GPU: a Qwen3 layer's forward and backward in bf16 (cuBLASLt GEMMs, cuDNN flash attention
+ *      with its fp32 log-sum-exp), each layer's input kept and the rest recomputed, the loss a chunk
+ *      of rows at a time, AdamW on fp32 master weights; the memory planned before anything is taken
+ *   2. FSDP (ZeRO-3) over P GPUs: each rank keeps 1/P of the weights, gradients and AdamW state; a
+ *      layer's weights are all-gathered just before use, its gradients reduce-scattered after
+ *   3. context parallelism: the P ranks share one sequence in 2P zigzag chunks; attention is a ring
+ *      of K/V blocks merged by log-sum-exp; a hybrid's linear layers pass their state as affine maps
+ *   4. offload to pinned host memory: layer inputs and kept attention go down on a copy stream and
+ *      come back a layer ahead of their use; the optimizer state lives there, AdamW on the CPUs
+ *   5. the MLP in tiles of rows and attention in head groups, and YaRN past the trained context:
+ *      Qwen3-32B at 1M tokens on 8 GPUs, every lever on by default
  *
- * What every stage does, from stage 1 on:
- *   - Qwen3 forward and backward: cuBLASLt GEMMs (bf16 in, fp32 accumulate), cuDNN flash
- *     attention (fwd + bwd, fp32 log-sum-exp), CUDA kernels for norms, RoPE, SwiGLU, loss, AdamW;
- *   - per-layer activation checkpointing: only each layer's input is kept; backward re-runs the
- *     layer's forward first. --keep-attn also keeps the attention output O and its LSE, so
- *     backward never runs attention forward again (costs S*heads*head_dim bf16 per layer);
- *   - chunked NLL: logits exist for one chunk of rows at a time, loss and d(logits) in one pass;
- *   - AdamW on fp32 master weights, with fp32 gradients and moments;
- *   - dense and MoE models: a router over experts, each token's top-k, the load-balancing
- *     loss (common/moe.c);
- *   - packed documents (--packing): each document of a window attends only to itself, from
- *     position 0, its attention cut into blocks (common/docs.h) that skip what it does not see;
- *   - a memory plan made before anything is allocated (--dry-run prints it, no GPU needed).
- *
- *   make stage5 && ./stage5 --seq 1M                                     # 32B, YaRN x32, all GPUs
+ *   make stage5 && ./stage5 --seq 1M                                      # 32B, YaRN x32, all GPUs
  *   ./stage5 --gpus 8 --rehearse 0 --seq 1M --layers 4 --gpu-gib 80       # rank 0 alone, as on an H100
  */
 
 /* ============================================================ includes and usage */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include <cuda_runtime_api.h>
-#include <cublasLt.h>
-#include <cudnn.h>
-
-#include "common/advice.h"
-#include "common/check.h"
-#include "common/cli.h"
-#include "common/comm.h"
-#include "common/config.h"
-#include "common/cpu_adam.h"
-#include "common/gemm.h"
-#include "common/gpu.h"
-#include "common/inputs.h"
-#include "common/memplan.h"
-#include "common/model.h"
-#include "common/hybrid.h"
-#include "common/moe.h"
-#include "common/ranks.h"
-#include "common/sdpa.h"
-#include "common/shard.h"
-#include "common/state.h"
-#include "common/tensor.h"
-#include "common/tokens.h"
-#include "common/train.h"
-#include "common/zigzag.h"
-#include "kernels/kernels.h"
+#include "common/stage.h" /* every header of common/ and kernels/, with what each holds */
 
 #define STAGE 5 /* this file's rung: its plan and its log lines say so */
-static const char *SUMMARY =
-    "Train a Qwen3 or Qwen3.5 model on one sequence split over P GPUs (context parallelism: zigzag chunks, ring\n"
-    "attention), layer inputs, kept attention outputs and optimizer state offloaded to pinned host memory\n"
-    "(--offload), MLP and attention in sequence tiles and head groups, YaRN past the trained positions\n"
-    "(Qwen3's 32K, Qwen3.5's 256K),"
-    " with FSDP (ZeRO-3): each rank holds 1/P of the weights, grads and\n"
-    "optimizer state, layers are all-gathered per use. bf16 compute, fp32 master weights, per-layer\n"
-    "activation checkpointing, cuDNN flash attention, chunked NLL. --dry-run prints the memory plan\n"
-    "(works without a GPU). Sizes take K/M suffixes: --seq 128K.";
+static const char *SUMMARY = "Train a Qwen3 or Qwen3.5 model on one sequence over P GPUs with every lever, MLP tiles and YaRN." STAGE_USAGE;
 
 /* ============================================================ options */
 typedef struct {
     const char *model;       /* size name or HF directory */
     const char *data;        /* token file */
-    int64_t seq;             /* tokens per step */
+    int64_t seq;             /* tokens per step (sequence length) */
     int64_t steps;
-    double lr, min_lr_frac;
-    int64_t warmup;
-    const char *schedule;    /* cosine | constant */
-    double wd, beta1, beta2, eps, clip;
+    AdamOpts adam;           /* --lr, its schedule, AdamW's decay, moments, clip (common/train.h) */
     int64_t loss_chunk;      /* rows of logits at a time */
     const char *keep_attn;   /* stage 4: the layers whose O and LSE are kept, and where (choose_kept) */
     int64_t layers;          /* 0: all */
     int64_t seed;
-    const char *save;        /* HF directory + trainer state */
-    int64_t save_every;
-    int64_t save_keep;       /* newest DIR/step-N directories kept (0: all) */
-    const char *resume;
     int dry_run;
-    const char *log;         /* JSON lines */
-    const char *eval_data;   /* held-out token file, evaluated forward only */
-    int64_t eval_every;      /* evaluate every N steps (and after the last; 0: after the last only) */
-    int64_t eval_windows;    /* windows of eval_data per evaluation */
-    const char *dump_grads;  /* tests: loss + all gradients of the first step (safetensors) */
-    int profile;             /* time kernel classes with CUDA events */
+    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
     double yarn_factor;
     int64_t yarn_original;
-    double gpu_gib;          /* GPU memory to plan against and cap the run at (0: the device's) */
-    const char *trace;       /* tests: every GEMM, attention call and collective, one per line */
-    const char *timeline;    /* step 2's work on each stream, as spans (bench/plot_timeline.py) */
     const char *moe_gemm;    /* MoE experts' GEMMs: loop (one call per expert) | grouped (one cuBLAS call) */
     const char *packing;     /* packed documents: NULL/none off; "" <|endoftext|> ends one; or that token id */
+    RunOpts run;             /* saves, evaluation, logs and profiles (common/run.h) */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
     const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
     /* ---- stage 4: offload ---- */
@@ -115,51 +54,30 @@ typedef struct {
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
-    Opts o = {.model = "32B", .data = TOKENS_SHIPPED, .seq = 1048576, /* stage 5: the headline */ .steps = 50, .lr = 3e-4,
-              .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, .beta2 = 0.95,
-              .eps = 1e-8, .clip = 1.0, .loss_chunk = 4096, .seed = 1234, .save_keep = 1, .eval_windows = 4, .moe_gemm = "loop",
-              .ranks = RANK_DEFAULTS,
-              .merge = "fp32", .offload = "all", .keep_attn = "auto" /* stage 5: every lever on */};
+    Opts o = {.model = "32B", .data = TOKENS_SHIPPED, .seq = 1048576, /* stage 5: the headline */ .steps = 50, .adam = ADAM_DEFAULTS,
+              .loss_chunk = 4096, .seed = 1234, .moe_gemm = "loop", .run = RUN_DEFAULTS,
+              .ranks = RANK_DEFAULTS, .merge = "fp32", .offload = "all", .keep_attn = "auto" /* stage 5: every lever on */};
     const Opt table[] = {
         {"--model", OPT_STRING, &o.model, "Qwen3 size (0.6B 1.7B 4B 8B 14B 32B, the MoE 30B-A3B; any case, Qwen3-32B too), Qwen3.5 (Qwen3.5-0.8B 2B 4B 9B 27B, the MoE Qwen3.5-35B-A3B) or HF model directory"},
         {"--data", OPT_STRING, &o.data, "token file (data/prepare.py makes one)"},
         {"--seq", OPT_INT, &o.seq, "tokens per step (sequence length)", "[2,2G)"},
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
-        {"--lr", OPT_DOUBLE, &o.lr, "peak learning rate", "(0,1]"},
-        {"--warmup", OPT_INT, &o.warmup, "linear warmup steps", "[0,1G]"},
-        {"--schedule", OPT_STRING, &o.schedule, "after warmup: cosine | constant"},
-        {"--min-lr-frac", OPT_DOUBLE, &o.min_lr_frac, "cosine floor as a fraction of --lr", "[0,1]"},
-        {"--wd", OPT_DOUBLE, &o.wd, "AdamW decoupled weight decay (matrices only)", "[0,1]"},
-        {"--beta1", OPT_DOUBLE, &o.beta1, "AdamW beta1", "[0,1)"},
-        {"--beta2", OPT_DOUBLE, &o.beta2, "AdamW beta2", "[0,1)"},
-        {"--eps", OPT_DOUBLE, &o.eps, "AdamW epsilon", "(0,1]"},
-        {"--clip", OPT_DOUBLE, &o.clip, "global gradient-norm clip (0: off)", "[0,inf)"},
+        ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
         {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
-        {"--save", OPT_STRING, &o.save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"},
-        {"--save-every", OPT_INT, &o.save_every, "also save every N steps (0: only at the end)", "[0,1G]"},
-        {"--save-keep", OPT_INT, &o.save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},
-        {"--resume", OPT_STRING, &o.resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
         {"--gpu-gib", OPT_DOUBLE, &o.gpu_gib, "GPU memory to plan for: a larger plan stops before allocating (0: the device's free memory; --dry-run without a GPU: 74.5, an 80 GB GPU)", "[0,1e6]"},
-        {"--log", OPT_STRING, &o.log, "append one JSON line per step to this file"},
-        {"--eval-data", OPT_STRING, &o.eval_data, "held-out token file: its loss (forward only) before the first step and after the last"},
-        {"--eval-every", OPT_INT, &o.eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},
-        {"--eval-windows", OPT_INT, &o.eval_windows, "with --eval-data: windows of --seq tokens per evaluation", "[1,1G]"},
-        {"--dump-grads", OPT_STRING, &o.dump_grads, "write step 1's loss and fp32 gradients (safetensors)"},
-        {"--profile", OPT_FLAG, &o.profile, "print each step's GPU time by kernel class (GEMM, attention, ...)"},
-        {"--trace", OPT_STRING, &o.trace, "write every GEMM, attention call and collective (shapes, bytes) this rank issues to FILE, in order (tests)"},
-        {"--timeline", OPT_STRING, &o.timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"},
         {"--yarn-factor", OPT_DOUBLE, &o.yarn_factor, "YaRN RoPE scaling factor (0: the config's, else seq / original context when longer; 1: off)", "[0,1e6]"}, /* stage 5 */
         {"--yarn-original", OPT_INT, &o.yarn_original, "YaRN original_max_position_embeddings (0: config's, else its positions, 32768 for Qwen3's 40960)", "[0,4G]"},
-        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)"},
+        {"--moe-gemm", OPT_STRING, &o.moe_gemm, "MoE experts' GEMMs: loop (one cuBLASLt call per expert) | grouped (cuBLAS grouped GEMM)", "loop|grouped"},
         {"--packing", OPT_OPTSTR, &o.packing, "packed documents: each document (ended by <|endoftext|>, or by token ID: --packing ID) attends only to itself from position 0, and the label across a boundary counts no loss; none: off"},
+        RUN_OPTIONS(o.run), /* --save, --resume, --eval-data, --log, --profile, ... (common/run.h) */
         /* ---- stage 2: FSDP ---- */
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
-        {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16"}, /* stage 3 */
+        {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16", "fp32|bf16"}, /* stage 3 */
         /* ---- stage 4: offload ---- */
         {"--offload", OPT_STRING, &o.offload, "what lives in pinned host memory: all | none | ckpt,attn,states (any of them)"},
         {"--host-gib", OPT_DOUBLE, &o.host_gib, "host memory per node to plan for (0: this machine's available; --dry-run without a GPU: 2048, a 2 TiB node)", "[0,1e9]"},
@@ -174,16 +92,9 @@ static Opts parse_opts(int argc, char **argv) {
     const int rc = cli_parse(argc, argv, table, n, err, sizeof err);
     if (rc == 1) { cli_usage(stdout, argv[0], SUMMARY, table, n); exit(0); }
     if (rc) STOP("%s", err);
-    if (o.steps == 0 && !o.save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
-    const char *asked = o.resume;
-    if (o.resume) o.resume = ckpt_resume_dir(o.resume); /* DIR/latest, or a step directory; never a partial one */
-    if (o.resume && (!cli_given(argc, argv, "--model") || !strcmp(o.model, asked))) o.model = o.resume; /* its own model */
-    if (o.eval_every && !o.eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
-    if (strcmp(o.schedule, "cosine") && strcmp(o.schedule, "constant")) STOP("--schedule is cosine or constant");
-    if (strcmp(o.moe_gemm, "loop") && strcmp(o.moe_gemm, "grouped")) STOP("--moe-gemm is loop or grouped");
+    run_opts_check(&o.run, &o.model, cli_given(argc, argv, "--model"), o.steps);
     if (o.yarn_factor > 0 && o.yarn_factor < 1) STOP("--yarn-factor %g: 0 (as the config says) or at least 1", o.yarn_factor);
-    if (strcmp(o.merge, "fp32") && strcmp(o.merge, "bf16")) STOP("--merge is fp32 or bf16"); /* stage 3 */
-    ranks_check_opts(&o.ranks, o.save || o.resume || o.dump_grads); /* stage 2 */
+    ranks_check_opts(&o.ranks, o.run.save || o.run.resume || o.run.dump_grads); /* stage 2 */
     return o;
 }
 
@@ -236,12 +147,12 @@ typedef struct {        /* kept from forward to backward */
 typedef struct {        /* one layer's working set; regions A, B1, B2 and C share memory (see plan) */
     /* persistent through the step */
     bf16_t *dx;         /* [S, D] gradient of the residual stream */
-    uint32_t *ids;      /* [S+1] tokens (stage 3: [S], this rank's; its labels are w.labels, not ids + 1) */
+    uint32_t *ids;      /* [S+1] tokens; labels are ids + 1 (stage 3 on: [S], the labels w.labels) */
     int32_t *pos;       /* [S] RoPE positions */
     float *inv_freq;    /* [hd/2] RoPE inverse frequencies (YaRN applied) */
     float *losses;      /* [S] per-token NLL (0 where the label is masked) */
     uint8_t *label_w;   /* [S] 1 where this position's label counts in the loss, 0 where masked */
-    double *loss_sum;   /* [1] */
+    double *loss_sum;   /* [1] the step's summed NLL */
     double *gnorm_sq;   /* [1] squared global gradient norm */
     double *red;        /* [1024] reduction scratch */
     /* A: attention half of a layer */
@@ -254,7 +165,7 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     float *rstd_q;      /* [S*Hg] */
     float *rstd_k;      /* [S*Hkv] */
     bf16_t *o;          /* [S, Hq*hd] attention output (or Saved.o + l) */
-    float *lse;         /* [Hq, S] (or Saved.lse + l); a head group's rows are contiguous */
+    float *lse;         /* [Hq, S] (or Saved.lse + l) */
     bf16_t *o_own;      /* stage 4: w.o of the layers whose O is not kept */
     float *lse_own;
     bf16_t *og;         /* [S, Hq*hd] Qwen3.5: o sigmoid(gate), o_proj's input */
@@ -280,36 +191,26 @@ typedef struct {        /* one layer's working set; regions A, B1, B2 and C shar
     bf16_t *dlogits;    /* [chunk, V] */
     bf16_t *dhf;        /* [S, D] */
     /* ---- stage 3: ring attention ---- */
-    /* (S here is this rank's share of the sequence) */
+    /* (S here is this rank's share of the sequence; a ring runs one attention call, of M->attn's Ha
+     * query and Hka K/V heads: every head, until stage 5's head groups) */
     uint32_t *labels;   /* [S] the next token at each of this rank's positions */
     bf16_t *kv;         /* [2, S, Hkv*hd] this rank's K then V (k, v point into it) */
-    bf16_t *kv_ring[2]; /* [2, S, KVg] K/V blocks received from the previous rank */
-    bf16_t *blk;        /* [S, Qg] one block's O (forward) or dQ (backward) */
-    float *lse_blk;     /* [Hg, S] one block's LSE (forward) or the final LSE of its rows (backward) */
-    bf16_t *dkv_blk;    /* [2, S, KVg] one block's dK, dV */
-    void *o_acc;        /* [S, Qg] running output in fp32 (--merge fp32; bf16 merges into o_g) */
-    void *dq_acc;       /* [S, Qg] dQ accumulator (merge precision) */
-    void *dkv_ring[2];  /* [2, S, KVg] travelling dK/dV (merge precision) */
-    /* Qwen3.5's linear layers: what crosses ranks is each chunk's conv tail and state map, whatever S
-     * (K = conv width, C = conv channels, ms = Hv dv dk, one state; slot (rank, k): rank's chunk k) */
-    bf16_t *tails;      /* [2, K-1, C] our chunks' last conv inputs; tails_all [2P, K-1, C] every chunk's */
-    bf16_t *tails_all;
-    bf16_t *dhalo;      /* [2, K-1, C] what our chunks' first tokens send back to their halos; dhalo_all: every chunk's */
-    bf16_t *dhalo_all;
-    float *maps;        /* [2, Hv, dv + dk, dk] our chunks' state maps (B, then M); maps_all [2P, ...] */
-    float *maps_all;
-    float *cmaps;       /* [2, ms] our chunks' backward from a zero final gradient (C); cmaps_all [2P, ms] */
-    float *cmaps_all;
-    float *s_start;     /* [2, ms] our chunks' true initial states (forward), final states' gradients (backward) */
-    float *compose;     /* [2, ms] the running composition, in turn */
+    bf16_t *kv_ring[2]; /* [2, S, Hka*hd] K/V blocks received from the previous rank */
+    bf16_t *blk;        /* [S, Ha*hd] one block's O (forward) or dQ (backward) */
+    float *lse_blk;     /* [Ha, S] one block's LSE (forward) or the final LSE of its rows (backward) */
+    bf16_t *dkv_blk;    /* [2, S, Hka*hd] one block's dK, dV */
+    void *o_acc;        /* [S, Ha*hd] running output in fp32 (--merge fp32; bf16 merges into o) */
+    void *dq_acc;       /* [S, Ha*hd] dQ accumulator (merge precision) */
+    void *dkv_ring[2];  /* [2, S, Hka*hd] travelling dK/dV (merge precision) */
+    GdnShare share;     /* the linear layers' state: maps and conv tails, every chunk's (common/deltanet.h) */
     /* ---- end stage 3 ---- */
     /* ---- stage 5: head groups ---- */
     bf16_t *kv_g;       /* [2, S, KVg] one group's K then V: one ring message */
     bf16_t *o_g;        /* [S, Qg] one group's O (a copy of its columns of o) */
     bf16_t *d_o_g;      /* [S, Qg] one group's dO; then its dQ */
     /* ---- end stage 5 ---- */
-    MoeTile moe;        /* MoE: B1 for an MoE model's MLP (stage 5: a tile of T rows), and the step's statistics (common/moe.h) */
-    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/hybrid.h) */
+    MoeTile moe;        /* MoE: B1 for an MoE model's MLP, and the step's statistics (common/moe.h) */
+    GdnWork gdn;        /* Qwen3.5's linear layers: over A (forward) and B2 (backward) (common/deltanet.h) */
     /* library workspaces */
     void *sdpa_ws;
     int64_t sdpa_ws_bytes;
@@ -328,7 +229,8 @@ static const ArenaSpec ARENAS[A_N] = {
 typedef struct {
     Qwen3Config c;
     Opts o;
-    int64_t S;
+    Job job;            /* this rank's place in the job: one GPU here (common/ranks.h) */
+    int64_t S;          /* tokens this rank computes each step */
     SdpaShape attn;
     Params p;
     Saved sv;
@@ -342,18 +244,20 @@ typedef struct {
     double aux;         /* MoE: the step's load-balancing loss */
     int64_t eot;        /* --packing: the token that ends a document; -1: not packed */
     int64_t slack;      /* --packing: DOCS_SLACK_ROWS rows of zeros after each buffer blocks read; else 0 */
-    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h) */
+    DocPlan docs;       /* --packing: the window's attention blocks (common/sdpa.h); docs.call NULL: not packed */
     Arena arena[A_N];   /* one per memory category */
     Inputs in;          /* the run's files, opened and checked before the GPU (common/inputs.h) */
+    MemPlan mp;         /* the plan the run was checked against */
+    struct Data *eval;  /* --eval-data's windows (the data section) */
     /* ---- stage 2: FSDP ---- */
-    int rank, local, P; /* global rank, rank within this process, number of ranks */
-    Comm *comm;
     cudaStream_t comm_st;           /* gathers and reduce-scatters run here, beside the compute */
     cudaEvent_t ready[4], freed[4]; /* per gathered buffer: slots 0-1 layers, 2 embedding, 3 tail */
     cudaEvent_t grads_done[4], reduced[4], comm_done;
     /* ---- end stage 2 ---- */
-    cudaEvent_t ring_ev[4];         /* stage 3: K/V pass (0 sent-from ready, 1 received), dK/dV pass (2, 3) */
-    BlockTimer blocks;              /* stage 3: rehearsal: one layer's ring blocks timed */
+    /* ---- stage 3: context parallelism ---- */
+    cudaEvent_t ring_ev[4];         /* the K/V pass (0: sent-from ready, 1: received), the dK/dV pass (2, 3) */
+    BlockTimer blocks;              /* rehearsal: one layer's ring blocks timed */
+    /* ---- end stage 3 ---- */
     /* ---- stage 4: offload ---- */
     struct { int ckpt, attn, states; } off; /* --offload */
     int64_t kept_gpu;               /* kept layers [0, kept_gpu) on the GPU, [kept_gpu, kept) on the host */
@@ -368,8 +272,6 @@ typedef struct {
 } Model;
 
 /* ============================================================ build */
-#define BF(n) ((int64_t)(n) * 2)
-#define F32(n) ((int64_t)(n) * 4)
 #define P_UNITS(layout, i) ((int64_t)(layout)->P * (layout)->u[i].shard) /* a unit's gathered (padded) size */
 
 /* ---- stage 4: offload ---- */
@@ -425,9 +327,7 @@ static void carve(Model *M) {
         M->sv.o = arena_take(&A[A_KEPT], BF(NG * (S + R) * Q), "kept O");
         M->sv.lse = arena_take(&A[A_KEPT], F32(NG * c->heads * S), "kept LSE");
     }
-    if (NH) {
-        offloaded(&M->sv.hol, &A[A_H_KEPT], &A[A_KEPT], NH, kept_bytes(M));
-    }
+    if (NH) offloaded(&M->sv.hol, &A[A_H_KEPT], &A[A_KEPT], NH, kept_bytes(M));
     /* ---- end stage 4 ---- */
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
     w->sdpa_ws = arena_take(&A[A_CUDNN], w->sdpa_ws_bytes, "cuDNN workspace");
@@ -445,30 +345,12 @@ static void carve(Model *M) {
     w->gnorm_sq = arena_take(W, 8, "gnorm");
     w->red = arena_take(W, 8 * 1024, "reduction scratch");
     if (c->experts) moe_carve_step(&w->moe, W, c); /* MoE: the step's router statistics */
-    /* ---- stage 3: context parallelism for linear attention ---- */
-    if (c->lin_v_heads) {
-        const int64_t P2 = 2 * M->P, hl = (c->conv_width - 1) * config_conv_channels(c),
-                      ms = c->lin_v_heads * c->lin_v_dim * c->lin_k_dim, mm = ms + c->lin_v_heads * c->lin_k_dim * c->lin_k_dim;
-        w->tails = arena_take(W, BF(2 * hl), "linear: our conv tails");
-        w->tails_all = arena_take(W, BF(P2 * hl), "linear: every conv tail");
-        w->dhalo = arena_take(W, BF(2 * hl), "linear: our halo gradients");
-        w->dhalo_all = arena_take(W, BF(P2 * hl), "linear: every halo gradient");
-        w->maps = arena_take(W, F32(2 * mm), "linear: our state maps");
-        w->maps_all = arena_take(W, F32(P2 * mm), "linear: every state map");
-        w->cmaps = arena_take(W, F32(2 * ms), "linear: our backward maps");
-        w->cmaps_all = arena_take(W, F32(P2 * ms), "linear: every backward map");
-        w->s_start = arena_take(W, F32(2 * ms), "linear: our initial states");
-        w->compose = arena_take(W, F32(2 * ms), "linear: composition");
-    }
-    /* ---- end stage 3 ---- */
+    deltanet_carve_share(&w->share, W, c, M->job.P); /* stage 3: the linear layers' state passing */
     const int64_t persistent = arena_mark(W);
     /* The phases of a layer share memory: B2 (attention backward) overlays B1 (the MLP, forward and
      * backward), and C (the loss) overlays A and B. Safe because one stream computes everything and
      * a phase's tensors are dead before the next phase's first kernel, queued behind them on that
-     * stream, writes there; nothing else writes into the working set -- stage 3: but for the ring's
-     * receives on the communication stream, into the K/V buffers (A, live through the attention) and
-     * the travelling dK/dV (B2); ring_backward's last ring_wait orders the compute stream after the
-     * final receive, so no later phase writes where a transfer is still landing. */
+     * stream, writes there; nothing else writes into the working set. */
     /* A */
     w->xn = arena_take(W, BF(S * D), "xn");
     w->rstd1 = arena_take(W, F32(S), "rstd1");
@@ -478,14 +360,17 @@ static void carve(Model *M) {
     w->k_raw = arena_take(W, BF(S * KV), "k_raw");
     w->q = arena_take(W, BF((S + R) * Qg), "q");
     /* ---- stage 3: ring attention ---- */
-    const int64_t acc = !strcmp(M->o.merge, "fp32") ? 4 : 2; /* bytes per accumulator element */
+    const int64_t acc = !strcmp(M->o.merge, "fp32") ? 4 : 2, /* bytes per accumulator element */
+                  QA = M->attn.Hq * M->attn.D, KVA = M->attn.Hkv * M->attn.D; /* one attention call's widths */
     w->kv = arena_take(W, BF((2 * S + R) * KV), "k and v");
     w->k = w->kv;
     w->v = w->kv ? w->kv + S * KV : NULL;
-    for (int i = 0; i < 2; i++) w->kv_ring[i] = arena_take(W, BF((2 * S + R) * KVg), "ring K/V");
-    w->blk = arena_take(W, BF(S * Qg), "block O / dQ");
-    w->lse_blk = arena_take(W, F32(M->hg * S), "block LSE");
-    w->dkv_blk = arena_take(W, BF(2 * S * KVg), "block dK, dV");
+    /* the ring's receives (communication stream) land in kv_ring (A, live through the attention) and
+     * dkv_ring (B2); ring_backward's last ring_wait orders the compute stream after the final one */
+    for (int i = 0; i < 2; i++) w->kv_ring[i] = arena_take(W, BF((2 * S + R) * KVA), "ring K/V");
+    w->blk = arena_take(W, BF(S * QA), "block O / dQ");
+    w->lse_blk = arena_take(W, F32(M->attn.Hq * S), "block LSE");
+    w->dkv_blk = arena_take(W, BF(2 * S * KVA), "block dK, dV");
     /* ---- end stage 3 ---- */
     /* ---- stage 5: head groups ---- */
     w->kv_g = arena_take(W, BF((2 * S + R) * KVg), "group K/V");
@@ -498,7 +383,7 @@ static void carve(Model *M) {
         w->lse = w->lse_own = arena_take(W, F32(c->heads * S), "lse");
     }
     if (c->attn_gate) w->og = arena_take(W, BF(S * Q), "gated o");
-    hybrid_carve_over(&w->gdn, W, mixer_a, c, S, S / 2, 0); /* Qwen3.5: a linear layer's instead (stage 3: its 2 chunks) */
+    deltanet_carve_over(&w->gdn, W, mixer_a, c, S, S / 2, 0); /* Qwen3.5: a linear layer's instead (stage 3: its 2 chunks) */
     const int64_t region_b = arena_mark(W);
     /* B1 (stage 5: one MLP tile) */
     w->xn2 = arena_take(W, BF(T * D), "xn2");
@@ -523,15 +408,15 @@ static void carve(Model *M) {
     w->d_o_g = arena_take(W, BF((S + R) * Qg), "group dO"); /* stage 5 */
     /* ---- stage 3: ring attention ---- */
     /* B2 is free while a ring forward runs (only backward uses it otherwise) */
-    w->o_acc = arena_take(W, acc * S * Qg, "running O");
-    w->dq_acc = arena_take(W, acc * S * Qg, "dQ accumulator");
-    for (int i = 0; i < 2; i++) w->dkv_ring[i] = arena_take(W, acc * 2 * S * KVg, "travelling dK/dV");
+    w->o_acc = arena_take(W, acc * S * QA, "running O");
+    w->dq_acc = arena_take(W, acc * S * QA, "dQ accumulator");
+    for (int i = 0; i < 2; i++) w->dkv_ring[i] = arena_take(W, acc * 2 * S * KVA, "travelling dK/dV");
     /* ---- end stage 3 ---- */
     if (c->attn_gate) {
         w->dq_raw = arena_take(W, BF(S * QR), "dq_raw (query and gate)");
         w->dq_raw_g = arena_take(W, BF(S * QRg), "group dq_raw"); /* stage 5 */
     }
-    hybrid_carve_over(&w->gdn, W, mixer_b, c, S, S / 2, 1); /* Qwen3.5: its backward instead (stage 3: 2 chunks) */
+    deltanet_carve_over(&w->gdn, W, mixer_b, c, S, S / 2, 1); /* Qwen3.5: its backward instead (stage 3: 2 chunks) */
     M->b2_bytes = arena_mark(W) - region_b; /* stage 5: the MLP's tiles may use as much */
     arena_release(W, persistent);
     /* C */
@@ -548,7 +433,7 @@ static MemPlan plan_memory(Model *M) {
     carve(M);
     MemPlan mp = memplan_of(M->arena, A_N);
     /* ---- stage 2: FSDP ---- */
-    if (M->P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, ranks_nccl_estimate(&M->o.ranks, M->P));
+    if (M->job.P > 1) memplan_add(&mp, "NCCL buffers (estimate)", ON_GPU, ranks_nccl_estimate(&M->o.ranks, M->job.P));
     /* ---- end stage 2 ---- */
     return mp;
 }
@@ -562,14 +447,14 @@ static void load_config(Model *M) {
     char err[512];
     const Opts *o = &M->o;
     /* stage 5: YaRN past the original context, from the sequence */
-    if (config_for_run(&M->c, o->model, o->resume, o->layers, 0, 0, err, sizeof err)) STOP("%s", err);
+    if (config_for_run(&M->c, o->model, o->run.resume, o->layers, 0, 0, err, sizeof err)) STOP("%s", err);
     config_yarn_for_seq(&M->c, o->seq, o->yarn_factor, o->yarn_original); /* stage 5 (common/config.c) */
     if (config_check_yarn(&M->c, err, sizeof err)) STOP("%s", err);         /* stage 5 */
     if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, o->data, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
-    if (zigzag_check(M->o.seq, M->P, err, sizeof err) || hybrid_chunk_ok(&M->c, M->o.seq / (2 * M->P), err, sizeof err))
+    if (zigzag_check(M->o.seq, M->job.P, err, sizeof err) || deltanet_chunk_ok(&M->c, M->o.seq / (2 * M->job.P), err, sizeof err))
         STOP("%s", err); /* stage 3 */
-    M->S = M->o.seq / M->P;                                             /* this rank's tokens */
+    M->S = M->o.seq / M->job.P;                                        /* this rank's tokens */
     /* ---- stage 5: head groups ---- */
     M->groups = o->attn_groups ? o->attn_groups : M->c.kv_heads;
     if (M->c.kv_heads % M->groups)
@@ -579,31 +464,31 @@ static void load_config(Model *M) {
     M->tile = M->S; /* until choose_tile() */
     /* ---- end stage 5 ---- */
     M->attn = (SdpaShape){.Hq = M->hg, .Hkv = M->kg, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1}; /* stage 5: one head group */
-    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) {
+    if (!sdpa_shape_ok(&M->attn, err, sizeof err)) { /* stage 5: an MoE tile's rows are choose_tile's */
         if (!M->o.dry_run) STOP("%s", err);
         fprintf(stderr, "warning: this run would stop before its first step: %s\n", err); /* the plan still helps */
     }
     params_build(&M->c, &M->p.table);
     /* ---- stage 2: FSDP ---- */
-    shard_build(&M->p.table, M->P, &M->p.shards); /* each rank takes its pieces when it starts */
+    shard_build(&M->p.table, M->job.P, &M->p.shards); /* each rank takes its pieces when it starts */
     M->p.total = M->p.shards.shard_total;
     /* ---- end stage 2 ---- */
 }
 
-/* the training state this rank holds, for checkpoint I/O (common/state.h) */
-static StateIO state_io(Model *M) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int here = ranks_here(&M->o.ranks); /* stage 2: the ranks of this process share the cores */
+/* the training state this rank holds, for loads and saves (common/state.h) */
+static StateIO state_io(void *m) {
+    Model *M = m;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN), here = M->job.here; /* the ranks of this process share them */
     return (StateIO){.c = &M->c, .t = &M->p.table, .pieces = M->p.pieces, .npieces = M->p.npieces, .total = M->p.total,
-                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->rank,
-                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->comm, .st = M->gpu.stream};
+                     .master = M->p.master, .m = M->p.m, .v = M->p.v, .grad = M->p.grad, .rank = M->job.rank,
+                     .threads = cores > here ? (int)(cores / here) : 1, .comm = M->job.comm, .st = M->gpu.stream};
 }
 
 /* fp32 master weights from the model (HF directory or random init) or --resume, then the bf16 copy;
  * returns the step training continues after (0 unless --resume) */
 static int64_t init_weights(Model *M) {
     StateIO io = state_io(M);
-    const int64_t step = state_load(&io, M->o.model, M->o.resume, M->c.init_std, (uint64_t)M->o.seed);
+    const int64_t step = state_load(&io, M->o.model, M->o.run.resume, M->c.init_std, (uint64_t)M->o.seed);
     if (M->off.states) cpu_cast_bf16(M->p.w, M->p.master, M->p.total, M->threads); /* stage 4: on the host */
     else cast_f32_to_bf16(M->p.w, M->p.master, M->p.total, M->gpu.stream);
     return step;
@@ -673,7 +558,7 @@ static void choose_kept(Model *M) {
     if (asked && !M->off.attn) STOP("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
         const MemPlan mp = plan_memory(M); /* with nothing kept */
-        const double per = (double)kept_bytes(M), share = o->ranks.local_ranks > 0 ? M->P : 1, /* ranks on one GPU */
+        const double per = (double)kept_bytes(M), share = M->job.share, /* ranks on one GPU */
                      gpu_room = (double)gpu_plan_bytes(o->gpu_gib, o->dry_run, ranks_here(&o->ranks)) / share -
                                 (double)memplan_peak(&mp),
                      host_room = 0.9 * host_budget(M) / ranks_per_node(&o->ranks) - (double)memplan_host(&mp);
@@ -686,8 +571,8 @@ static void choose_kept(Model *M) {
  * and hang. The fewest any rank chose, on the GPU and on the host, holds everywhere; its plan only
  * shrinks. */
 static void agree_kept(Model *M) {
-    const int64_t g = comm_min_i64(M->comm, M->kept_gpu, M->gpu.stream),
-                  h = comm_min_i64(M->comm, M->kept - M->kept_gpu, M->gpu.stream);
+    const int64_t g = comm_min_i64(M->job.comm, M->kept_gpu, M->gpu.stream),
+                  h = comm_min_i64(M->job.comm, M->kept - M->kept_gpu, M->gpu.stream);
     if (g == M->kept_gpu && g + h == M->kept) return;
     say("keeping %lld layers' attention on the GPU and %lld on the host (not %lld and %lld): another node holds fewer\n",
         (long long)g, (long long)h, (long long)M->kept_gpu, (long long)(M->kept - M->kept_gpu));
@@ -696,18 +581,11 @@ static void agree_kept(Model *M) {
 }
 /* ---- end stage 4 ---- */
 
+/* RoPE: its frequencies (YaRN's where the config asks) and each row's position */
 static void setup_rope(Model *M) {
-    double inv[512], af;
-    float invf[512];
-    rope_inv_freq(&M->c, inv, &af);
-    for (int64_t i = 0; i < M->c.rot / 2; i++) invf[i] = (float)inv[i];
-    M->attn_factor = (float)af;
-    gpu_upload(M->w.inv_freq, invf, F32(M->c.rot / 2), M->gpu.stream);
+    M->attn_factor = attn_rope_upload(&M->c, M->w.inv_freq, M->gpu.stream);
     int32_t *pos = xmalloc((size_t)(4 * M->S));
-    int64_t *zz = xmalloc((size_t)(8 * M->S)); /* stage 3: the global positions of this rank's tokens */
-    zigzag_positions(M->o.seq, M->P, M->rank, zz);
-    for (int64_t t = 0; t < M->S; t++) pos[t] = (int32_t)zz[t];
-    free(zz);
+    zigzag_rope_positions(M->o.seq, M->job.P, M->job.rank, pos); /* stage 3: this rank's tokens' places */
     gpu_upload(M->w.pos, pos, 4 * M->S, M->gpu.stream);
     free(pos);
 }
@@ -749,7 +627,7 @@ static void fetch(Model *M, int64_t u) {
         CUDA_CHECK(cudaMemcpyAsync(M->p.w_stage, shard, (size_t)BF(su->shard), cudaMemcpyHostToDevice, M->comm_st));
         shard = M->p.w_stage;
     }
-    comm_all_gather_bf16(M->comm, unit_w(M, u), shard, su->shard, M->comm_st);
+    comm_all_gather_bf16(M->job.comm, unit_w(M, u), shard, su->shard, M->comm_st);
     CUDA_CHECK(cudaEventRecord(M->ready[s], M->comm_st));
 }
 static void await_unit(Model *M, int64_t u) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ready[slot_of(M, u)], 0)); }
@@ -769,7 +647,7 @@ static void reduce_grads(Model *M, int64_t u) {
     CUDA_CHECK(cudaEventRecord(M->grads_done[s], M->gpu.stream));
     CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->grads_done[s], 0));
     float *shard = M->off.states ? M->p.g_stage : M->p.grad + su->shard_offset; /* stage 4: or staged */
-    comm_reduce_scatter_f32(M->comm, shard, unit_g(M, u), su->shard, 1.f, M->comm_st);
+    comm_reduce_scatter_f32(M->job.comm, shard, unit_g(M, u), su->shard, 1.f, M->comm_st);
     if (M->off.states) /* stage 4: down to the host as soon as it is reduced */
         CUDA_CHECK(cudaMemcpyAsync(M->p.grad + su->shard_offset, shard, (size_t)F32(su->shard), cudaMemcpyDeviceToHost,
                                    M->comm_st));
@@ -782,109 +660,13 @@ static void reduce_grads(Model *M, int64_t u) {
  * on the communication stream, once the compute stream has produced `send` (and is done with
  * `recv`). Event pair ev, ev+1. */
 static void ring_pass(Model *M, const void *send, void *recv, int64_t bytes, int ev) {
+    const int P = M->job.P, r = M->job.rank;
     CUDA_CHECK(cudaEventRecord(M->ring_ev[ev], M->gpu.stream));
     CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[ev], 0));
-    comm_sendrecv(M->comm, send, (M->rank + 1) % M->P, recv, (M->rank + M->P - 1) % M->P, bytes, M->comm_st);
+    comm_sendrecv(M->job.comm, send, (r + 1) % P, recv, (r + P - 1) % P, bytes, M->comm_st);
     CUDA_CHECK(cudaEventRecord(M->ring_ev[ev + 1], M->comm_st));
 }
 static void ring_wait(Model *M, int ev) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, M->ring_ev[ev + 1], 0)); }
-
-/* Linear attention (Qwen3.5) crosses ranks as state, not K/V (../shared/DESIGN.md section 9). A chunk
- * maps its initial state to its final one affinely, S_end = S_start M + B, M and B its own; the ranks
- * exchange their chunks' maps (a few MB a layer whatever the sequence length), every rank composes
- * them in sequence order and runs its chunks from their true initial states. No rank waits on a
- * chain of the others. The backward mirrors it: dS_start = dS_end M^T + C. The conv (width K) reads
- * K-1 tokens before a chunk: its halo, the previous chunk's last inputs, crosses too. */
-/* every rank's `bytes` of in into out [P, bytes] (rank-major), on the communication stream */
-static void cp_gather(Model *M, void *out, const void *in, int64_t bytes) {
-    CUDA_CHECK(cudaEventRecord(M->ring_ev[0], M->gpu.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[0], 0));
-    comm_all_gather_bf16(M->comm, out, in, bytes / 2, M->comm_st);
-    CUDA_CHECK(cudaEventRecord(M->ring_ev[1], M->comm_st));
-    ring_wait(M, 0);
-}
-/* zigzag: chunk ch of 2P is rank ch's first (k 0), or rank 2P-1-ch's second (k 1); its slot rank*2 + k */
-static int64_t chunk_slot(const Model *M, int64_t ch) { return ch < M->P ? 2 * ch : 2 * (2 * M->P - 1 - ch) + 1; }
-static int64_t our_chunk(const Model *M, int k) { return k ? 2 * M->P - 1 - M->rank : M->rank; }
-
-/* every chunk's last K-1 conv inputs (mix rows) into w.tails_all */
-static void linear_halos(Model *M) {
-    Work *w = &M->w;
-    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
-    for (int k = 0; k < 2; k++)
-        CUDA_CHECK(cudaMemcpyAsync(w->tails + k * h * C, w->gdn.mix + ((k + 1) * n - h) * C, (size_t)BF(h * C),
-                                   cudaMemcpyDeviceToDevice, M->gpu.stream));
-    cp_gather(M, w->tails_all, w->tails, BF(2 * h * C));
-}
-/* our chunk k's halo: the previous chunk's tail (none before the sequence) */
-static const bf16_t *halo_of(const Model *M, int k) {
-    const int64_t ch = our_chunk(M, k), hl = (M->c.conv_width - 1) * config_conv_channels(&M->c);
-    return ch ? M->w.tails_all + chunk_slot(M, ch - 1) * hl : NULL;
-}
-
-/* if chunk ch is one of ours, its state (w.s_start's slot) is cur: zero when NULL */
-static void if_ours(Model *M, int64_t ch, const float *cur) {
-    const int64_t ms = hybrid_state_size(&M->c);
-    for (int k = 0; k < 2; k++) {
-        if (our_chunk(M, k) != ch) continue;
-        float *s = M->w.s_start + k * ms;
-        if (cur) CUDA_CHECK(cudaMemcpyAsync(s, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, M->gpu.stream));
-        else CUDA_CHECK(cudaMemsetAsync(s, 0, (size_t)F32(ms), M->gpu.stream));
-    }
-}
-
-/* our chunks' maps, exchanged; composed in sequence order into our chunks' initial states, w.s_start */
-static void linear_states(Model *M) {
-    Work *w = &M->w;
-    const Qwen3Config *c = &M->c;
-    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
-    cudaStream_t st = M->gpu.stream;
-    for (int k = 0; k < 2; k++) hybrid_maps(&w->gdn, c, w->pos, k, w->maps + k * mm, st);
-    cp_gather(M, w->maps_all, w->maps, F32(2 * mm));
-    const float *cur = NULL; /* the state before chunk ch; NULL: zero */
-    for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
-        if_ours(M, ch, cur); /* chunk ch starts from cur */
-        if (ch == our_chunk(M, 1)) break; /* the state after our last chunk: nobody's */
-        float *next = w->compose + (ch % 2) * ms;
-        gdn_compose(next, cur, w->maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
-        cur = next;
-    }
-}
-
-/* the backward's: our chunks' C, exchanged; composed from the last chunk back into the gradients of our
- * chunks' final states (w.s_start, reused) */
-static void linear_state_grads(Model *M) {
-    Work *w = &M->w;
-    const Qwen3Config *c = &M->c;
-    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
-    cudaStream_t st = M->gpu.stream;
-    CUDA_CHECK(cudaMemsetAsync(w->cmaps, 0, (size_t)F32(2 * ms), st));
-    for (int k = 0; k < 2; k++) hybrid_rule_bwd(&w->gdn, c, w->pos, k, w->cmaps + k * ms, 1, st);
-    cp_gather(M, w->cmaps_all, w->cmaps, F32(2 * ms));
-    const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
-    for (int64_t ch = 2 * M->P - 1; ch >= our_chunk(M, 0); ch--) {
-        if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */
-        if (ch == our_chunk(M, 0)) break; /* the gradient before our first chunk: nobody's */
-        float *next = w->compose + (ch % 2) * ms;
-        gdn_compose_bwd(next, cur, w->maps_all + chunk_slot(M, ch) * mm, w->cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
-                        st);
-        cur = next;
-    }
-}
-
-/* what each chunk's first tokens sent back to its halo, exchanged, added to the previous chunk's dmix */
-static void linear_dhalos(Model *M) {
-    Work *w = &M->w;
-    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
-    cp_gather(M, w->dhalo_all, w->dhalo, BF(2 * h * C));
-    for (int k = 0; k < 2; k++) {
-        const int64_t next = our_chunk(M, k) + 1;
-        if (next < 2 * M->P)
-            add_bf16_into(w->gdn.dmix + ((k + 1) * n - h) * C, 0, w->dhalo_all + chunk_slot(M, next) * h * C, h * C,
-                          M->gpu.stream);
-    }
-}
-
 /* ---- end stage 3 ---- */
 
 /* ---- stage 5: head groups ---- */
@@ -898,8 +680,16 @@ static void copy_cols(bf16_t *dst, int64_t dst_ld, const bf16_t *src, int64_t sr
 static void group_kv(Model *M, int64_t g) {
     Work *w = &M->w;
     const int64_t S = M->S, KV = M->c.kv_heads * M->c.head_dim, KVg = M->kg * M->c.head_dim;
-    mark(M->gpu.stream, K_ATTN);
     copy_cols(w->kv_g, KVg, w->k + g * KVg, KV, KVg, 2 * S, M->gpu.stream); /* K then V: [2S, KV] rows */
+}
+/* head group g's queries: its rows of q_proj, then head norm + RoPE (w.q_raw, w.q, w.rstd_q) */
+static void group_q(Model *M, int64_t l, int64_t g) {
+    const Qwen3Config *c = &M->c;
+    Work *w = &M->w;
+    const int64_t S = M->S, D = c->hidden, QRg = config_q_rows(c) / M->groups; /* its rows of q_proj */
+    cudaStream_t st = M->gpu.stream;
+    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l) + g * QRg * D, S, D, QRg, 0.f, st);
+    attn_q_norm_rope(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), M->hg, w->pos, w->inv_freq, M->attn_factor, S, st);
 }
 /* ---- end stage 5 ---- */
 
@@ -915,17 +705,13 @@ static void will_write(Model *M, Offloaded *t, int64_t l) {
 static void copy_down(Model *M, Offloaded *t, int64_t l) { /* the compute stream has written layer l's */
     CUDA_CHECK(cudaEventRecord(t->made[l % 2], M->gpu.stream));
     CUDA_CHECK(cudaStreamWaitEvent(M->copy_st, t->made[l % 2], 0));
-    const int span = tl_begin(M->copy_st, "host copies", "down"); /* --timeline */
-    CUDA_CHECK(cudaMemcpyAsync(t->host + l * t->bytes, slot(t, l), (size_t)t->bytes, cudaMemcpyDeviceToHost, M->copy_st));
-    tl_end(span, M->copy_st);
+    gpu_host_copy(t->host + l * t->bytes, slot(t, l), t->bytes, 1, M->copy_st);
     CUDA_CHECK(cudaEventRecord(t->down[l % 2], M->copy_st));
 }
 static void done_with(Model *M, Offloaded *t, int64_t l) { CUDA_CHECK(cudaEventRecord(t->used[l % 2], M->gpu.stream)); }
 static void copy_up(Model *M, Offloaded *t, int64_t l) {
     CUDA_CHECK(cudaStreamWaitEvent(M->copy_st, t->used[l % 2], 0));
-    const int span = tl_begin(M->copy_st, "host copies", "up"); /* --timeline */
-    CUDA_CHECK(cudaMemcpyAsync(slot(t, l), t->host + l * t->bytes, (size_t)t->bytes, cudaMemcpyHostToDevice, M->copy_st));
-    tl_end(span, M->copy_st);
+    gpu_host_copy(slot(t, l), t->host + l * t->bytes, t->bytes, 0, M->copy_st);
     CUDA_CHECK(cudaEventRecord(t->up[l % 2], M->copy_st));
 }
 static void await_up(Model *M, Offloaded *t, int64_t l) { CUDA_CHECK(cudaStreamWaitEvent(M->gpu.stream, t->up[l % 2], 0)); }
@@ -937,7 +723,6 @@ static void offloaded_events(Offloaded *t) {
 static int kept(const Model *M, int64_t l) { return l < M->kept; }
 static int on_host(const Model *M, int64_t l) { return kept(M, l) && l >= M->kept_gpu; }
 static int64_t host_ix(const Model *M, int64_t l) { return l - M->kept_gpu; } /* among those on the host */
-
 /* ---- end stage 4 ---- */
 
 /* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
@@ -946,16 +731,11 @@ static bf16_t *ckpt(const Model *M, int64_t l) {
     return M->sv.x + l * M->S * M->c.hidden;
 }
 
-/* an MoE layer's router and experts, as common/moe.c takes them */
+/* an MoE layer's router and experts, a Qwen3.5 linear layer's weights, as common/ takes them */
 #define MOE_W(M, l) moe_weights(&(MoeWeights){0}, &(M)->p.table, l, W(M, P_ROUTER, l))
 #define MOE_G(M, l) moe_grads(&(MoeGrads){0}, &(M)->p.table, l, G(M, P_ROUTER, l))
-/* a Qwen3.5 linear layer's, as common/hybrid.c takes them */
-#define GDN_W(M, l) (&(GdnWeights16){W(M, P_LIN_QKV, l), W(M, P_LIN_Z, l), W(M, P_LIN_B, l), W(M, P_LIN_A, l),     \
-                                     W(M, P_LIN_CONV, l), W(M, P_LIN_DT, l), W(M, P_LIN_ALOG, l), W(M, P_LIN_NORM, l), \
-                                     W(M, P_LIN_OUT, l)})
-#define GDN_G(M, l) (&(GdnGrads32){G(M, P_LIN_QKV, l), G(M, P_LIN_Z, l), G(M, P_LIN_B, l), G(M, P_LIN_A, l),       \
-                                   G(M, P_LIN_CONV, l), G(M, P_LIN_DT, l), G(M, P_LIN_ALOG, l), G(M, P_LIN_NORM, l),   \
-                                   G(M, P_LIN_OUT, l)})
+#define GDN_W(M, l) deltanet_weights(&(GdnWeights16){0}, &(M)->p.table, l, W(M, P_LIN_QKV, l))
+#define GDN_G(M, l) deltanet_grads(&(GdnGrads32){0}, &(M)->p.table, l, G(M, P_LIN_QKV, l))
 
 /* ============================================================ forward */
 /* ---- stage 3: ring attention ---- */
@@ -991,66 +771,107 @@ static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, floa
     cudaStream_t st = M->gpu.stream;
     fill_f32(lse, -INFINITY, H * n, st);
     if (M->eot >= 0) ring_zero_slack(M, kv);
+    blocks_watch(&M->blocks, at, 0); /* rehearsal: if this is the layer timed, its blocks are */
     const bf16_t *cur = kv;
-    for (int i = 0; i < M->P; i++) {
-        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+    for (int i = 0; i < M->job.P; i++) {
+        if (i + 1 < M->job.P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
         SdpaBlocks one;
         DocBlock whole;
-        blocks_mark(&M->blocks, st, at, 0, i, 0);
         sdpa_blocks_fwd(&M->sdpa, &sh, step_blocks(M, i, &b, &one, &whole), w->q, cur, cur + n * KV, w->blk,
                         w->lse_blk, acc, f32, lse, n, w->sdpa_ws, w->sdpa_ws_bytes, st);
-        blocks_mark(&M->blocks, st, at, 0, i, 1);
-        if (i + 1 < M->P) {
+        if (i + 1 < M->job.P) {
             ring_wait(M, 0);
             cur = w->kv_ring[i % 2];
         }
     }
     if (f32) cast_f32_to_bf16(o, w->o_acc, n * Q, st);
 }
-/* ---- end stage 3 ---- */
 
-/* ---- stage 5: head groups ---- */
-/* head group g's queries: its rows of q_proj, then head norm + RoPE (w.q_raw, w.q, w.rstd_q) */
-static void group_q(Model *M, int64_t l, int64_t g) {
-    const Qwen3Config *c = &M->c;
-    Work *w = &M->w;
-    const int64_t S = M->S, D = c->hidden, QRg = config_q_rows(c) / M->groups; /* its rows of q_proj */
-    cudaStream_t st = M->gpu.stream;
-    mark(st, K_GEMM);
-    linear_fwd(&M->gemm, w->q_raw, 0, w->xn, W(M, P_Q, l) + g * QRg * D, S, D, QRg, 0.f, st);
-    mark(st, K_ELEM);
-    hybrid_q_fwd(c, w->q, w->rstd_q, w->q_raw, W(M, P_Q_NORM, l), M->hg, w->pos, w->inv_freq, M->attn_factor, S, st);
+/* ---- stage 3: the linear layers' state ---- */
+/* Linear attention (Qwen3.5) crosses ranks as state, not K/V (docs/context_parallel_state.md derives
+ * it). A chunk maps its initial state to its final one affinely, S_end = S_start M + B, M and B its
+ * own; the ranks exchange their chunks' maps (a few MB a layer whatever the sequence length), and a
+ * rank composes them in sequence order up to its own chunks, whose true initial states it then runs
+ * them from. No rank waits on a chain of the others. The backward mirrors it: dS_start = dS_end M^T
+ * + C. The conv (width K) reads K-1 tokens before a chunk: its halo, the previous chunk's last
+ * inputs, crosses too. */
+/* every rank's `bytes` of in into out [P, bytes] (rank-major), on the communication stream */
+static void cp_gather(Model *M, void *out, const void *in, int64_t bytes) {
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[0], M->gpu.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(M->comm_st, M->ring_ev[0], 0));
+    comm_all_gather_bf16(M->job.comm, out, in, bytes / 2, M->comm_st);
+    CUDA_CHECK(cudaEventRecord(M->ring_ev[1], M->comm_st));
+    ring_wait(M, 0);
 }
-/* ---- end stage 5 ---- */
+/* zigzag: chunk ch of 2P is rank ch's head (k 0) or rank 2P-1-ch's tail (k 1), in slot rank * 2 + k */
+static int64_t chunk_slot(const Model *M, int64_t ch) { return zigzag_slot(M->job.P, ch); }
+static int64_t our_chunk(const Model *M, int k) { return zigzag_chunk(M->job.P, M->job.rank, k); }
 
-/* Qwen3.5's linear attention layer: x -> x_mid = x + out_proj(the gated delta rule's output, normed
- * and gated), in the steps of common/hybrid.h */
+/* every chunk's last K-1 conv inputs (mix rows) into w.tails_all */
+static void linear_halos(Model *M) {
+    Work *w = &M->w;
+    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
+    for (int k = 0; k < 2; k++)
+        CUDA_CHECK(cudaMemcpyAsync(w->share.tails + k * h * C, w->gdn.mix + ((k + 1) * n - h) * C, (size_t)BF(h * C),
+                                   cudaMemcpyDeviceToDevice, M->gpu.stream));
+    cp_gather(M, w->share.tails_all, w->share.tails, BF(2 * h * C));
+}
+/* our chunk k's halo: the previous chunk's tail (none before the sequence) */
+static const bf16_t *halo_of(const Model *M, int k) {
+    const int64_t ch = our_chunk(M, k), hl = (M->c.conv_width - 1) * config_conv_channels(&M->c);
+    return ch ? M->w.share.tails_all + chunk_slot(M, ch - 1) * hl : NULL;
+}
+
+/* if chunk ch is one of ours, its state (w.s_start's slot) is cur: zero when NULL */
+static void if_ours(Model *M, int64_t ch, const float *cur) {
+    const int64_t ms = deltanet_state_size(&M->c);
+    for (int k = 0; k < 2; k++) {
+        if (our_chunk(M, k) != ch) continue;
+        float *s = M->w.share.s_start + k * ms;
+        if (cur) CUDA_CHECK(cudaMemcpyAsync(s, cur, (size_t)F32(ms), cudaMemcpyDeviceToDevice, M->gpu.stream));
+        else CUDA_CHECK(cudaMemsetAsync(s, 0, (size_t)F32(ms), M->gpu.stream));
+    }
+}
+
+/* our chunks' maps, exchanged; composed in sequence order into our chunks' initial states, w.s_start */
+static void linear_states(Model *M) {
+    Work *w = &M->w;
+    const Qwen3Config *c = &M->c;
+    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
+    cudaStream_t st = M->gpu.stream;
+    for (int k = 0; k < 2; k++) deltanet_maps(&w->gdn, c, w->pos, k, w->share.maps + k * mm, st);
+    cp_gather(M, w->share.maps_all, w->share.maps, F32(2 * mm));
+    const float *cur = NULL; /* the state before chunk ch; NULL: zero */
+    for (int64_t ch = 0; ch <= our_chunk(M, 1); ch++) {
+        if_ours(M, ch, cur); /* chunk ch starts from cur */
+        if (ch == our_chunk(M, 1)) break; /* the state after our last chunk: nobody's */
+        float *next = w->share.compose + (ch % 2) * ms;
+        gdn_compose(next, cur, w->share.maps_all + chunk_slot(M, ch) * mm, Hv, dk, dv, st);
+        cur = next;
+    }
+}
+
+/* Qwen3.5's linear attention layer over this rank's two chunks: xn -> x_mid, its conv fed the
+ * halos and its rule run from the chunks' true initial states (common/deltanet.h's steps) */
 static void linear_forward(Model *M, int64_t l, const bf16_t *x) {
     Work *w = &M->w;
     GdnWork *g = &w->gdn;
     const GdnWeights16 *Wl = GDN_W(M, l);
     cudaStream_t st = M->gpu.stream;
-    mark(st, K_ELEM);
-    rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), M->S, M->c.hidden, (float)M->c.eps, st);
-    hybrid_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
-    /* ---- stage 3: context parallelism for linear attention ---- */
+    deltanet_project(&M->gemm, g, &M->c, Wl, w->xn, M->S, st);
     linear_halos(M);
-    for (int k = 0; k < 2; k++) hybrid_conv(g, &M->c, Wl, w->pos, k, halo_of(M, k), st);
-    hybrid_gates(g, &M->c, Wl, M->S, st);
+    for (int k = 0; k < 2; k++) deltanet_conv(g, &M->c, Wl, w->pos, k, halo_of(M, k), st);
+    deltanet_gates(g, &M->c, Wl, M->S, st);
     linear_states(M);
-    for (int k = 0; k < 2; k++) hybrid_rule(g, &M->c, w->pos, k, w->s_start + k * hybrid_state_size(&M->c), st);
-    /* ---- end stage 3 ---- */
-    hybrid_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
+    for (int k = 0; k < 2; k++) deltanet_rule(g, &M->c, w->pos, k, w->share.s_start + k * deltanet_state_size(&M->c), st);
+    deltanet_output(&M->gemm, g, &M->c, Wl, x, w->x_mid, M->S, st);
 }
-
-/* x -> x_mid = x + o_proj(attention(norms, RoPE, projections)). run_attn = 0 reuses kept O/LSE. */
+/* ---- end stage 3 ---- */
+/* x -> x_mid = x + o_proj(attention(head norms and RoPE of q and k, v)), xn = input_layernorm(x).
+ * run_attn = 0 reuses kept O/LSE. A Qwen3.5 hybrid's linear layers take Gated DeltaNet instead. */
 static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn) {
-    if (config_is_linear(&M->c, l)) { /* Qwen3.5: a linear attention layer instead */
-        linear_forward(M, l, x);
-        return;
-    }
     const Qwen3Config *c = &M->c;
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
@@ -1063,13 +884,14 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     const int down = run_attn && held; /* forward: the kept O and LSE go to the host */
     if (down) will_write(M, &M->sv.hol, h);
     /* ---- end stage 4 ---- */
-    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
-    mark(st, K_GEMM);
+    if (config_is_linear(c, l)) { /* Qwen3.5: common/deltanet.h */
+        linear_forward(M, l, x); /* stage 3: its state passed between the chunks */
+        return;
+    }
     linear_fwd(&M->gemm, w->k_raw, 0, w->xn, W(M, P_K, l), S, D, KV, 0.f, st);
     linear_fwd(&M->gemm, w->v, 0, w->xn, W(M, P_V, l), S, D, KV, 0.f, st);
-    mark(st, K_ELEM);
-    hybrid_k_fwd(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
+    attn_k_norm_rope(c, w->k, w->rstd_k, w->k_raw, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor, S, st);
     /* ---- stage 5: head groups: a group's queries, its ring, its columns of O ---- */
     const int64_t Qg = M->hg * c->head_dim;
     for (int64_t g = 0; run_attn && g < M->groups; g++) {
@@ -1078,11 +900,10 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
         ring_forward(M, l + g * c->layers, w->kv_g, w->o_g, w->lse + g * M->hg * S); /* stage 3: group g's */
         copy_cols(w->o + g * Qg, Q, w->o_g, Qg, Qg, S, st);
         if (c->attn_gate) /* Qwen3.5: its columns of o sigmoid(gate) */
-            copy_cols(w->og + g * Qg, Q, hybrid_gate_fwd(c, w->o_g, w->o_g, w->q_raw, M->hg, S, st), Qg, Qg, S, st);
+            copy_cols(w->og + g * Qg, Q, attn_out_gate(c, w->o_g, w->o_g, w->q_raw, M->hg, S, st), Qg, Qg, S, st);
     }
     /* ---- end stage 5 ---- */
     if (down) copy_down(M, &M->sv.hol, h); /* stage 4 */
-    mark(st, K_GEMM);
     linear_fwd_add(&M->gemm, w->x_mid, x, c->attn_gate ? w->og : w->o, W(M, P_O, l), S, Q, D, st);
 }
 
@@ -1094,16 +915,13 @@ static void mlp_rows_forward(Model *M, int64_t l, int64_t t0, int64_t n, int fwd
     Work *w = &M->w;
     const int64_t D = c->hidden, I = c->intermediate;
     cudaStream_t st = M->gpu.stream;
-    mark(st, K_ELEM);
     rmsnorm_fwd(w->xn2, w->rstd2 + t0, w->x_mid + t0 * D, W(M, P_POST_NORM, l), n, D, (float)c->eps, st);
     if (c->experts) {
         moe_forward(&M->gemm, &w->moe, c, MOE_W(M, l), w->xn2, n, fwd, st);
         return;
     }
-    mark(st, K_GEMM);
     linear_fwd(&M->gemm, w->g, 0, w->xn2, W(M, P_GATE, l), n, D, I, 0.f, st);
     linear_fwd(&M->gemm, w->u, 0, w->xn2, W(M, P_UP, l), n, D, I, 0.f, st);
-    mark(st, K_ELEM);
     swiglu_fwd(w->h, w->g, w->u, n * I, st);
 }
 /* ---- stage 5: MLP tiles ---- */
@@ -1121,10 +939,7 @@ static void mlp_forward(Model *M, int64_t l, bf16_t *x_out) {
         const int64_t n = tile_rows(M, t0);
         mlp_rows_forward(M, l, t0, n, 1);
         if (c->experts) moe_output(&w->moe, c, x_out + t0 * D, w->x_mid + t0 * D, n, st); /* they join the residual */
-        else {
-            mark(st, K_GEMM);
-            linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
-        }
+        else linear_fwd_add(&M->gemm, x_out + t0 * D, w->x_mid + t0 * D, w->h, W(M, P_DOWN, l), n, I, D, st);
     }
 }
 
@@ -1136,7 +951,7 @@ static void forward(Model *M) {
     fetch(M, 1);                        /* layer 0 */
     await_unit(M, 0);
     /* ---- end stage 2 ---- */
-    mark(M->gpu.stream, K_ELEM);
+    mark(M->gpu.stream, K_ELEM); /* --profile: the layers' region (common/train.h) */
     if (M->off.ckpt) will_write(M, &M->sv.hx, 0); /* stage 4 */
     embedding_fwd(ckpt(M, 0), W(M, P_EMBED, 0), M->w.ids, S, D, M->gpu.stream);
     if (M->off.ckpt) copy_down(M, &M->sv.hx, 0); /* stage 4 */
@@ -1172,7 +987,7 @@ static void loss_and_head_backward(Model *M, int grads) {
     for (int64_t c0 = 0; c0 < S; c0 += C) {
         const int64_t n = S - c0 < C ? S - c0 : C;
         linear_fwd(&M->gemm, w->logits, 1, w->hf + c0 * D, lm, n, D, V, 0.f, st);
-        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->labels + c0, w->label_w + c0, n, V,
+        cross_entropy(w->dlogits, w->losses + c0, w->logits, w->labels + c0, w->label_w + c0, n, V, /* stage 3 */
                       1.f / (float)M->counted, st);
         if (!grads) continue;
         linear_dw(&M->gemm, dlm, w->dlogits, w->hf + c0 * D, n, D, V, st);
@@ -1209,31 +1024,30 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
         sdpa_zero_slack((bf16_t *)o, n, Q, st); /* kept O too: each layer's has its own rows of slack */
         sdpa_zero_slack((bf16_t *)d_o, n, Q, st);
     }
+    blocks_watch(&M->blocks, at, 1); /* rehearsal: if this is the layer timed, its blocks are */
     char *dkv = w->dkv_ring[0];
     const bf16_t *cur = kv;
-    for (int i = 0; i < M->P; i++) {
-        if (i + 1 < M->P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
+    for (int i = 0; i < M->job.P; i++) {
+        if (i + 1 < M->job.P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
+        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
         SdpaBlocks one;
         DocBlock whole;
-        blocks_mark(&M->blocks, st, at, 1, i, 0);
         /* each block's dQ adds up here; its dK/dV join the running sum once it has arrived */
         sdpa_blocks_bwd(&M->sdpa, &sh, step_blocks(M, i, &b, &one, &whole), w->q, cur, cur + n * KV, o, d_o, lse, n,
                         w->dq_acc, dkv, dkv + acc * n * KV, f32, w->blk, w->dkv_blk, w->lse_blk, w->softmax_sum,
                         w->dq_accum, w->sdpa_ws, w->sdpa_ws_bytes, i > 0 ? dkv_arrived : NULL, M, st);
-        blocks_mark(&M->blocks, st, at, 1, i, 1);
-        if (M->P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
+        if (M->job.P > 1) { /* pass it on; what arrives belongs to the next block (after the last: our own) */
             char *next = w->dkv_ring[(i + 1) % 2];
             ring_pass(M, dkv, next, acc * 2 * n * KV, 2);
             dkv = next;
         }
-        if (i + 1 < M->P) {
+        if (i + 1 < M->job.P) {
             ring_wait(M, 0);
             cur = w->kv_ring[i % 2];
         }
     }
-    if (M->P > 1) ring_wait(M, 2);
+    if (M->job.P > 1) ring_wait(M, 2);
     if (f32) {
         cast_f32_to_bf16(dq, w->dq_acc, n * Q, st);
         cast_f32_to_bf16(dkv_out, (float *)dkv, 2 * n * KV, st);
@@ -1241,6 +1055,60 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
         CUDA_CHECK(cudaMemcpyAsync(dq, w->dq_acc, (size_t)BF(n * Q), cudaMemcpyDeviceToDevice, st));
         CUDA_CHECK(cudaMemcpyAsync(dkv_out, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
     }
+}
+
+/* ---- stage 3: the linear layers' state ---- */
+/* the backward's: our chunks' C, exchanged; composed from the last chunk back into the gradients of our
+ * chunks' final states (w.s_start, reused) */
+static void linear_state_grads(Model *M) {
+    Work *w = &M->w;
+    const Qwen3Config *c = &M->c;
+    const int64_t Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, ms = Hv * dv * dk, mm = ms + Hv * dk * dk;
+    cudaStream_t st = M->gpu.stream;
+    CUDA_CHECK(cudaMemsetAsync(w->share.cmaps, 0, (size_t)F32(2 * ms), st));
+    for (int k = 0; k < 2; k++) deltanet_rule_bwd(&w->gdn, c, w->pos, k, w->share.cmaps + k * ms, 1, st);
+    cp_gather(M, w->share.cmaps_all, w->share.cmaps, F32(2 * ms));
+    const float *cur = NULL; /* the gradient of chunk ch's final state; NULL: zero (the sequence's last) */
+    for (int64_t ch = 2 * M->job.P - 1; ch >= our_chunk(M, 0); ch--) {
+        if_ours(M, ch, cur); /* chunk ch's final state has the gradient cur */
+        if (ch == our_chunk(M, 0)) break; /* the gradient before our first chunk: nobody's */
+        float *next = w->share.compose + (ch % 2) * ms;
+        gdn_compose_bwd(next, cur, w->share.maps_all + chunk_slot(M, ch) * mm, w->share.cmaps_all + chunk_slot(M, ch) * ms, Hv, dk, dv,
+                        st);
+        cur = next;
+    }
+}
+
+/* what each chunk's first tokens sent back to its halo, exchanged, added to the previous chunk's dmix */
+static void linear_dhalos(Model *M) {
+    Work *w = &M->w;
+    const int64_t C = config_conv_channels(&M->c), h = M->c.conv_width - 1, n = w->gdn.seg;
+    cp_gather(M, w->share.dhalo_all, w->share.dhalo, BF(2 * h * C));
+    for (int k = 0; k < 2; k++) {
+        const int64_t next = our_chunk(M, k) + 1;
+        if (next < 2 * M->job.P)
+            add_bf16_into(w->gdn.dmix + ((k + 1) * n - h) * C, 0, w->share.dhalo_all + chunk_slot(M, next) * h * C, h * C,
+                          M->gpu.stream);
+    }
+}
+
+/* the linear layer's backward over our two chunks: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
+ * w.dxn; its forward has just run again */
+static void linear_backward(Model *M, int64_t l) {
+    Work *w = &M->w;
+    GdnWork *g = &w->gdn;
+    const GdnWeights16 *Wl = GDN_W(M, l);
+    const GdnGrads32 *Gl = GDN_G(M, l);
+    cudaStream_t st = M->gpu.stream;
+    deltanet_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
+    linear_state_grads(M);
+    for (int k = 0; k < 2; k++) deltanet_rule_bwd(g, &M->c, w->pos, k, w->share.s_start + k * deltanet_state_size(&M->c), 0, st);
+    deltanet_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
+    for (int k = 0; k < 2; k++)
+        deltanet_conv_bwd(g, &M->c, Wl, Gl, w->pos, k, halo_of(M, k),
+                          w->share.dhalo + k * (M->c.conv_width - 1) * config_conv_channels(&M->c), st);
+    linear_dhalos(M);
+    deltanet_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
 }
 /* ---- end stage 3 ---- */
 
@@ -1255,18 +1123,14 @@ static void mlp_rows_backward(Model *M, int64_t l, int64_t t0, int64_t n) {
     bf16_t *dx = w->dx + t0 * D;
     if (c->experts) moe_backward(gm, &w->moe, c, MOE_W(M, l), MOE_G(M, l), w->xn2, dx, w->dxn2, n, st);
     else { /* dense: dh = dx Wd, dWd += dx^T h, then SwiGLU and the two input projections */
-        mark(st, K_GEMM);
         linear_dw(gm, G(M, P_DOWN, l), dx, w->h, n, I, D, st);
         linear_dx(gm, w->h, dx, W(M, P_DOWN, l), n, I, D, 0.f, st); /* h <- dh */
-        mark(st, K_ELEM);
         swiglu_bwd(w->g, w->u, w->h, n * I, st);                     /* g <- dg, u <- du */
-        mark(st, K_GEMM);
         linear_dw(gm, G(M, P_GATE, l), w->g, w->xn2, n, D, I, st);
         linear_dw(gm, G(M, P_UP, l), w->u, w->xn2, n, D, I, st);
         linear_dx(gm, w->dxn2, w->g, W(M, P_GATE, l), n, D, I, 0.f, st);
         linear_dx(gm, w->dxn2, w->u, W(M, P_UP, l), n, D, I, 1.f, st);
     }
-    mark(st, K_ELEM);
     rmsnorm_bwd(dx, G(M, P_POST_NORM, l), w->dxn2, w->x_mid + t0 * D, w->rstd2 + t0, W(M, P_POST_NORM, l), n, D, st);
 }
 
@@ -1292,7 +1156,6 @@ static void attention_backward(Model *M, int64_t l) {
     bf16_t *dqr = config_plain_heads(c) ? w->dq : w->dq_raw; /* d(q_proj's output) */
     cudaStream_t st = M->gpu.stream;
     /* d(o) = dx Wo, then (Qwen3.5) the gate's backward, attention's backward, head norms + RoPE, projections */
-    mark(st, K_GEMM);
     linear_dw(gm, G(M, P_O, l), w->dx, c->attn_gate ? w->og : w->o, S, Q, D, st);
     linear_dx(gm, w->d_o, w->dx, W(M, P_O, l), S, Q, D, 0.f, st);
     /* ---- stage 5: head groups: a group's queries again, its ring backward, its q norm + RoPE backward;
@@ -1302,50 +1165,24 @@ static void attention_backward(Model *M, int64_t l) {
         group_kv(M, g);
         copy_cols(w->o_g, Qg, w->o + g * Qg, Q, Qg, S, st);
         copy_cols(w->d_o_g, Qg, w->d_o + g * Qg, Q, Qg, S, st);
-        mark(st, K_ELEM);
-        hybrid_gate_bwd(c, w->d_o_g, w->dq_raw_g, w->o_g, w->q_raw, M->hg, S, st); /* Qwen3.5 */
+        attn_out_gate_bwd(c, w->d_o_g, w->dq_raw_g, w->o_g, w->q_raw, M->hg, S, st); /* Qwen3.5 */
         ring_backward(M, l + g * c->layers, w->kv_g, w->o_g, w->d_o_g, w->lse + g * M->hg * S, w->d_o_g, /* stage 3 */
                       w->dkv_blk); /* its dQ where its dO was, its dK and dV in dkv_blk */
-        mark(st, K_ELEM);
-        hybrid_q_bwd(c, w->dq_raw_g, w->d_o_g, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), M->hg, w->pos,
-                     w->inv_freq, M->attn_factor, S, st);
-        mark(st, K_ATTN);
+        attn_q_norm_rope_bwd(c, w->dq_raw_g, w->d_o_g, G(M, P_Q_NORM, l), w->q_raw, w->rstd_q, W(M, P_Q_NORM, l), M->hg,
+                             w->pos, w->inv_freq, M->attn_factor, S, st);
         if (config_plain_heads(c)) copy_cols(w->dq + g * Qg, Q, w->d_o_g, Qg, Qg, S, st);
         else copy_cols(w->dq_raw + g * QRg, QR, w->dq_raw_g, QRg, QRg, S, st); /* Qwen3.5: query and gate */
         copy_cols(w->dk + g * KVg, KV, w->dkv_blk, KVg, KVg, 2 * S, st); /* dK then dV: [2S, KV] rows */
     }
     /* ---- end stage 5 ---- */
-    mark(st, K_ELEM);
-    hybrid_k_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq, M->attn_factor,
-                 S, st);
-    mark(st, K_GEMM);
+    attn_k_norm_rope_bwd(c, w->dk, G(M, P_K_NORM, l), w->k_raw, w->rstd_k, W(M, P_K_NORM, l), w->pos, w->inv_freq,
+                         M->attn_factor, S, st);
     linear_dw(gm, G(M, P_Q, l), dqr, w->xn, S, D, QR, st);
     linear_dw(gm, G(M, P_K, l), w->dk, w->xn, S, D, KV, st);
     linear_dw(gm, G(M, P_V, l), w->dv, w->xn, S, D, KV, st);
     linear_dx(gm, w->dxn, dqr, W(M, P_Q, l), S, D, QR, 0.f, st);
     linear_dx(gm, w->dxn, w->dk, W(M, P_K, l), S, D, KV, 1.f, st);
     linear_dx(gm, w->dxn, w->dv, W(M, P_V, l), S, D, KV, 1.f, st);
-}
-
-/* Qwen3.5's linear attention layer backward: w.dx holds d(loss)/d(x_mid); d(loss)/d(xn) lands in
- * w.dxn. Its forward has just run again. */
-static void linear_backward(Model *M, int64_t l) {
-    Work *w = &M->w;
-    GdnWork *g = &w->gdn;
-    const GdnWeights16 *Wl = GDN_W(M, l);
-    const GdnGrads32 *Gl = GDN_G(M, l);
-    cudaStream_t st = M->gpu.stream;
-    hybrid_output_bwd(&M->gemm, g, &M->c, Wl, Gl, w->dx, M->S, st);
-    /* ---- stage 3: context parallelism for linear attention ---- */
-    linear_state_grads(M);
-    for (int k = 0; k < 2; k++) hybrid_rule_bwd(g, &M->c, w->pos, k, w->s_start + k * hybrid_state_size(&M->c), 0, st);
-    hybrid_gates_bwd(g, &M->c, Wl, Gl, M->S, st);
-    for (int k = 0; k < 2; k++)
-        hybrid_conv_bwd(g, &M->c, Wl, Gl, w->pos, k, halo_of(M, k),
-                        w->dhalo + k * (M->c.conv_width - 1) * config_conv_channels(&M->c), st);
-    linear_dhalos(M);
-    /* ---- end stage 3 ---- */
-    hybrid_project_bwd(&M->gemm, g, &M->c, Wl, Gl, w->xn, w->dxn, M->S, st);
 }
 
 /* w.dx holds d(loss)/d(x_out of layer l); on return d(loss)/d(x_in of layer l). */
@@ -1358,13 +1195,13 @@ static void layer_backward(Model *M, int64_t l) {
     /* recompute this layer's attention half (attention itself unless O and LSE were kept), then the MLP backward */
     attention_forward(M, l, x, !kept(M, l)); /* stage 4: only some layers may be kept */
     mlp_backward(M, l);
-    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5 */
+    if (config_is_linear(c, l)) linear_backward(M, l); /* Qwen3.5; stage 3: its state passed between the chunks */
     else attention_backward(M, l);
-    mark(st, K_ELEM);
     rmsnorm_bwd(w->dx, G(M, P_IN_NORM, l), w->dxn, x, w->rstd1, W(M, P_IN_NORM, l), S, D, st);
 }
 
 static void backward(Model *M) {
+    mark(M->gpu.stream, K_ELEM); /* --profile: the layers' region */
     /* ---- stage 2: FSDP ---- */
     const int64_t last = M->p.shards.nunits - 1;
     fetch(M, M->c.layers); /* the last layer */
@@ -1393,7 +1230,6 @@ static void backward(Model *M) {
         reduce_grads(M, 1 + l);
     }
     /* ---- end stage 2 ---- */
-    mark(M->gpu.stream, K_ELEM);
     embedding_bwd(G(M, P_EMBED, 0), M->w.dx, M->w.ids, M->S, M->c.hidden, M->gpu.stream);
     /* ---- stage 2: FSDP ---- */
     reduce_grads(M, 0);
@@ -1407,7 +1243,7 @@ static void backward(Model *M) {
 
 /* ============================================================ update */
 static void update(Model *M, int64_t step, double lr) {
-    const Opts *o = &M->o;
+    const AdamOpts *o = &M->o.adam;
     Params *p = &M->p;
     cudaStream_t st = M->gpu.stream;
     mark(st, K_OPTIM);
@@ -1416,7 +1252,7 @@ static void update(Model *M, int64_t step, double lr) {
         CUDA_CHECK(cudaStreamSynchronize(M->comm_st));
         double sumsq = cpu_sumsq(p->grad, p->total, M->threads);
         gpu_upload(M->w.gnorm_sq, &sumsq, 8, st);
-        comm_all_reduce_f64(M->comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
+        comm_all_reduce_f64(M->job.comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
         gpu_download(&sumsq, M->w.gnorm_sq, 8, st);
         const AdamHP hp = {lr, o->beta1, o->beta2, o->eps, o->wd, o->clip, step};
         cpu_adamw(p->pieces, p->npieces, p->master, p->w, p->m, p->v, p->grad, sumsq, &hp, M->threads);
@@ -1424,7 +1260,7 @@ static void update(Model *M, int64_t step, double lr) {
     }
     /* ---- end stage 4 ---- */
     sumsq_f32(M->w.gnorm_sq, p->grad, p->total, M->w.red, st);
-    comm_all_reduce_f64(M->comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
+    comm_all_reduce_f64(M->job.comm, M->w.gnorm_sq, 1, st); /* stage 2: the global norm */
     const float bc1 = (float)(1.0 - pow(o->beta1, (double)step)), bc2 = (float)(1.0 - pow(o->beta2, (double)step));
     for (int64_t i = 0; i < p->npieces; i++) { /* decay differs per tensor; stage 2: the pieces this rank owns */
         const Piece *t = &p->pieces[i];
@@ -1436,76 +1272,57 @@ static void update(Model *M, int64_t step, double lr) {
 }
 
 /* ============================================================ data */
-typedef struct {
+typedef struct Data {
     const TokenFile *tf; /* the run's (Model.in): one copy for every rank of the process */
     Loader ld;
-    uint32_t *host;     /* [seq+1] the window's tokens (then [2, S], this rank's ids and labels) */
-    uint8_t *wt;        /* [seq+1] the window's loss weights (then [S], this rank's labels') */
-    int64_t epoch;
-    int64_t *start;     /* [seq+1] --packing: where the window's documents start */
-    int64_t *gpos;      /* [P, S] --packing: each rank's rows' positions in the window (stage 3: zigzag) */
-    int32_t *pos;       /* [seq + S] --packing: each window position's RoPE position, from its document's
-                         * start; then this rank's rows' */
+    uint32_t *host;     /* [seq+1] the window's tokens (stage 3 on: then [2, S], this rank's ids and labels) */
+    uint8_t *wt;        /* [seq+1] the window's loss weights (stage 3 on: then [S], its labels') */
+    DocsWindow docs;    /* --packing: the window's documents (common/docs.h) */
     int64_t skipped;    /* steps so far with no label that counts (no update: AdamW counts the others) */
 } Data;
 
 static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     char err[512];
     d->tf = tf;
-    if (loader_init(&d->ld, tf, M->o.seq, 1, 0, err, sizeof err)) DIE("%s", err); /* stage 3: one sequence */
+    if (loader_init(&d->ld, tf, M->o.seq, M->job.dp, job_dp_rank(&M->job), err, sizeof err)) DIE("%s", err);
     d->host = xmalloc((size_t)(4 * (M->o.seq + 1 + 2 * M->S)));
     d->wt = xmalloc((size_t)(M->o.seq + 1 + M->S));
-    d->epoch = -1;
     if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
         loader_pack(&d->ld, (uint32_t)M->eot);
-        d->start = xmalloc((size_t)(8 * (M->o.seq + 1)));
-        d->gpos = xmalloc((size_t)(8 * M->S * M->P));
-        d->pos = xmalloc((size_t)(4 * (M->o.seq + M->S)));
-        for (int r = 0; r < M->P; r++) zigzag_positions(M->o.seq, M->P, r, d->gpos + r * M->S); /* stage 3 */
+        docs_window_open(&d->docs, M->o.seq, M->S, M->job.P);
+        for (int r = 0; r < M->job.P; r++) zigzag_positions(M->o.seq, M->job.P, r, d->docs.rows + r * M->S); /* stage 3 */
     }
-    /* ---- stage 2: FSDP ---- */
-    /* each rank counts every rank's labels in its own copy of the file (loader_counted_job): the
-     * copies' weights (and with --packing their end-of-text tokens) must be the same, or the ranks
-     * would divide by different counts and skip different steps (different collectives); so must
-     * each node's config.json (its layer kinds decide which collectives a layer issues) */
-    if (!comm_same_i64(M->comm, loader_digest(&d->ld) ^ config_digest(&M->c), M->gpu.stream))
-        STOP("%s or the model's config differs between ranks (here: %lld tokens, %lld labels count; %lld layers): every "
-             "node needs the same file and model", tf->path, (long long)d->tf->count, (long long)d->tf->counted,
-             (long long)M->c.layers);
-    /* ---- end stage 2 ---- */
-    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", tf->path, (long long)d->tf->count,
-           (long long)d->ld.windows, (long long)M->o.seq);
-    if (d->tf->weights)
-        say("  with a loss mask: %lld of its labels carry loss\n", (long long)d->tf->counted);
+    /* every rank counts every rank's labels in its own copy of the file (and its ends of text): the copies,
+     * and each node's config.json, must agree (one rank here: nothing to compare) */
+    job_same_inputs(&M->job, loader_digest(&d->ld) ^ config_digest(&M->c), tf->path, d->tf->count, d->tf->counted,
+                    M->c.layers, M->gpu.stream);
+    loader_report(&d->ld);
 }
 
 /* --packing: the window's documents, their RoPE positions and attention blocks */
 static void pack_window(Data *d, Model *M) {
-    const int64_t S = M->S, n = docs_split(d->host, M->o.seq, (uint32_t)M->eot, d->start);
-    docs_positions(d->start, n, d->pos);
+    DocsWindow *dw = &d->docs;
+    const int64_t S = M->S;
+    docs_window_cut(dw, d->host, M->o.seq, (uint32_t)M->eot);
     /* ---- stage 3: ring attention ---- */
     /* this rank's rows' positions, and one call per ring step: its queries against the K/V it brings */
-    const int64_t *mine = d->gpos + M->rank * S;
-    int32_t *pos = d->pos + M->o.seq;
-    for (int64_t t = 0; t < S; t++) pos[t] = d->pos[mine[t]];
+    const int64_t *mine = dw->rows + M->job.rank * S;
+    int32_t *pos = dw->pos + M->o.seq;
+    for (int64_t t = 0; t < S; t++) pos[t] = dw->pos[mine[t]];
     docplan_reset(&M->docs);
-    for (int i = 0; i < M->P; i++) {
-        const RingBlock b = ring_block(M->o.seq, M->P, M->rank, i);
-        docplan_add(&M->docs, d->start, n, mine, b.q0, b.nq, d->gpos + b.src * S, b.k0, b.nk);
+    for (int i = 0; i < M->job.P; i++) {
+        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
+        docplan_add(&M->docs, dw->start, dw->n, mine, b.q0, b.nq, dw->rows + b.src * S, b.k0, b.nk);
     }
     /* ---- end stage 3 ---- */
     CUDA_CHECK(cudaMemcpyAsync(M->w.pos, pos, (size_t)(4 * S), cudaMemcpyHostToDevice, M->gpu.stream));
     docplan_upload(&M->docs, M->gpu.stream);
-    docplan_trace(&M->docs, n, d->pos, M->o.seq, pos, S);
+    docplan_trace(&M->docs, dw->n, dw->pos, M->o.seq, pos, S);
 }
 
 /* step is 0-based here: the window follows from the step alone, so resume reads the same data */
 static void data_load(Data *d, Model *M, int64_t step) {
-    const int64_t e = loader_window(&d->ld, step, d->host);
-    if (e != d->epoch) {
-        if (d->epoch >= 0) say("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
-        d->epoch = e;
-    }
+    loader_next(&d->ld, step, d->host);
     M->counted = loader_counted_job(&d->ld, step); /* the whole step's: every rank divides by the same count */
     loader_weights(&d->ld, step, d->wt);
     /* ---- stage 3: ring attention ---- */
@@ -1514,7 +1331,7 @@ static void data_load(Data *d, Model *M, int64_t step) {
     uint32_t *ids = d->host + M->o.seq + 1, *labels = ids + M->S;
     uint8_t *lw = d->wt + M->o.seq + 1;
     int64_t *pos = xmalloc((size_t)(8 * M->S));
-    zigzag_positions(M->o.seq, M->P, M->rank, pos);
+    zigzag_positions(M->o.seq, M->job.P, M->job.rank, pos);
     for (int64_t t = 0; t < M->S; t++) {
         ids[t] = d->host[pos[t]];
         labels[t] = d->host[pos[t] + 1]; /* shifted before the split: a chunk's last label is the next chunk's first token */
@@ -1530,210 +1347,100 @@ static void data_load(Data *d, Model *M, int64_t step) {
 }
 
 /* ============================================================ evaluation */
-/* --eval-data: the held-out loss, the mean NLL over the labels that count in the file's first
- * --eval-windows windows. The training forward and loss run without their backward, in the
- * training's own buffers: no memory beyond the plan, and the gradients and optimizer state are not
- * touched. Divided by the labels of all the windows (every rank's), never by a rank's share. */
-static int64_t eval_passes(const Model *M) { return M->o.eval_windows; } /* stage 3: the ranks share each window */
-
-static void eval_open(Data *ev, Model *M) {
-    char err[512];
-    data_open(ev, M, &M->in.eval);
-    if (loader_check_eval(&ev->ld, eval_passes(M), err, sizeof err)) DIE("%s", err);
-}
-
-static EvalResult evaluate(Model *M, Data *ev) {
-    const int64_t counted = M->counted; /* the training step's, for its report */
-    const double t0 = now_s();
-    measure_pause(1); /* the step's profile and collective counts are the step's */
-    EvalResult r = {.windows = eval_passes(M) * ev->ld.world};
-    double sum = 0;
-    for (int64_t k = 0; k < eval_passes(M); k++) {
-        data_load(ev, M, k);
-        if (!M->counted) continue; /* windows of prompt only */
-        if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
-        forward(M);
-        loss_and_head_backward(M, 0);
-        /* ---- stage 2: FSDP ---- */
-        comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, M->gpu.stream); /* every rank's labels */
-        release(M, 0); /* as the backward would: the next fetch may overwrite them */
-        release(M, M->p.shards.nunits - 1);
-        /* ---- end stage 2 ---- */
-        double ls;
-        gpu_download(&ls, M->w.loss_sum, 8, M->gpu.stream);
-        sum += ls;
-        r.labels += M->counted;
-    }
-    measure_pause(0);
-    M->counted = counted;
-    r.loss = sum / (double)r.labels;
-    r.sec = now_s() - t0;
-    if (!isfinite(r.loss)) DIE("the evaluation's loss is %f -- stopping", r.loss);
-    return r;
-}
-
-/* the evaluation after `step`, when --eval-every (or the last step) asks for one */
-static EvalResult eval_after(Model *M, Data *ev, int64_t step) {
-    if (!M->o.eval_data || !eval_due(M->o.eval_every, step, M->o.steps)) return (EvalResult){0};
-    return evaluate(M, ev);
+/* --eval-data (common/run.h): held-out window k's summed NLL -- the training forward and loss, in the
+ * training's own buffers, without their backward -- and its labels (every rank's: the denominator) */
+static double eval_window(void *m, int64_t k, int64_t *labels) {
+    Model *M = m;
+    data_load(M->eval, M, k);
+    if (!(*labels = M->counted)) return 0; /* windows of prompt only */
+    if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, M->gpu.stream); /* MoE: its statistics, unused */
+    forward(M);
+    loss_and_head_backward(M, 0);
+    /* ---- stage 2: FSDP ---- */
+    comm_all_reduce_f64(M->job.comm, M->w.loss_sum, 1, M->gpu.stream); /* every rank's labels */
+    release(M, 0); /* as the backward would: the next fetch may overwrite them */
+    release(M, M->p.shards.nunits - 1);
+    /* ---- end stage 2 ---- */
+    double sum;
+    gpu_download(&sum, M->w.loss_sum, 8, M->gpu.stream);
+    return sum;
 }
 
 /* ============================================================ main */
-/* every file the run reads, checked before the GPU is touched (and by --dry-run) */
-static void open_inputs(Model *M) {
-    const Opts *o = &M->o;
-    inputs_open(&M->in, &(InputsAsk){.data = o->data, .eval_data = o->eval_data, .model = o->model, .resume = o->resume,
-                                     .save = o->save, .log = o->log, .trace = o->trace, .timeline = o->timeline,
-                                     .dump_grads = o->dump_grads, .window = M->o.seq /* stage 3: one sequence */,
-                                     .world = 1, .eval_steps = eval_passes(M), .steps = o->steps},
-                &M->c, &M->p.table);
-}
-
-static void save_checkpoint(Model *M, const char *dir, int64_t step) {
-    StateIO io = state_io(M);
-    state_save(&io, dir, step, M->S, M->o.data, M->o.save_keep);
-}
-
-/* SIGTERM or SIGUSR1 before `step + 1` (with --save): save `step` unless its save is made, and stop */
-static int preempted(Model *M, int64_t step, int64_t start) {
-    if (!M->o.save) return 0;
-    const int sig = (int)-comm_min_i64(M->comm, -(int64_t)preempt_pending(), M->gpu.stream); /* stage 2: one step, every rank */
-    if (!sig) return 0;
-    if (step > start && !save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
-    preempt_report(sig, step, start, M->o.save);
-    return 1;
-}
-
 /* one rank's training run: allocate as planned, initialise, loop */
-static void train(Model *M, const MemPlan *mp) {
+static void train(Model *M) {
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
     M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
     sdpa_init(&M->sdpa, M->gpu.stream);
     M->sdpa.verbose = 1;
     setup_rope(M);
-    int64_t step = init_weights(M);
-    const int64_t start = step; /* 0, or the step of the save resumed from */
-    /* the real cuDNN workspace must fit the planned one */
-    const int64_t need = sdpa_bwd_workspace(&M->sdpa, &M->attn);
-    if (need > M->w.sdpa_ws_bytes || sdpa_fwd_workspace(&M->sdpa, &M->attn) > M->w.sdpa_ws_bytes)
-        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)need, (long long)M->w.sdpa_ws_bytes);
+    int64_t step = init_weights(M); /* 0, or the step of the save resumed from */
+    sdpa_check_workspace(&M->sdpa, &M->attn, M->w.sdpa_ws_bytes); /* the real cuDNN plans fit the planned one */
 
-    Data data;
+    Data data, eval;
     data_open(&data, M, &M->in.data);
     data.skipped = loader_skipped_before(&data.ld, step); /* a resumed run's: AdamW counts updates */
-    Data eval;
-    if (M->o.eval_data) eval_open(&eval, M);
-    FILE *log = M->o.log && rank_prints() ? fopen(M->o.log, "a") : NULL; /* the printing rank logs */
-    if (M->o.log && rank_prints() && !log) DIE("cannot open --log %s", M->o.log);
-    const double flops = config_step_flops(&M->c, M->o.seq) / M->P; /* stage 3: one rank's share of the sequence */
-    const int share = M->o.ranks.local_ranks ? M->P : 1; /* stage 2: ranks on this GPU; speed and memory are per GPU */
-    cudaEvent_t ev0, ev1;
-    CUDA_CHECK(cudaEventCreate(&ev0));
-    CUDA_CHECK(cudaEventCreate(&ev1));
-    say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)M->o.steps,
-           M->P, (long long)M->S, flops / 1e12);
-    progress_start(M->c.layers); /* on a terminal: where the step is */
-    /* stage 2: ranks finish allocating (pinning), loading and planning minutes apart: meet here (the
-     * barrier's own, longer limit), not in the first collective, whose clock starts on the fastest */
-    comm_barrier(M->comm, M->gpu.stream);
-    if (M->o.eval_data) { /* the held-out loss before the first step: where its curve starts */
-        const EvalResult e0 = evaluate(M, &eval);
-        eval_report(STAGE, step, &e0, log);
-    }
-    if (M->o.save) preempt_arm(); /* SIGTERM, SIGUSR1: save after the step in flight, then stop */
-    const double t_start = now_s();
+    if (M->o.run.eval_data) { data_open(&eval, M, &M->in.eval); run_check_eval(&M->o.run, &M->job, &eval.ld); }
+    M->eval = &eval;
+    Run run = {.o = &M->o.run, .h = {M, state_io, eval_window}, .job = M->job, .stage = STAGE, .c = &M->c,
+               .data = M->o.data, .seq = M->o.seq, .S = M->S, .steps = M->o.steps, .mp = &M->mp, .st = M->gpu.stream};
+    run_begin(&run, step); /* the held-out loss before the first step; SIGTERM and SIGUSR1 armed */
+    cudaStream_t st = M->gpu.stream;
     for (step = step + 1; step <= M->o.steps; step++) {
-        if (preempted(M, step - 1, start)) break;
-        cudaStream_t st = M->gpu.stream;
-        const double lr = lr_at(M->o.lr, M->o.min_lr_frac, M->o.warmup, M->o.steps, M->o.schedule, step);
+        if (run_stopping(&run, step - 1)) break; /* a signal: step - 1 saved, stop */
+        const double lr = adam_lr(&M->o.adam, M->o.steps, step);
         data_load(&data, M, step - 1);
         if (!M->counted) { /* every label of the step is masked: nothing to divide by, nothing to learn */
             data.skipped++;
-            const EvalResult ev = eval_after(M, &eval, step);
-            step_skipped(STAGE, step, &ev, log);
-            if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
+            run_skipped(&run, step);
             continue;
         }
-        CUDA_CHECK(cudaEventRecord(ev0, st));
+        run_clock_start(&run);
         mark(st, K_OPTIM);
         zero_grads(M, 0); /* stage 2: layer gradients are zeroed per layer, shards overwritten */
         zero_grads(M, M->p.shards.nunits - 1);
         if (M->c.experts) moe_step_begin(&M->w.moe, &M->c, st); /* MoE's load-balancing statistics */
         forward(M);
-        if (M->c.experts) /* each rank's router gets its tokens' share (stage 2 on: the reduce-scatter adds them) */
-            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->S * M->P), M->comm, st);
+        if (M->c.experts) /* each rank's router gets the job's tokens' share (stage 2 on: the ranks' add up) */
+            M->aux = moe_step_aux(&M->w.moe, &M->c, (double)(M->c.layers * M->o.seq * M->job.dp), M->job.comm, st);
         loss_and_head_backward(M, 1);
         backward(M);
-        comm_all_reduce_f64(M->comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
-        const int64_t tokens = M->S * M->P;
-        if (M->o.dump_grads && step == 1) {
-            double ls;
-            gpu_download(&ls, M->w.loss_sum, 8, st);
-            StateIO io = state_io(M);
-            state_dump(&io, M->o.dump_grads, ls / (double)M->counted + aux_term(M));
-        }
+        comm_all_reduce_f64(M->job.comm, M->w.loss_sum, 1, st); /* stage 2: every rank's tokens */
+        run_dump(&run, step, M->w.loss_sum, M->counted, aux_term(M)); /* --dump-grads: before the update */
         update(M, step - data.skipped, lr); /* AdamW's bias correction counts its updates */
-        mark(st, K_END);
-        CUDA_CHECK(cudaEventRecord(ev1, st));
+        run_clock_stop(&run);
         double loss_sum, gsq;
         gpu_download(&loss_sum, M->w.loss_sum, 8, st);
         gpu_download(&gsq, M->w.gnorm_sq, 8, st);
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-        const double loss = loss_sum / (double)M->counted + aux_term(M), sec = ms / 1e3; /* + MoE's aux loss */
+        const double loss = loss_sum / (double)M->counted + aux_term(M); /* + MoE's aux loss */
         if (!isfinite(loss)) DIE("step %lld: loss is %f -- stopping (no checkpoint written)", (long long)step, loss);
-        const double pairs = (double)M->docs.pairs; /* --packing: this window's attention work */
-        const double fl = M->eot >= 0 ? config_step_flops_pairs(&M->c, M->S, pairs) : flops;
-        const EvalResult ev = eval_after(M, &eval, step); /* after the step's numbers are read: it reuses their buffers */
-        step_report(&(StepLog){.stage = STAGE, .ranks = M->P, .model = M->c.name, .seq = M->S, .keep_attn = (int)M->kept,
-                               .labels = M->counted, .eval = ev,
-                               .step = step, .epoch = data.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
-                               .sec = sec, .tokens = (double)tokens, .tflops = fl * share / sec / 1e12,
-                               .attn_tflop = M->eot >= 0 ? config_attn_flops(&M->c, pairs) / 1e12 : 0,
-                               .attn_tflop_full = config_attn_flops(&M->c, (double)M->o.seq * M->o.seq / 2) / M->P / 1e12,
-                               .mem_used_gib = (double)gpu_used_bytes() / (1 << 30),
-                               .mem_plan_gib = (double)memplan_peak(mp) * share / (1 << 30),
-                               .host_gib = (double)memplan_host(mp) * share / (1 << 30)},
-                    log);
-        comm_step_report(M->comm, sec); /* stage 2: rehearsal only: bytes moved and their modelled time */
-        /* stage 3, rehearsal only: do the ring's hops hide under its blocks? (stage 5: the first group's) */
-        const int64_t kv_bytes = BF(2 * M->S * M->kg * M->c.head_dim), acc = strcmp(M->o.merge, "fp32") ? 2 : 4;
-        blocks_report(&M->blocks, 1e3 * comm_ring_hop_s(M->comm, kv_bytes), 1e3 * comm_ring_hop_s(M->comm, kv_bytes * acc / 2));
-        prof_report(st);
-        if (M->o.profile && M->c.experts && rank_prints()) /* MoE: the ragged GEMMs' algorithm lookups */
-            say("  cuBLASLt heuristic queries so far: %lld\n", (long long)M->gemm.queries);
-        fflush(stdout);
-        if (M->o.save && save_due(M->o.save_every, step, M->o.steps)) save_checkpoint(M, M->o.save, step);
+        run_step(&run, &(StepLog){.step = step, .epoch = data.ld.epoch, .loss = loss, .lr = lr, .grad_norm = sqrt(gsq),
+                                  .labels = M->counted, .keep_attn = (int)M->kept},
+                 M->eot >= 0 ? (double)M->docs.pairs : -1); /* --packing: the attention its blocks computed */
     }
-    say("done: %.1f s\n", now_s() - t_start);
-    if (M->o.save && step > M->o.steps) save_checkpoint(M, M->o.save, M->o.steps); /* not after a stop */
-    if (log) fclose(log);
+    run_end(&run, step);
 }
 
-/* ---- stage 2: FSDP ---- */
-typedef struct {
-    const Model *tmpl;  /* options, config, tables: read-only, every rank starts from a copy */
-    const MemPlan *mp;
-} RankArgs;
-
-/* one rank: its own model state, GPU stream, communication stream and events */
-static void rank_main(const Rank *r, void *arg) {
-    const RankArgs *a = arg;
+/* one rank: its GPU and its own copy of the model state (stage 2 runs one per GPU) */
+static void rank_main(const Rank *r, void *tmpl) {
     Model *M = xcalloc(1, sizeof *M);
-    *M = *a->tmpl;
-    M->local = r->local;
-    M->comm = r->comm;
-    M->rank = comm_rank_id(r->comm);
+    *M = *(const Model *)tmpl;
+    job_join(&M->job, r);
     gpu_init(&M->gpu, r->device);
+    /* ---- stage 2: FSDP ---- */
     CUDA_CHECK(cudaStreamCreateWithFlags(&M->comm_st, cudaStreamNonBlocking));
     cudaEvent_t *evs[] = {M->ready, M->freed, M->reduced, M->grads_done};
     for (int k = 0; k < 4; k++)
         for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&evs[k][s], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&M->comm_done, cudaEventDisableTiming));
-    /* ---- stage 3: ring attention ---- */
+    M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->job.rank, &M->p.pieces);
+    /* ---- end stage 2 ---- */
+    /* ---- stage 3: context parallelism ---- */
     for (int s = 0; s < 4; s++) CUDA_CHECK(cudaEventCreateWithFlags(&M->ring_ev[s], cudaEventDisableTiming));
-    blocks_init(&M->blocks, M->P, M->o.ranks.rehearse >= 0 ? config_attn_layer(&M->c, M->c.layers / 2) : -1);
+    const int64_t kv = BF(2 * M->S * M->attn.Hkv * M->attn.D), acc = strcmp(M->o.merge, "fp32") ? 2 : 4; /* a ring's K/V */
+    blocks_init(&M->blocks, M->job.P, M->o.ranks.rehearse >= 0 ? config_attn_layer(&M->c, M->c.layers / 2) : -1,
+                1e3 * comm_ring_hop_s(M->job.comm, kv), 1e3 * comm_ring_hop_s(M->job.comm, kv * acc / 2));
     /* ---- end stage 3 ---- */
     /* ---- stage 4: offload ---- */
     CUDA_CHECK(cudaStreamCreateWithFlags(&M->copy_st, cudaStreamNonBlocking));
@@ -1742,11 +1449,9 @@ static void rank_main(const Rank *r, void *arg) {
     M->threads = cpu_threads_each(r->here); /* this machine's cores, shared by the ranks it runs */
     agree_kept(M);
     /* ---- end stage 4 ---- */
-    M->p.npieces = shard_pieces(&M->p.shards, &M->p.table, M->rank, &M->p.pieces);
-    train(M, a->mp);
-    comm_barrier(M->comm, M->gpu.stream);
+    train(M);
+    comm_barrier(M->job.comm, M->gpu.stream); /* stage 2: every rank is done before any exits */
 }
-/* ---- end stage 2 ---- */
 
 /* ---- stage 5: tiling ---- */
 /* what each tiling saves: the same job planned with the MLP in one tile, then attention in one group */
@@ -1771,41 +1476,34 @@ int main(int argc, char **argv) {
     static Model M; /* large; zero-initialised; every rank starts from a copy */
     M.o = parse_opts(argc, argv);
     plan_machine(M.o.dry_run, &M.o.ranks, &M.o.gpu_gib, &M.o.host_gib); /* --dry-run: this machine's GPUs, else the headline's */
-    prof_enable(M.o.profile);
     const int visible = advice_gpus(&M.o.ranks, M.o.dry_run); /* stage 5: none here: plan the headline's 8 */
-    M.P = ranks_in_job(&M.o.ranks); /* stage 2 */
+    M.job = job_plan(&M.o.ranks, 0); /* stage 3: P ranks sharing each window, one sequence */
     load_config(&M);
     config_print(&M.c);
     parse_offload(&M); /* stage 4 */
     choose_tile(&M);   /* stage 5 */
     choose_kept(&M);
-    MemPlan mp = plan_memory(&M);
-    char title[256];
-    snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, attention "
-             "kept for %lld layers (%lld on the GPU), %lld head groups, MLP tiles of %lld%s%s%s%s", STAGE, M.c.name, (long long)M.o.seq, M.P,
-             (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.kept_gpu, (long long)M.groups, (long long)M.tile,
-             M.c.experts ? ", MoE GEMMs " : "", M.c.experts ? M.o.moe_gemm : "", M.o.ranks.rehearse >= 0 ? ", rehearsed" : "",
-             M.eot >= 0 ? ", --packing" : "");
-    memplan_print(&mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
+    M.mp = plan_memory(&M);
+    char title[512];
+    int n = snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, "
+                     "attention kept for %lld layers (%lld on the GPU)", STAGE, M.c.name, (long long)M.o.seq, M.job.P,
+                     (long long)M.S, M.o.merge, M.o.offload, (long long)M.kept, (long long)M.kept_gpu);
+    n += snprintf(title + n, sizeof title - n, ", %lld head groups, MLP tiles of %lld", (long long)M.groups, (long long)M.tile);
+    memplan_title_tail(title + n, sizeof title - n, 0 /* said above */, M.c.experts ? M.o.moe_gemm : NULL, M.o.ranks.rehearse >= 0, M.eot >= 0);
+    memplan_print(&M.mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
-    memplan_host_report(&mp, ranks_here(&M.o.ranks), host_budget(&M),
+    memplan_host_report(&M.mp, ranks_here(&M.o.ranks), host_budget(&M),
                         host_budget_whence(argc, argv, M.o.dry_run)); /* stage 4: this node's ranks (a rehearsal: its one) */
-    kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.P); /* stage 4 */
-    tiling_report(&M, memplan_peak(&mp)); /* stage 5 */
-    open_inputs(&M); /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
-    /* ---- stage 5: advice ---- */
-    char keep[2048]; /* the job's own options that change a plan: its suggestions keep them */
-    advice_keep(argc, argv, keep, sizeof keep);
-    /* ---- end stage 5 ---- */
-    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, .layers = M.o.layers, .P = M.P, /* stage 5 */
-                                 .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib, .host_budget = host_budget(&M),
-                                 .dry_run = M.o.dry_run, .keep = keep}, &mp, visible); /* a dry-run prints what the run would */
+    kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.job.P); /* stage 4 */
+    tiling_report(&M, memplan_peak(&M.mp)); /* stage 5 */
+    /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
+    advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, /* stage 5 */
+                                 .layers = M.o.layers, .P = M.job.P, .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib,
+                                 .host_budget = host_budget(&M), .dry_run = M.o.dry_run, .argc = argc, .argv = argv},
+                       &M.mp, visible); /* a dry-run prints what the run would */
     if (M.o.dry_run) return 0;
-    trace_open(M.o.trace); /* after the dry-run: it writes nothing */
-    timeline_open(M.o.timeline);
-    /* ---- stage 2: FSDP ---- */
-    RankArgs args = {&M, &mp}; /* the GPUs, the fit checks and train() are per rank */
-    ranks_run(&M.o.ranks, &mp, M.o.gpu_gib, rank_main, &args);
-    /* ---- end stage 2 ---- */
+    run_instruments(&M.o.run); /* --profile, --trace, --timeline */
+    ranks_run(&M.o.ranks, &M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: a rank per GPU, each from a copy of M */
     return 0;
 }

@@ -2,7 +2,7 @@
  * reference) and tiled (the same recurrence with its inputs staged a tile of tokens ahead), at the
  * stages' shapes: the forward (with its kept states), the maps (context parallelism), the backward and
  * its c_only form. Default shape: Qwen3.5-9B's linear layer (16 key heads, 32 value heads, 128 x 128).
- * The chunk between kept states is the stages' (hybrid_chunk of the sequence).
+ * The chunk between kept states is the stages' (deltanet_chunk of the sequence).
  *
  * What bounds it: a head's state is dv x dk fp32 (64 KB) and a token changes all of it, so the
  * recurrence does about 6 dv dk FLOPs a token and head forward (u = S k, the update, o = S q): at 32K
@@ -22,7 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../common/check.h"
-#include "../common/hybrid.h"
+#include "../common/deltanet.h"
 #include "../common/safetensors.h"
 #include "../kernels/kernels.h"
 
@@ -106,7 +106,7 @@ static float time_ms(const Bench *b, int which, int iters, cudaStream_t st) {
 }
 
 static void run(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int iters, cudaStream_t st) {
-    Bench b = {.S = S, .Hk = Hk, .Hv = Hv, .dk_ = dk, .dv = dv, .chunk = hybrid_chunk(S)};
+    Bench b = {.S = S, .Hk = Hk, .Hv = Hv, .dk_ = dk, .dv = dv, .chunk = deltanet_chunk(S)};
     const int64_t C = 2 * Hk * dk + Hv * dv, ms = Hv * dv * dk;
     b.qkv = up_bf16(S * C, 1.0);
     b.dout = up_bf16(S * Hv * dv, 1.0);

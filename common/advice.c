@@ -167,6 +167,10 @@ static void job_words(const FitAsk *a, int need, char *job, size_t n) {
 }
 
 void advise_unless_fits(const FitAsk *a, const MemPlan *mp, int visible) {
+    char keep[2048]; /* the job's own options that change a plan: its suggestions keep them */
+    FitAsk given = *a;
+    if (a->argv) advice_keep(a->argc, a->argv, keep, sizeof keep), given.keep = keep;
+    a = &given;
     const RankOpts *r = a->ranks;
     const int one_gpu = r->local_ranks > 0 || r->rehearse >= 0, need = one_gpu ? 1 : a->P / (int)r->nnodes;
     if (a->dry_run && getenv("LONGCTX_ADVISING")) return; /* fits() asked for this plan: its numbers only */

@@ -31,6 +31,8 @@ typedef struct {
     double host_budget;        /* host bytes per node to plan against */
     int dry_run;               /* judge the planned machine (plan_machine), print the advice, return */
     const char *keep;          /* the job's other options that change its plan (advice_keep), "" or NULL: none */
+    int argc;                  /* argv given: keep is read from it (advice_keep) */
+    char **argv;
 } FitAsk;
 /* The options given on the command line that change a plan and that advice does not choose itself
  * (--offload, --mlp-tile, --attn-groups, --keep-attn, --merge, --packing, --yarn-factor,

@@ -120,6 +120,25 @@ static int set_number(const Opt *o, const char *v, char *err, size_t errlen) {
     return 0;
 }
 
+/* v is one of "a|b|c" */
+static int one_of(const char *words, const char *v) {
+    const size_t n = strlen(v);
+    for (const char *w = words; w; w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL)
+        if (!strncmp(w, v, n) && (w[n] == '|' || !w[n])) return 1;
+    return 0;
+}
+/* "a|b|c" -> "a, b or c" */
+static const char *as_words(const char *words, char *out, size_t n) {
+    size_t o = 0;
+    for (const char *w = words; *w && o + 8 < n; w++) {
+        if (*w != '|') { out[o++] = *w; continue; }
+        const int last = !strchr(w + 1, '|');
+        o += (size_t)snprintf(out + o, n - o, last ? " or " : ", ");
+    }
+    out[o < n ? o : n - 1] = 0;
+    return out;
+}
+
 int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t errlen) {
     if (argc > 0 && argv[0]) {
         const char *slash = strrchr(argv[0], '/');
@@ -149,6 +168,11 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
         if (!v) { snprintf(err, errlen, "%s needs a value (see --help)", o->name); return -1; }
         if (o->type == OPT_STRING) {
             if (!v[0]) { snprintf(err, errlen, "%s: an empty value", o->name); return -1; }
+            if (o->range && !one_of(o->range, v)) { /* its words, "a|b|c" */
+                char words[256];
+                snprintf(err, errlen, "%s is %s", o->name, as_words(o->range, words, sizeof words));
+                return -1;
+            }
             *(const char **)o->dst = v;
             continue;
         }

@@ -20,7 +20,8 @@ typedef struct {
     void *dst;          /* int64_t*, double*, const char**, int*, const char** */
     const char *help;   /* one line; the default is printed from *dst */
     const char *range;  /* OPT_INT, OPT_DOUBLE: the values taken, "[2,4G]", "(0,inf)", "[0,1)" ('[' and
-                         * ']' include the bound, '(' and ')' do not); required for numbers */
+                         * ']' include the bound, '(' and ')' do not); required for numbers. OPT_STRING:
+                         * NULL (any word), or the words it takes, "fp32|bf16" */
 } Opt;
 
 /* Returns 0 on success, 1 when --help/-h was given, -1 with a message in err. Sets longctx_prog

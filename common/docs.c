@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "tokens.h"
 
 int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, const char *data, char *err, size_t errlen) {
@@ -128,4 +129,17 @@ int64_t docs_pairs(const DocBlock *b, int64_t nb) {
     int64_t p = 0;
     for (int64_t i = 0; i < nb; i++) p += b[i].causal ? b[i].nq * (b[i].nq + 1) / 2 : b[i].nq * b[i].nk;
     return p;
+}
+
+void docs_window_open(DocsWindow *d, int64_t seq, int64_t S, int P) {
+    d->start = xmalloc((size_t)(8 * (seq + 1)));
+    d->pos = xmalloc((size_t)(4 * (seq + S)));
+    d->rows = xmalloc((size_t)(8 * S * P));
+    for (int64_t t = 0; t < S; t++) d->rows[t] = t;
+    d->n = 0;
+}
+
+void docs_window_cut(DocsWindow *d, const uint32_t *tok, int64_t seq, uint32_t eot) {
+    d->n = docs_split(tok, seq, eot, d->start);
+    docs_positions(d->start, d->n, d->pos);
 }

@@ -48,6 +48,19 @@ int64_t docs_split(const uint32_t *tok, int64_t S, uint32_t eot, int64_t *start)
 /* Each token's RoPE position: its offset in its document. pos [S] */
 void docs_positions(const int64_t *start, int64_t n, int32_t *pos);
 
+/* A packed window on the host, and where each rank's rows sit in it. */
+typedef struct {
+    int64_t *start;     /* [seq + 1] where the window's documents start (docs_split) */
+    int64_t n;          /* documents in the window */
+    int32_t *pos;       /* [seq + S] each window position's RoPE position, from its document's start;
+                         * after them, the S of this rank's rows (the stage fills them) */
+    int64_t *rows;      /* [P, S] each rank's rows' positions in the window: one rank, 0..S-1 */
+} DocsWindow;
+/* for windows of seq tokens cut into P shares of S rows (rows set for one rank; more: the stage's) */
+void docs_window_open(DocsWindow *d, int64_t seq, int64_t S, int P);
+/* the window's documents and their positions: start, n, pos[0, seq) */
+void docs_window_cut(DocsWindow *d, const uint32_t *tok, int64_t seq, uint32_t eot);
+
 typedef struct {
     int64_t q0, nq;   /* query rows [q0, q0+nq) of the call (local rows) */
     int64_t k0, nk;   /* keys [k0, k0+nk) of the call (local rows) */

@@ -133,25 +133,33 @@ static void gemm_cm(Gemm *g, int ta, int tb, int64_t m, int64_t n, int64_t k, co
 /* y[S,n_out] = x[S,n_in] W[n_out,n_in]^T  ==  col-major y'[n_out,S] = (W'[n_in,n_out])^T x'[n_in,S] */
 void linear_fwd(Gemm *g, void *y, int y_f32, const bf16_t *x, const bf16_t *W, int64_t S, int64_t n_in, int64_t n_out,
                 float beta, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_GEMM);
     trace("gemm fwd S=%lld I=%lld O=%lld out=%s beta=%g", (long long)S, (long long)n_in, (long long)n_out, y_f32 ? "f32" : "bf16", beta);
     gemm_cm(g, 1, 0, n_out, S, n_in, W, n_in, x, n_in, NULL, y, y_f32, n_out, beta, 1, st);
+    prof_span_end(st, span);
 }
 /* y[S,n_out] = resid[S,n_out] + x[S,n_in] W[n_out,n_in]^T: the residual add fused into the GEMM epilogue */
 void linear_fwd_add(Gemm *g, bf16_t *y, const bf16_t *resid, const bf16_t *x, const bf16_t *W, int64_t S, int64_t n_in,
                     int64_t n_out, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_GEMM);
     trace("gemm fwd+residual S=%lld I=%lld O=%lld", (long long)S, (long long)n_in, (long long)n_out);
     gemm_cm(g, 1, 0, n_out, S, n_in, W, n_in, x, n_in, resid, y, 0, n_out, 1.f, 1, st);
+    prof_span_end(st, span);
 }
 /* dx[S,n_in] = dy[S,n_out] W[n_out,n_in]  ==  col-major dx'[n_in,S] = W'[n_in,n_out] dy'[n_out,S] */
 void linear_dx(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, int64_t S, int64_t n_in, int64_t n_out, float beta,
                cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_GEMM);
     trace("gemm dx S=%lld I=%lld O=%lld beta=%g", (long long)S, (long long)n_in, (long long)n_out, beta);
     gemm_cm(g, 0, 0, n_in, S, n_out, W, n_in, dy, n_out, NULL, dx, 0, n_in, beta, 1, st);
+    prof_span_end(st, span);
 }
 /* dW[n_out,n_in] += dy^T[n_out,S] x[S,n_in]  ==  col-major dW'[n_in,n_out] += x'[n_in,S] (dy'[n_out,S])^T */
 void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S, int64_t n_in, int64_t n_out, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_GEMM);
     trace("gemm dw S=%lld I=%lld O=%lld", (long long)S, (long long)n_in, (long long)n_out);
     gemm_cm(g, 0, 1, n_in, n_out, S, x, n_in, dy, n_out, NULL, dW, 1, n_in, 1.f, 2, st);
+    prof_span_end(st, span);
 }
 
 /* ---- grouped: one cuBLAS call for every non-empty segment ---- */
@@ -187,16 +195,20 @@ static void gemm_grouped(Gemm *g, int ta, int64_t m, int64_t k, const int32_t *r
 
 void linear_fwd_grouped(Gemm *g, bf16_t *y, const bf16_t *x, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
                         int64_t E, int64_t n_in, int64_t n_out, void **ptrs, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_GEMM);
     trace("gemm fwd grouped E=%lld rows=%d I=%lld O=%lld", (long long)E, r[E], (long long)n_in, (long long)n_out);
     const int64_t b = (int64_t)sizeof(bf16_t);
     segment_ptrs(ptrs, r_dev, E, W, b * n_out * n_in, x, b * n_in, y, b * n_out, st);
     gemm_grouped(g, 1, n_out, n_in, r, E, n_in, n_in, n_out, 0.f, ptrs, st);
+    prof_span_end(st, span);
 }
 
 void linear_dx_grouped(Gemm *g, bf16_t *dx, const bf16_t *dy, const bf16_t *W, const int32_t *r, const int32_t *r_dev,
                        int64_t E, int64_t n_in, int64_t n_out, float beta, void **ptrs, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_GEMM);
     trace("gemm dx grouped E=%lld rows=%d I=%lld O=%lld beta=%g", (long long)E, r[E], (long long)n_in, (long long)n_out, beta);
     const int64_t b = (int64_t)sizeof(bf16_t);
     segment_ptrs(ptrs, r_dev, E, W, b * n_out * n_in, dy, b * n_out, dx, b * n_in, st);
     gemm_grouped(g, 0, n_in, n_out, r, E, n_in, n_out, n_in, beta, ptrs, st);
+    prof_span_end(st, span);
 }

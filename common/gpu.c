@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "numa.h"
+#include "train.h"
 
 void gpu_init(Gpu *g, int device) {
     memset(g, 0, sizeof *g);
@@ -65,6 +66,12 @@ void *gpu_malloc(int64_t bytes, const char *what) {
         DIE("cudaMalloc of %.3f GiB for %s failed: %s -- the memory plan (--dry-run) says what fits",
             (double)bytes / (1 << 30), what, cudaGetErrorString(e));
     return p;
+}
+
+void gpu_host_copy(void *dst, const void *src, int64_t bytes, int down, cudaStream_t st) {
+    const int span = tl_begin(st, "host copies", down ? "down" : "up");
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, down ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st));
+    tl_end(span, st);
 }
 
 void gpu_upload(void *dst, const void *src, int64_t bytes, cudaStream_t st) {

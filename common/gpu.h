@@ -34,6 +34,9 @@ void arenas_allocate(Arena *a, int n);
  * host (host_share ranks in this process)? cap_gib > 0 caps the GPU (--gpu-gib: rehearse an 80 GB
  * GPU on a larger one). 0, or -1 with the reason in why. */
 int plan_fits(const MemPlan *mp, int share, int host_share, double cap_gib, const char *gpu, char *why, size_t n);
+/* an asynchronous copy between pinned host memory and the GPU on stream st (down: to the host), a
+ * "host copies" span of --timeline's */
+void gpu_host_copy(void *dst, const void *src, int64_t bytes, int down, cudaStream_t st);
 /* copy a host array up / down (synchronous on the compute stream) */
 void gpu_upload(void *dst, const void *src, int64_t bytes, cudaStream_t st);
 void gpu_download(void *dst, const void *src, int64_t bytes, cudaStream_t st);

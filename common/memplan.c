@@ -127,3 +127,8 @@ int64_t kept_all_or_none(const char *s, int64_t L, char *err, size_t n) {
              "the gpu:N,host:M split come in stage 4 (stage4_offload.c)", s);
     return -1;
 }
+
+void memplan_title_tail(char *t, size_t n, int kept, const char *moe_gemm, int rehearsed, int packed) {
+    snprintf(t, n, "%s%s%s%s%s", kept ? ", --keep-attn" : "", moe_gemm ? ", MoE GEMMs " : "", moe_gemm ? moe_gemm : "",
+             rehearsed ? ", rehearsed" : "", packed ? ", --packing" : "");
+}

@@ -30,6 +30,9 @@ int64_t memplan_peak(const MemPlan *m);
 int64_t memplan_host(const MemPlan *m);
 /* gpu_capacity <= 0: unknown (no GPU). Host rows, when there are any, follow the GPU total. */
 void memplan_print(const MemPlan *m, FILE *f, const char *title, int64_t gpu_capacity);
+/* the end of a plan's title, after the stage's own words: ", --keep-attn" (kept: every layer's attention),
+ * ", MoE GEMMs LOOP|GROUPED" (moe_gemm non-NULL), ", rehearsed", ", --packing" */
+void memplan_title_tail(char *t, size_t n, int kept, const char *moe_gemm, int rehearsed, int packed);
 /* --keep-attn's word, one meaning in every stage: alone or "all" keeps every layer's O and LSE,
  * "none" (or 0, or no --keep-attn) none; stage 4 adds a count N, "auto" (as many as fit) and the
  * split gpu:N,host:M. kept_all_or_none (stages 1-3): L or 0, -1 with err naming the stage that adds

@@ -8,8 +8,6 @@
 #include "gpu.h"
 #include "train.h"
 
-#define BF(n) ((int64_t)(n) * 2)
-#define F32(n) ((int64_t)(n) * 4)
 
 void moe_carve_tile(MoeTile *m, Arena *a, const Qwen3Config *c, int64_t T) {
     const int64_t E = c->experts, k = c->top_k, n = T * k, D = c->hidden, Im = c->moe_intermediate;
@@ -122,28 +120,21 @@ static void experts_dw(Gemm *gm, const MoeTile *m, float *dW, const bf16_t *dy, 
 static void shared_fwd(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const bf16_t *xn, int64_t T,
                        cudaStream_t st) {
     const int64_t D = c->hidden, Is = c->shared_inter;
-    mark(st, K_GEMM);
     linear_fwd(gm, m->sh_g, 0, xn, W->sh_gate, T, D, Is, 0.f, st);
     linear_fwd(gm, m->sh_u, 0, xn, W->sh_up, T, D, Is, 0.f, st);
-    mark(st, K_ELEM);
     swiglu_fwd(m->sh_h, m->sh_g, m->sh_u, T * Is, st);
     moe_shared_score(m->sh_s, xn, W->sh_route, T, D, st);
-    mark(st, K_GEMM);
     linear_fwd(gm, m->sh_y, 0, m->sh_h, W->sh_down, T, Is, D, 0.f, st);
 }
 /* its backward, once the routed experts' d(xn) is in dxn: adds the shared expert's and its gate's */
 static void shared_bwd(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
                        const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st) {
     const int64_t D = c->hidden, Is = c->shared_inter;
-    mark(st, K_ELEM);
     moe_shared_bwd(m->sh_y, m->sh_ds, dy, m->sh_s, T, D, st); /* sh_y <- d(sh_y), the score's gradient */
     moe_shared_score_bwd(dxn, G->sh_route, m->sh_ds, xn, W->sh_route, T, D, st);
-    mark(st, K_GEMM);
     linear_dw(gm, G->sh_down, m->sh_y, m->sh_h, T, Is, D, st);
     linear_dx(gm, m->sh_h, m->sh_y, W->sh_down, T, Is, D, 0.f, st); /* sh_h <- dh */
-    mark(st, K_ELEM);
     swiglu_bwd(m->sh_g, m->sh_u, m->sh_h, T * Is, st);
-    mark(st, K_GEMM);
     linear_dw(gm, G->sh_gate, m->sh_g, xn, T, D, Is, st);
     linear_dw(gm, G->sh_up, m->sh_u, xn, T, D, Is, st);
     linear_dx(gm, dxn, m->sh_g, W->sh_gate, T, D, Is, 1.f, st);
@@ -154,26 +145,20 @@ void moe_forward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W
                  int stats, cudaStream_t st) {
     const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
     if (T * k >= MOE_MAX_PAIRS) DIE("MoE tile of %lld pairs: the plan should have refused it", (long long)(T * k));
-    mark(st, K_GEMM);
     linear_fwd(gm, m->logits, 1, xn, W->router, T, D, E, 0.f, st);
-    mark(st, K_ELEM);
     moe_route(m->logits, m->prob, m->sel, m->w, T, E, k, c->norm_topk, st);
     moe_sort(m->sel, T * k, E, m->count, m->offsets, m->pair_row, st);
     if (stats) moe_stats(m->choices, m->psum, m->count, m->prob, T, E, st);
     moe_gather(m->xs, xn, m->pair_row, T, k, D, st);
     gpu_download(m->rows, m->offsets, 4 * (E + 1), st); /* the GEMMs' sizes */
-    mark(st, K_GEMM);
     experts_fwd(gm, m, m->g, m->xs, W->gate, E, D, Im, st);
     experts_fwd(gm, m, m->u, m->xs, W->up, E, D, Im, st);
-    mark(st, K_ELEM);
     swiglu_fwd(m->h, m->g, m->u, T * k * Im, st);
-    mark(st, K_GEMM);
     experts_fwd(gm, m, m->ys, m->h, W->down, E, Im, D, st);
     if (c->shared_inter) shared_fwd(gm, m, c, W, xn, T, st);
 }
 
 void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *resid, int64_t T, cudaStream_t st) {
-    mark(st, K_ELEM);
     moe_combine(out, resid, m->ys, m->pair_row, m->w, T, c->top_k, c->hidden, c->shared_inter ? m->sh_y : NULL, m->sh_s,
                 st);
 }
@@ -181,23 +166,19 @@ void moe_output(MoeTile *m, const Qwen3Config *c, bf16_t *out, const bf16_t *res
 void moe_backward(Gemm *gm, MoeTile *m, const Qwen3Config *c, const MoeWeights *W, const MoeGrads *G,
                   const bf16_t *xn, const bf16_t *dy, bf16_t *dxn, int64_t T, cudaStream_t st) {
     const int64_t D = c->hidden, E = c->experts, k = c->top_k, Im = c->moe_intermediate;
-    mark(st, K_ELEM);
     moe_combine_bwd(m->ys, m->dw, dy, m->pair_row, m->w, T, k, D, st); /* ys <- d(ys) */
-    mark(st, K_GEMM); /* down: dW += d(ys)^T h, then h <- dh */
+    /* down: dW += d(ys)^T h, then h <- dh */
     experts_dw(gm, m, G->down, m->ys, m->h, E, Im, D, st);
     experts_dx(gm, m, m->h, m->ys, W->down, E, Im, D, 0.f, st);
-    mark(st, K_ELEM);
     swiglu_bwd(m->g, m->u, m->h, T * k * Im, st); /* g <- dg, u <- du */
-    mark(st, K_GEMM); /* gate and up: dW += d^T xs, then ys <- d(xs) */
+    /* gate and up: dW += d^T xs, then ys <- d(xs) */
     experts_dw(gm, m, G->gate, m->g, m->xs, E, D, Im, st);
     experts_dw(gm, m, G->up, m->u, m->xs, E, D, Im, st);
     experts_dx(gm, m, m->ys, m->g, W->gate, E, D, Im, 0.f, st);
     experts_dx(gm, m, m->ys, m->u, W->up, E, D, Im, 1.f, st);
-    mark(st, K_ELEM);
     moe_scatter_bwd(dxn, m->ys, m->pair_row, T, k, D, st);
     moe_router_bwd(m->dlogits, m->prob, m->sel, m->w, m->dw, c->aux_loss ? m->aux_grad : NULL, T, E, k, c->norm_topk,
                    st);
-    mark(st, K_GEMM);
     linear_dw(gm, G->router, m->dlogits, xn, T, D, E, st);
     linear_dx(gm, dxn, m->dlogits, W->router, T, D, E, 1.f, st);
     if (c->shared_inter) shared_bwd(gm, m, c, W, G, xn, dy, dxn, T, st);

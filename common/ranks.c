@@ -191,3 +191,38 @@ void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(
     pthread_barrier_destroy(&bar);
     free(th); free(args); free(why);
 }
+
+/* ---------------------------------------------------------------- the job */
+Job job_plan(RankOpts *o, int data_parallel) {
+    Job j = JOB_ONE;
+    j.P = ranks_in_job(o);
+    j.dp = data_parallel ? j.P : 1;
+    j.share = o->local_ranks > 0 ? j.P : 1;
+    j.here = ranks_here(o);
+    return j;
+}
+
+void job_join(Job *j, const Rank *r) {
+    j->comm = r->comm;
+    j->rank = r->comm ? comm_rank_id(r->comm) : 0;
+    j->here = r->here;
+}
+
+void ranks_need_gpu(void) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n > 0) return;
+    (void)cudaGetLastError();
+    STOP("no usable GPU: %s (--dry-run plans without one)", e != cudaSuccess ? cudaGetErrorString(e) : "none is visible");
+}
+
+void ranks_run_one(const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
+    ranks_need_gpu();
+    CUDA_CHECK(cudaSetDevice(0));
+    struct cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    char why[512];
+    if (plan_fits(mp, 1, 1, gpu_gib, p.name, why, sizeof why)) STOP("%s", why);
+    const Rank r = {0, 0, 1, NULL};
+    fn(&r, arg);
+}

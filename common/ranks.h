@@ -37,6 +37,27 @@ typedef struct {                 /* what a rank's thread is given */
     Comm *comm;
 } Rank;
 
+/* A rank's place in the job, the same struct in every stage (stage 1: JOB_ONE) */
+typedef struct {
+    int rank, P;        /* rank `rank` of P */
+    int dp;             /* ranks reading windows of their own (data parallelism): P, or 1 when they share one */
+    int share;          /* ranks on this rank's GPU (local ranks: all of them): speed and memory are per GPU */
+    int here;           /* rank threads in this process: they share its CPU cores */
+    Comm *comm;         /* NULL: the job is one rank */
+} Job;
+#define JOB_ONE ((Job){.rank = 0, .P = 1, .dp = 1, .share = 1, .here = 1, .comm = NULL})
+/* the job's shape from the options (ranks_in_job): P ranks, each reading its own windows
+ * (data_parallel) or all of them sharing each window */
+Job job_plan(RankOpts *o, int data_parallel);
+/* this rank's place in it, once its thread runs */
+void job_join(Job *j, const Rank *r);
+/* the rank among the dp that read their own windows whose windows this rank reads */
+static inline int job_dp_rank(const Job *j) { return j->dp > 1 ? j->rank : 0; }
+/* One GPU (stage 1): the plan checked against GPU 0, then fn on this thread (no communicator) */
+void ranks_run_one(const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg);
+/* a usable GPU is here, or STOP("no usable GPU: the reason") */
+void ranks_need_gpu(void);
+
 /* Take this node's place (--nnodes 0 / --node-rank -1, not given: Slurm's variables, else 1 / 0;
  * never for --local-ranks or --rehearse, one process on one GPU), then refuse contradictory
  * options or a malformed --rendezvous (a message naming the flag or variable) */

@@ -428,6 +428,7 @@ void sdpa_init(Sdpa *s, cudaStream_t st) {
     memset(s, 0, sizeof *s);
     CUDNN_CHECK(cudnnCreate(&s->handle));
     CUDNN_CHECK(cudnnSetStream(s->handle, st));
+    s->st = st;
     const size_t v = cudnnGetVersion();
     if (v < 90500) fprintf(stderr, "warning: cuDNN %zu is older than 9.5; its SDPA graphs are untested here\n", v);
 }
@@ -490,6 +491,7 @@ static int pack(const SdpaShape *p, const int32_t *lens, int n, int64_t *uids, v
 
 void sdpa_fwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *o, float *lse, const bf16_t *q,
                      const bf16_t *k, const bf16_t *v, void *ws, int64_t ws_bytes) {
+    const ProfSpan span = prof_span_begin(s->st, K_ATTN);
     trace("sdpa fwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d padded=%d", (long long)p->Hq,
           (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right, p->padded);
     SdpaPlan *pl = get_plan(s, G_FWD, p);
@@ -498,6 +500,7 @@ void sdpa_fwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *o
     void *ptrs[11] = {(void *)q, (void *)k, (void *)v, o, lse, &c.scale, &c.neginf, &c.skv, &c.sq};
     const int n = p->causal ? (p->bottom_right ? 9 : 7) : p->padded ? 7 : 6;
     execute(s, pl, pack(p, lens, n, uids, ptrs), uids, ptrs, ws, ws_bytes);
+    prof_span_end(s->st, span);
 }
 void sdpa_fwd(Sdpa *s, const SdpaShape *p, bf16_t *o, float *lse, const bf16_t *q, const bf16_t *k, const bf16_t *v,
               void *ws, int64_t ws_bytes) {
@@ -507,6 +510,7 @@ void sdpa_fwd(Sdpa *s, const SdpaShape *p, bf16_t *o, float *lse, const bf16_t *
 void sdpa_bwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *dq, bf16_t *dk, bf16_t *dv,
                      const bf16_t *q, const bf16_t *k, const bf16_t *v, const bf16_t *o, const bf16_t *dout,
                      const float *lse, float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes) {
+    const ProfSpan span = prof_span_begin(s->st, K_ATTN);
     trace("sdpa bwd Hq=%lld Hkv=%lld Sq=%lld Skv=%lld D=%lld causal=%d bottom_right=%d padded=%d", (long long)p->Hq,
           (long long)p->Hkv, (long long)p->Sq, (long long)p->Skv, (long long)p->D, p->causal, p->bottom_right, p->padded);
     SdpaPlan *pl = get_plan(s, G_BWD, p);
@@ -517,6 +521,7 @@ void sdpa_bwd_padded(Sdpa *s, const SdpaShape *p, const int32_t *lens, bf16_t *d
                       &c.one, softmax_sum, dq_accum, &c.neginf, &c.skv, &c.sq};
     const int n = p->causal ? (p->bottom_right ? 16 : 14) : p->padded ? 14 : 13;
     execute(s, pl, pack(p, lens, n, uids, ptrs), uids, ptrs, ws, ws_bytes);
+    prof_span_end(s->st, span);
 }
 void sdpa_bwd(Sdpa *s, const SdpaShape *p, bf16_t *dq, bf16_t *dk, bf16_t *dv, const bf16_t *q, const bf16_t *k,
               const bf16_t *v, const bf16_t *o, const bf16_t *dout, const float *lse, float *softmax_sum,
@@ -547,6 +552,8 @@ SdpaShape sdpa_block_shape(const SdpaShape *p, const DocBlock *b, int padded) {
 void sdpa_blocks_fwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, const bf16_t *q, const bf16_t *k,
                      const bf16_t *v, bf16_t *blk, float *lse_blk, void *o, int o_f32, float *lse, int64_t n,
                      void *ws, int64_t ws_bytes, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_ATTN);
+    blocks_tick(st, 0); /* the rehearsal's ring check: a watched ring's block starts */
     const int64_t Q = p->Hq * p->D, KV = p->Hkv * p->D;
     for (int64_t i = 0; i < bl->n; i++) {
         const DocBlock *b = &bl->b[i];
@@ -555,6 +562,8 @@ void sdpa_blocks_fwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, const bf
                         v + b->k0 * KV, ws, ws_bytes);
         lse_merge_ld(o, o_f32, lse, blk, lse_blk, sh.Sq, n, b->q0, b->nq, p->Hq, p->D, st);
     }
+    blocks_tick(st, 1);
+    prof_span_end(st, span);
 }
 
 void sdpa_blocks_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, const bf16_t *q, const bf16_t *k,
@@ -562,6 +571,8 @@ void sdpa_blocks_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, const bf
                      void *dk, void *dv, int acc_f32, bf16_t *blk, bf16_t *dkv_blk, float *lse_blk,
                      float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes, void (*kv_ready)(void *),
                      void *ctx, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_ATTN);
+    blocks_tick(st, 0); /* the rehearsal's ring check: a watched ring's block starts */
     const int64_t Q = p->Hq * p->D, KV = p->Hkv * p->D, e = acc_f32 ? 4 : 2;
     for (int64_t i = 0; i < bl->n; i++) {
         const DocBlock *b = &bl->b[i];
@@ -580,21 +591,26 @@ void sdpa_blocks_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, const bf
         add_bf16_into((char *)dv + e * b->k0 * KV, acc_f32, dkv_blk + sh.Skv * KV, b->nk * KV, st);
     }
     if (bl->n == 0 && kv_ready) kv_ready(ctx); /* a packed step with no block: the sum still arrives */
+    blocks_tick(st, 1);
+    prof_span_end(st, span);
 }
 
 void sdpa_packed_fwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, bf16_t *q, bf16_t *k, bf16_t *v, bf16_t *blk,
                      float *lse_blk, bf16_t *o, float *lse, void *ws, int64_t ws_bytes, cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_ATTN);
     sdpa_zero_slack(q, p->Sq, p->Hq * p->D, st);
     sdpa_zero_slack(k, p->Skv, p->Hkv * p->D, st);
     sdpa_zero_slack(v, p->Skv, p->Hkv * p->D, st);
     fill_f32(lse, -INFINITY, p->Hq * p->Sq, st);
     sdpa_blocks_fwd(s, p, bl, q, k, v, blk, lse_blk, o, 0, lse, p->Sq, ws, ws_bytes, st);
+    prof_span_end(st, span);
 }
 
 void sdpa_packed_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, bf16_t *dq, bf16_t *dk, bf16_t *dv,
                      bf16_t *q, bf16_t *k, bf16_t *v, bf16_t *o, bf16_t *dout, const float *lse, bf16_t *blk,
                      bf16_t *dkv_blk, float *lse_blk, float *softmax_sum, float *dq_accum, void *ws, int64_t ws_bytes,
                      cudaStream_t st) {
+    const ProfSpan span = prof_span_begin(st, K_ATTN);
     const int64_t Q = p->Hq * p->D, KV = p->Hkv * p->D;
     sdpa_zero_slack(q, p->Sq, Q, st); /* the forward zeroed these, but a kept layer's skipped it */
     sdpa_zero_slack(k, p->Skv, KV, st);
@@ -606,6 +622,7 @@ void sdpa_packed_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *bl, bf16_t *
     CUDA_CHECK(cudaMemsetAsync(dv, 0, (size_t)(2 * p->Skv * KV), st));
     sdpa_blocks_bwd(s, p, bl, q, k, v, o, dout, lse, p->Sq, dq, dk, dv, 0, blk, dkv_blk, lse_blk, softmax_sum,
                     dq_accum, ws, ws_bytes, NULL, NULL, st);
+    prof_span_end(st, span);
 }
 
 void sdpa_zero_slack(bf16_t *x, int64_t rows, int64_t width, cudaStream_t st) {

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../kernels/kernels.h"
+#include "check.h"
 #include "docs.h"
 
 typedef struct {
@@ -28,6 +29,7 @@ typedef struct SdpaPlan SdpaPlan;
 
 typedef struct {
     cudnnHandle_t handle;
+    cudaStream_t st;   /* the handle's: every call runs on it */
     SdpaPlan **plans;
     int nplans, cap;
     int verbose;       /* print plan builds */
@@ -131,5 +133,29 @@ void docplan_trace(const DocPlan *dp, int64_t ndocs, const int32_t *win, int64_t
 
 /* zero the DOCS_SLACK_ROWS rows after rows [0, rows) of a bf16 [rows, width] buffer */
 void sdpa_zero_slack(bf16_t *x, int64_t rows, int64_t width, cudaStream_t st);
+
+/* Causal attention over a window: whole (docs NULL), or a packed window's document blocks, each alone
+ * (blk, lse_blk: their scratch; dkv_blk too, backward) */
+static inline void sdpa_causal_fwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *docs, bf16_t *q, bf16_t *k, bf16_t *v,
+                                   bf16_t *o, float *lse, bf16_t *blk, float *lse_blk, void *ws, int64_t ws_bytes,
+                                   cudaStream_t st) {
+    if (docs) sdpa_packed_fwd(s, p, docs, q, k, v, blk, lse_blk, o, lse, ws, ws_bytes, st);
+    else sdpa_fwd(s, p, o, lse, q, k, v, ws, ws_bytes);
+}
+static inline void sdpa_causal_bwd(Sdpa *s, const SdpaShape *p, const SdpaBlocks *docs, bf16_t *dq, bf16_t *dk,
+                                   bf16_t *dv, bf16_t *q, bf16_t *k, bf16_t *v, bf16_t *o, bf16_t *dout, const float *lse,
+                                   float *softmax_sum, float *dq_accum, bf16_t *blk, bf16_t *dkv_blk, float *lse_blk,
+                                   void *ws, int64_t ws_bytes, cudaStream_t st) {
+    if (docs) sdpa_packed_bwd(s, p, docs, dq, dk, dv, q, k, v, o, dout, lse, blk, dkv_blk, lse_blk, softmax_sum, dq_accum,
+                              ws, ws_bytes, st);
+    else sdpa_bwd(s, p, dq, dk, dv, q, k, v, o, dout, lse, softmax_sum, dq_accum, ws, ws_bytes);
+}
+
+/* the real cuDNN workspaces of a shape's plans must fit the planned one (DIE otherwise) */
+static inline void sdpa_check_workspace(Sdpa *s, const SdpaShape *p, int64_t planned) {
+    const int64_t need = sdpa_bwd_workspace(s, p), fwd = sdpa_fwd_workspace(s, p);
+    if (need > planned || fwd > planned)
+        DIE("cuDNN wants %lld bytes of workspace, the plan has %lld", (long long)(need > fwd ? need : fwd), (long long)planned);
+}
 
 #endif

@@ -21,6 +21,8 @@ typedef struct {
 } Arena;
 
 #define ARENA_ALIGN 256
+#define BF(n) ((int64_t)(n) * 2)  /* bytes of n bf16 */
+#define F32(n) ((int64_t)(n) * 4) /* bytes of n fp32 */
 
 /* every arena of a stage: name and place, planning mode (base NULL, nothing used) */
 typedef struct {

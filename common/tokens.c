@@ -174,6 +174,7 @@ int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int ran
     ld->rank = rank;
     ld->windows = (tf->count - 1) / seq;
     ld->eot = -1;
+    ld->epoch = -1;
     if (ld->windows < world) {
         snprintf(err, errlen, "%s holds %lld window%s of %lld+1 tokens; %d data-parallel ranks need at least %d disjoint ones",
                  tf->path, (long long)ld->windows, ld->windows == 1 ? "" : "s", (long long)seq, world, world);
@@ -275,4 +276,16 @@ int64_t loader_digest(const Loader *ld) {
         }
     h ^= h >> 31;
     return (int64_t)(h >> 12); /* 52 bits, as tokens_digest */
+}
+
+int64_t loader_next(Loader *ld, int64_t step, uint32_t *ids) {
+    const int64_t e = loader_window(ld, step, ids);
+    if (e != ld->epoch && ld->epoch >= 0) say("data: epoch %lld begins at step %lld\n", (long long)e, (long long)step + 1);
+    return ld->epoch = e;
+}
+
+void loader_report(const Loader *ld) {
+    say("data %s: %lld tokens, %lld windows of %lld+1 per epoch\n", ld->tf->path, (long long)ld->tf->count,
+        (long long)ld->windows, (long long)ld->seq);
+    if (ld->tf->weights) say("  with a loss mask: %lld of its labels carry loss\n", (long long)ld->tf->counted);
 }

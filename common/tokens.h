@@ -70,6 +70,7 @@ typedef struct {
     int64_t windows;   /* windows per epoch */
     int64_t eot;       /* --packing: the end-of-text id (a label after it, the next document's first
                         * token, counts no loss: common/docs.h); -1: not packed */
+    int64_t epoch;     /* the epoch of the window loader_next read last (-1: none yet) */
 } Loader;
 
 int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int rank, char *err, size_t errlen);
@@ -78,6 +79,10 @@ int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int ran
 void loader_pack(Loader *ld, uint32_t eot);
 /* Fill ids[seq+1] for the given step; returns the epoch (0-based) of that window. */
 int64_t loader_window(const Loader *ld, int64_t step, uint32_t *ids);
+/* the same, as a run reads its windows: ld->epoch set, and a line when a new epoch begins */
+int64_t loader_next(Loader *ld, int64_t step, uint32_t *ids);
+/* the lines a run's data prints once opened: its windows, and its loss mask if it has one */
+void loader_report(const Loader *ld);
 /* the same window's loss weights, w[seq+1] aligned with ids (all 1 for a file without weights);
  * returns the labels that count (w[1..seq]) */
 int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w);

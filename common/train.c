@@ -32,15 +32,20 @@ double lr_at(double lr, double min_frac, int64_t warmup, int64_t steps, const ch
 static const char *K_NAMES[K_N] = {"GEMM", "attention", "norms/RoPE/SwiGLU/embedding", "loss (lm_head + CE)",
                                    "optimizer", "-"};
 #define MAX_MARKS 8192
+#define MAX_SPANS 65536
 static struct {
     int on, n, cls[MAX_MARKS];
     cudaEvent_t ev[MAX_MARKS];
     double ms[K_N];
-} prof;
+    int region;                  /* the class of the region marked last */
+    int nspan, span_cls[MAX_SPANS];
+    cudaEvent_t *span_ev;        /* [2 MAX_SPANS]: begin, end (made as first needed) */
+} prof = {.region = K_ELEM};
 
 void prof_enable(int on) { prof.on = on; }
 
 static _Thread_local int paused; /* per rank thread: local ranks evaluate at their own pace */
+static _Thread_local int span_depth; /* spans inside spans (a ring's blocks inside its call) are the outer one's */
 void measure_pause(int p) { paused = p; }
 int measure_paused(void) { return paused; }
 
@@ -94,14 +99,36 @@ static void timeline_step(cudaStream_t st) {
 }
 
 void mark(cudaStream_t st, int cls) {
-    if (tl.on && rank_prints() && !paused) { /* the compute stream's spans, by class */
+    if (!rank_prints() || paused) return; /* one rank profiles */
+    if (tl.on) { /* the compute stream's spans, by class */
         tl_end(tl.compute, st);
         tl.compute = cls == K_END ? -1 : tl_begin(st, "compute", K_NAMES[cls]);
     }
-    if (!prof.on || prof.n == MAX_MARKS || !rank_prints() || paused) return; /* one rank profiles */
+    prof.region = cls;
+    if (!prof.on || prof.n == MAX_MARKS) return;
     if (!prof.ev[prof.n]) CUDA_CHECK(cudaEventCreate(&prof.ev[prof.n]));
     CUDA_CHECK(cudaEventRecord(prof.ev[prof.n], st));
     prof.cls[prof.n++] = cls;
+}
+
+ProfSpan prof_span_begin(cudaStream_t st, int cls) {
+    ProfSpan s = {-1, -1};
+    if (span_depth++ || prof.region != K_ELEM || !rank_prints() || paused) return s; /* the outermost, in the layers */
+    if (tl.on) s.tl = tl_begin(st, "compute", K_NAMES[cls]);
+    if (!prof.on || prof.nspan == MAX_SPANS) return s;
+    if (!prof.span_ev) prof.span_ev = xcalloc(2 * MAX_SPANS, sizeof *prof.span_ev);
+    s.prof = prof.nspan++;
+    for (int k = 0; k < 2; k++)
+        if (!prof.span_ev[2 * s.prof + k]) CUDA_CHECK(cudaEventCreate(&prof.span_ev[2 * s.prof + k]));
+    CUDA_CHECK(cudaEventRecord(prof.span_ev[2 * s.prof], st));
+    prof.span_cls[s.prof] = cls;
+    return s;
+}
+
+void prof_span_end(cudaStream_t st, ProfSpan s) {
+    span_depth--;
+    if (s.prof >= 0) CUDA_CHECK(cudaEventRecord(prof.span_ev[2 * s.prof + 1], st));
+    tl_end(s.tl, st);
 }
 
 void prof_report(cudaStream_t st) {
@@ -116,6 +143,13 @@ void prof_report(cudaStream_t st) {
         prof.ms[prof.cls[i]] += ms;
         total += ms;
     }
+    for (int i = 0; i < prof.nspan; i++) { /* a GEMM's or an attention call's time, out of the layers' rest */
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, prof.span_ev[2 * i], prof.span_ev[2 * i + 1]));
+        prof.ms[prof.span_cls[i]] += ms;
+        prof.ms[K_ELEM] -= ms;
+    }
+    prof.nspan = 0;
     printf("  profile:");
     for (int i = 0; i < K_END; i++)
         printf(" %s %.1f ms (%.1f%%)%s", K_NAMES[i], prof.ms[i], 100 * prof.ms[i] / total, i + 1 < K_END ? " |" : "\n");
@@ -145,21 +179,32 @@ void trace(const char *fmt, ...) {
 }
 
 /* ---------------------------------------------------------------- ring blocks */
-void blocks_init(BlockTimer *b, int P, int64_t layer) {
-    b->P = P;
-    b->layer = layer;
-    b->ev = NULL;
+static _Thread_local BlockTimer *blocks_mine; /* this rank thread's */
+static _Thread_local struct { int on, dir, i; } watch;
+
+void blocks_init(BlockTimer *b, int P, int64_t layer, double kv_hop_ms, double dkv_hop_ms) {
+    *b = (BlockTimer){P, layer, NULL, kv_hop_ms, dkv_hop_ms};
+    blocks_mine = b;
     if (layer < 0) return;
     b->ev = calloc((size_t)(4 * P), sizeof(cudaEvent_t));
     for (int i = 0; i < 4 * P; i++) CUDA_CHECK(cudaEventCreate(&b->ev[i]));
 }
 
-void blocks_mark(BlockTimer *b, cudaStream_t st, int64_t layer, int dir, int i, int end) {
-    if (layer == b->layer && !paused) CUDA_CHECK(cudaEventRecord(b->ev[(dir * b->P + i) * 2 + end], st));
+void blocks_watch(BlockTimer *b, int64_t at, int dir) {
+    watch.on = at == b->layer && !paused, watch.dir = dir, watch.i = 0;
 }
 
-void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms) {
-    if (b->layer < 0 || b->P < 2 || !rank_prints()) return;
+void blocks_tick(cudaStream_t st, int end) {
+    const BlockTimer *b = blocks_mine;
+    if (!watch.on || !b) return;
+    CUDA_CHECK(cudaEventRecord(b->ev[(watch.dir * b->P + watch.i) * 2 + end], st));
+    if (end && ++watch.i == b->P) watch.on = 0;
+}
+
+void blocks_report(void) {
+    const BlockTimer *b = blocks_mine;
+    if (!b || b->layer < 0 || b->P < 2 || !rank_prints()) return;
+    const double kv_hop_ms = b->kv_hop_ms, dkv_hop_ms = b->dkv_hop_ms;
     for (int dir = 0; dir < 2; dir++) {
         const double hop = dir ? kv_hop_ms + dkv_hop_ms : kv_hop_ms;
         double lo = 1e30, hi = 0;

@@ -8,16 +8,48 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli.h"
+
 double now_s(void); /* monotonic seconds */
 
 /* lr at 1-based step: linear warmup, then cosine down to min_frac * lr at `steps`, or constant */
 double lr_at(double lr, double min_frac, int64_t warmup, int64_t steps, const char *schedule, int64_t step);
 
-/* --profile: an event at every change of kernel class; the time between two events is charged to
- * the class of the first. Off (or on a rank other than 0), mark() is one branch. */
+/* AdamW's hyper-parameters and its learning-rate schedule: the same options in every stage */
+typedef struct {
+    double lr, min_lr_frac;  /* the peak; the cosine's floor as a fraction of it */
+    int64_t warmup;          /* linear warmup steps */
+    const char *schedule;    /* after warmup: cosine | constant */
+    double wd, beta1, beta2, eps, clip; /* decoupled weight decay (matrices only), moments, epsilon, norm clip */
+} AdamOpts;
+#define ADAM_DEFAULTS {.lr = 3e-4, .min_lr_frac = 0.1, .warmup = 10, .schedule = "cosine", .wd = 0.1, .beta1 = 0.9, \
+                       .beta2 = 0.95, .eps = 1e-8, .clip = 1.0}
+#define ADAM_OPTIONS(a)                                                                                                  \
+    {"--lr", OPT_DOUBLE, &(a).lr, "peak learning rate", "(0,1]"},                                                     \
+    {"--warmup", OPT_INT, &(a).warmup, "linear warmup steps", "[0,1G]"},                                              \
+    {"--schedule", OPT_STRING, &(a).schedule, "after warmup: cosine | constant", "cosine|constant"},                  \
+    {"--min-lr-frac", OPT_DOUBLE, &(a).min_lr_frac, "cosine floor as a fraction of --lr", "[0,1]"},                   \
+    {"--wd", OPT_DOUBLE, &(a).wd, "AdamW decoupled weight decay (matrices only)", "[0,1]"},                           \
+    {"--beta1", OPT_DOUBLE, &(a).beta1, "AdamW beta1", "[0,1)"},                                                      \
+    {"--beta2", OPT_DOUBLE, &(a).beta2, "AdamW beta2", "[0,1)"},                                                      \
+    {"--eps", OPT_DOUBLE, &(a).eps, "AdamW epsilon", "(0,1]"},                                                        \
+    {"--clip", OPT_DOUBLE, &(a).clip, "global gradient-norm clip (0: off)", "[0,inf)"}
+/* the step's learning rate */
+static inline double adam_lr(const AdamOpts *a, int64_t steps, int64_t step) {
+    return lr_at(a->lr, a->min_lr_frac, a->warmup, steps, a->schedule, step);
+}
+
+/* --profile: the stage marks the step's regions -- the layers (K_ELEM), the loss, the optimizer, the
+ * end -- and each region's time is charged to its class. Inside the layers the GEMM and attention
+ * calls time themselves (prof_span_begin/end in common/gemm.c, common/sdpa.c, the gated delta rule),
+ * moving their time to K_GEMM or K_ATTN; what is left is the norms, RoPE, SwiGLU, copies. Off (or on
+ * a rank other than the printing one), each is a branch. */
 enum { K_GEMM, K_ATTN, K_ELEM, K_LOSS, K_OPTIM, K_END, K_N };
 void prof_enable(int on);
 void mark(cudaStream_t st, int cls);
+typedef struct { int prof, tl; } ProfSpan;
+ProfSpan prof_span_begin(cudaStream_t st, int cls);
+void prof_span_end(cudaStream_t st, ProfSpan s);
 /* wait for the stream, print the step's time per class, start over */
 void prof_report(cudaStream_t st);
 
@@ -35,19 +67,22 @@ void tl_end(int span, cudaStream_t st);
 void trace_open(const char *path);
 void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* The rehearsal's ring check: events around each of the P ring blocks of one layer, forward
- * (dir 0) and backward (dir 1), read at the step's end and set against the modelled transfer
- * that runs beneath each block. layer < 0: off (one branch per block). */
+/* The rehearsal's ring check: events around each of the P ring blocks of one layer, forward (dir 0)
+ * and backward (dir 1), read at the step's end (run_step) and set against the modelled transfer that
+ * runs beneath each block. layer < 0: off. The timer is its rank thread's: a ring calls blocks_watch
+ * before its P blocks, and sdpa_blocks_fwd / _bwd mark each block's start and end (blocks_tick). */
 typedef struct {
     int P;
     int64_t layer;
-    cudaEvent_t *ev;   /* [2, P, 2] */
+    cudaEvent_t *ev;                /* [2, P, 2] */
+    double kv_hop_ms, dkv_hop_ms;   /* the modelled hops: K/V, and the travelling dK/dV */
 } BlockTimer;
-void blocks_init(BlockTimer *b, int P, int64_t layer);
-void blocks_mark(BlockTimer *b, cudaStream_t st, int64_t layer, int dir, int i, int end);
+void blocks_init(BlockTimer *b, int P, int64_t layer, double kv_hop_ms, double dkv_hop_ms);
+void blocks_watch(BlockTimer *b, int64_t at, int dir);
+void blocks_tick(cudaStream_t st, int end);
 /* Forward: the K/V hop for block i+1 runs under block i. Backward: the K/V hop for block j+1 and the
  * dK/dV hop of block j-1 run under block j. Prints, per direction, whether every hop hides. */
-void blocks_report(const BlockTimer *b, double kv_hop_ms, double dkv_hop_ms);
+void blocks_report(void);
 
 /* --eval-data: one evaluation's result (labels 0: none ran) */
 typedef struct {

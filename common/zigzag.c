@@ -1,6 +1,10 @@
 /* zigzag.c -- zigzag split and ring schedule. */
 #include "zigzag.h"
 
+#include <stdlib.h>
+
+#include "check.h"
+
 #include <math.h>
 #include <stdio.h>
 
@@ -41,4 +45,11 @@ void lse_merge_row(double *o, double *lse, const double *o_b, double lse_b, int6
     const double m = fmax(*lse, lse_b), w = exp(*lse - m), wb = exp(lse_b - m), z = w + wb;
     for (int64_t i = 0; i < d; i++) o[i] = (w * o[i] + wb * o_b[i]) / z;
     *lse = m + log(z);
+}
+
+void zigzag_rope_positions(int64_t S, int P, int r, int32_t *pos) {
+    int64_t *zz = xmalloc((size_t)(8 * (S / P)));
+    zigzag_positions(S, P, r, zz);
+    for (int64_t t = 0; t < S / P; t++) pos[t] = (int32_t)zz[t];
+    free(zz);
 }

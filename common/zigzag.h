@@ -42,6 +42,8 @@
 int zigzag_check(int64_t S, int P, char *err, size_t errlen);
 /* the S/P global positions rank r holds, in its local order */
 void zigzag_positions(int64_t S, int P, int r, int64_t *pos);
+/* the same as RoPE takes them (int32) */
+void zigzag_rope_positions(int64_t S, int P, int r, int32_t *pos);
 
 typedef struct {
     int src;          /* the rank whose K/V this block uses */
@@ -51,6 +53,10 @@ typedef struct {
 } RingBlock;
 
 RingBlock ring_block(int64_t S, int P, int r, int step);
+/* rank r's chunk k (k 0: its head, chunk r; k 1: its tail, chunk 2P-1-r) */
+static inline int64_t zigzag_chunk(int P, int r, int k) { return k ? 2 * P - 1 - r : r; }
+/* chunk ch's slot among the ranks' chunks, rank-major (rank * 2 + k): head of rank ch, or tail of rank 2P-1-ch */
+static inline int64_t zigzag_slot(int P, int64_t ch) { return ch < P ? 2 * ch : 2 * (2 * P - 1 - ch) + 1; }
 
 /* Merge a block's (o_b, lse_b) into the running (o, lse) for one row of d values:
  * lse' = log(e^lse + e^lse_b), o' = (e^lse o + e^lse_b o_b) / e^lse'. fp64 reference. */

@@ -33,6 +33,16 @@ def prototypes(path):
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     text = re.sub(r"#.*", "", text)
     text = re.sub(r"typedef struct \{.*?\}\s*\w+;", "", text, flags=re.S)
+    while "static inline" in text:  # header-defined helpers: their bodies are not entry points
+        i = text.index("static inline")
+        j = text.index("{", i)
+        depth, k = 0, j
+        while True:
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            k += 1
+            if depth == 0:
+                break
+        text = text[:i] + text[k:]
     text = re.sub(r"extern \"C\" \{|^\}", "", text, flags=re.M)
     for stmt in text.split(";"):
         m = re.fullmatch(r"\s*((?:const\s+)?[\w\s\*]+?)\b(\w+)\s*\((.*)\)\s*", stmt, flags=re.S)
@@ -116,8 +126,13 @@ def emit(ret, name, params, wrapped):
         fmt.append(f"{n}=%lld")
         args.append(f"(long long){n}")
     lines += pre
+    ticks = name in ("sdpa_blocks_fwd", "sdpa_blocks_bwd") and TICKS  # the ring check's marks, where sdpa.c makes them
+    if ticks:
+        lines.append("    blocks_tick(st, 0);")
     lines.append(f"    calls_log(\"{name} {' '.join(fmt)}\"{''.join(', ' + a for a in args)});")
     lines += post
+    if ticks:
+        lines.append("    blocks_tick(st, 1);")
     if name in BODIES:
         lines.append("    " + BODIES[name])
     if ret != "void":
@@ -126,8 +141,13 @@ def emit(ret, name, params, wrapped):
     return "\n".join(lines)
 
 
+TICKS = False
+
+
 def main():
+    global TICKS
     tree = sys.argv[1]
+    TICKS = "blocks_tick" in open(f"{tree}/common/train.h").read()
     wrap_only = "--wrap" in sys.argv
     todo = [(f"{tree}/kernels/kernels.h", None, False), (f"{tree}/common/gemm.h", GEMM, True),
             (f"{tree}/common/sdpa.h", SDPA, True)]
@@ -139,7 +159,7 @@ def main():
         return
     print("/* made by tests/calls/gen_stubs.py: never edit */")
     print('#include <stdio.h>\n#include <string.h>\n#include "kernels/kernels.h"\n#include "common/gemm.h"\n'
-          '#include "common/sdpa.h"\n#include "calls.h"\n')
+          '#include "common/sdpa.h"\n#include "common/train.h"\n#include "calls.h"\n')
     for path, keep, wrapped in todo:
         for ret, name, params in prototypes(path):
             if keep is not None and name not in keep:

@@ -50,7 +50,7 @@ G=$PWD/tests/golden
 tok() { local S; S=$(cat "$tmp/$1.seq"); [ $st = stage1 ] || [ $st = stage2 ] || S=$((S / 16 * 16)); echo "--model $G/$1 --data $tmp/$1.tok --seq $S --loss-chunk 7"; }
 HP="--steps 2 --lr 1e-3 --warmup 0"
 for st in stage1 stage2 stage3 stage4 stage5; do
-    [ -x "$out/old/$st" ] || continue
+    [ -x "$out/old/$st" ] && [ -x "$out/new/$st" ] || { echo "MISSING $st (not built in both trees)"; continue; }
     case $st in
         stage1) ranks=("") ;;
         stage2) ranks=("--local-ranks 1" "--local-ranks 2" "--gpus 4 --rehearse 1") ;;

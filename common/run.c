@@ -1,0 +1,163 @@
+/* run.c -- a run's operations around the training step (run.h). */
+#include "run.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "ckpt.h"
+#include "gpu.h"
+
+void run_opts_check(RunOpts *r, const char **model, int model_given, int64_t steps) {
+    if (steps == 0 && !r->save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
+    const char *asked = r->resume;
+    if (r->resume) r->resume = ckpt_resume_dir(r->resume); /* DIR/latest, or a step directory; never a partial one */
+    if (r->resume && (!model_given || !strcmp(*model, asked))) *model = r->resume; /* its own model */
+    if (r->eval_every && !r->eval_data) STOP("--eval-every needs --eval-data FILE (the held-out tokens)");
+}
+
+void run_instruments(const RunOpts *r) {
+    prof_enable(r->profile);
+    trace_open(r->trace);
+    timeline_open(r->timeline);
+}
+
+void run_open_inputs(Inputs *in, const RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
+                     const Job *j, const Qwen3Config *c, const ParamTable *t) {
+    inputs_open(in, &(InputsAsk){.data = data, .eval_data = r->eval_data, .model = model, .resume = r->resume,
+                                 .save = r->save, .log = r->log, .trace = r->trace, .timeline = r->timeline,
+                                 .dump_grads = r->dump_grads, .window = seq, .world = j->dp,
+                                 .eval_steps = run_eval_passes(r, j), .steps = steps},
+                c, t);
+}
+
+void job_same_inputs(const Job *j, uint64_t digest, const char *path, int64_t tokens, int64_t counted,
+                     int64_t layers, cudaStream_t st) {
+    if (!j->comm || comm_same_i64(j->comm, (int64_t)digest, st)) return;
+    STOP("%s or the model's config differs between ranks (here: %lld tokens, %lld labels count; %lld layers): every "
+         "node needs the same file and model", path, (long long)tokens, (long long)counted, (long long)layers);
+}
+
+/* ---------------------------------------------------------------- evaluation and saves */
+/* --eval-data: the mean NLL over the labels that count in the file's first windows, divided by the
+ * labels of every rank's windows (never a rank's share). The stage's forward runs in the training's
+ * buffers; the step's profile and collective counts leave it out. */
+static EvalResult evaluate(Run *r) {
+    const double t0 = now_s();
+    measure_pause(1);
+    EvalResult e = {.windows = r->eval_passes * r->job.dp};
+    double sum = 0;
+    for (int64_t k = 0; k < r->eval_passes; k++) {
+        int64_t labels = 0;
+        const double s = r->h.eval_window(r->h.model, k, &labels);
+        if (!labels) continue; /* windows of prompt only */
+        sum += s;
+        e.labels += labels;
+    }
+    measure_pause(0);
+    e.loss = sum / (double)e.labels;
+    e.sec = now_s() - t0;
+    if (!isfinite(e.loss)) DIE("the evaluation's loss is %f -- stopping", e.loss);
+    return e;
+}
+static EvalResult eval_after(Run *r, int64_t step) {
+    if (!r->o->eval_data || !eval_due(r->o->eval_every, step, r->steps)) return (EvalResult){0};
+    return evaluate(r);
+}
+static void save(Run *r, int64_t step) {
+    StateIO io = r->h.state(r->h.model);
+    state_save(&io, r->o->save, step, r->S, r->data, r->o->save_keep);
+}
+static void save_if_due(Run *r, int64_t step) {
+    if (r->o->save && save_due(r->o->save_every, step, r->steps)) save(r, step);
+}
+
+void run_check_eval(const RunOpts *r, const Job *j, const Loader *ld) {
+    char err[512];
+    if (loader_check_eval(ld, run_eval_passes(r, j), err, sizeof err)) DIE("%s", err);
+}
+
+/* ---------------------------------------------------------------- the loop's calls */
+void run_begin(Run *r, int64_t start) {
+    r->start = start;
+    r->eval_passes = run_eval_passes(r->o, &r->job);
+    r->log = r->o->log && rank_prints() ? fopen(r->o->log, "a") : NULL; /* the printing rank logs */
+    if (r->o->log && rank_prints() && !r->log) DIE("cannot open --log %s", r->o->log);
+    r->flops = config_step_flops(r->c, r->seq) / (r->job.P / r->job.dp); /* a shared window: this rank's share */
+    CUDA_CHECK(cudaEventCreate(&r->ev[0]));
+    CUDA_CHECK(cudaEventCreate(&r->ev[1]));
+    if (r->job.P == 1 && r->stage == 1)
+        say("training %lld steps of %lld tokens (%.3g model TFLOP per step)\n", (long long)r->steps, (long long)r->S,
+            r->flops / 1e12);
+    else
+        say("training %lld steps of %d x %lld tokens (%.3g model TFLOP per rank and step)\n", (long long)r->steps,
+            r->job.P, (long long)r->S, r->flops / 1e12);
+    progress_start(r->c->layers); /* on a terminal: where the step is */
+    /* ranks finish allocating (pinning), loading and planning minutes apart: meet here (the barrier's
+     * own, longer limit), not in the first collective, whose clock starts on the fastest */
+    if (r->job.comm) comm_barrier(r->job.comm, r->st);
+    if (r->o->eval_data) { /* the held-out loss before the first step: where its curve starts */
+        const EvalResult e0 = evaluate(r);
+        eval_report(r->stage, start, &e0, r->log);
+    }
+    if (r->o->save) preempt_arm(); /* SIGTERM, SIGUSR1: save after the step in flight, then stop */
+    r->t0 = now_s();
+}
+
+int run_stopping(Run *r, int64_t step) {
+    if (!r->o->save) return 0;
+    const int sig = r->job.comm ? (int)-comm_min_i64(r->job.comm, -(int64_t)preempt_pending(), r->st) /* one step, every rank */
+                                : preempt_pending();
+    if (!sig) return 0;
+    if (step > r->start && !save_due(r->o->save_every, step, r->steps)) save(r, step);
+    preempt_report(sig, step, r->start, r->o->save);
+    return 1;
+}
+
+void run_skipped(Run *r, int64_t step) {
+    const EvalResult e = eval_after(r, step);
+    step_skipped(r->stage, step, &e, r->log);
+    save_if_due(r, step);
+}
+
+void run_clock_start(Run *r) { CUDA_CHECK(cudaEventRecord(r->ev[0], r->st)); }
+void run_clock_stop(Run *r) {
+    mark(r->st, K_END);
+    CUDA_CHECK(cudaEventRecord(r->ev[1], r->st));
+}
+
+void run_dump(Run *r, int64_t step, const double *loss_sum, int64_t counted, double aux) {
+    if (!r->o->dump_grads || step != 1) return;
+    double ls;
+    gpu_download(&ls, loss_sum, 8, r->st);
+    StateIO io = r->h.state(r->h.model);
+    state_dump(&io, r->o->dump_grads, ls / (double)counted + aux);
+}
+
+void run_step(Run *r, StepLog *s, double pairs) {
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, r->ev[0], r->ev[1]));
+    const int packed = pairs >= 0, share = r->job.share;
+    const double G = 1 << 30, sec = ms / 1e3,
+                 fl = packed ? config_step_flops_pairs(r->c, r->S, pairs) : r->flops; /* --packing: the blocks' work */
+    s->stage = r->stage, s->ranks = r->stage > 1 ? r->job.P : 0, s->model = r->c->name, s->seq = r->S;
+    s->sec = sec, s->tokens = (double)(r->seq * r->job.dp), s->tflops = fl * share / sec / 1e12;
+    s->attn_tflop = packed ? config_attn_flops(r->c, pairs) / 1e12 : 0;
+    s->attn_tflop_full = config_attn_flops(r->c, (double)r->seq * r->seq / 2) / (r->job.P / r->job.dp) / 1e12;
+    s->mem_used_gib = (double)gpu_used_bytes() / G;
+    s->mem_plan_gib = (double)memplan_peak(r->mp) * share / G;
+    s->host_gib = (double)memplan_host(r->mp) * share / G;
+    s->eval = eval_after(r, s->step); /* after the step's numbers are read: it reuses their buffers */
+    step_report(s, r->log);
+    if (r->job.comm) comm_step_report(r->job.comm, sec); /* rehearsal only: bytes moved and their modelled time */
+    blocks_report(); /* rehearsal only: do the ring's hops hide under its blocks? */
+    prof_report(r->st);
+    fflush(stdout);
+    save_if_due(r, s->step);
+}
+
+void run_end(Run *r, int64_t step) {
+    say("done: %.1f s\n", now_s() - r->t0);
+    if (r->o->save && step > r->steps) save(r, r->steps); /* not after a stop */
+    if (r->log) fclose(r->log);
+}
