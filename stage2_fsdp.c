@@ -49,7 +49,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
         ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
-        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none (stage 4 adds N, auto and gpu:N,host:M)"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none (stage 4 adds N, auto and gpu:N,host:M). A Qwen3.5 hybrid keeps none yet: its attention layers recompute"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},

@@ -58,7 +58,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
         ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
-        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split. A Qwen3.5 hybrid keeps none yet (auto: none; else refused)"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
@@ -690,6 +690,7 @@ static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, floa
     }
     if (f32) cast_f32_to_bf16(o, w->o_acc, n * Q, st);
 }
+/* ---- end stage 3 ---- */
 
 /* ---- stage 3: the linear layers' state ---- */
 /* Linear attention (Qwen3.5) crosses ranks as state, not K/V (docs/context_parallel_state.md derives
@@ -945,6 +946,7 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
         CUDA_CHECK(cudaMemcpyAsync(dkv_out, dkv, (size_t)BF(2 * n * KV), cudaMemcpyDeviceToDevice, st));
     }
 }
+/* ---- end stage 3 ---- */
 
 /* ---- stage 3: the linear layers' state ---- */
 /* the backward's: our chunks' C, exchanged; composed from the last chunk back into the gradients of our

@@ -2,13 +2,13 @@
 # Stage 1 against the PyTorch peer, in one device call. Writes JSON lines under $OUT (or
 # ./bench_out): c_<case>.jsonl from ./stage1 --log, peer.jsonl from the peer script, and the
 # 30-step loss comparison (c_books.jsonl vs hf_books.jsonl).
-#   PEER=path/to/peer_torch.py bash bench/bench_stage1.sh [cases...]
+#   bash bench/bench_stage1.sh [cases...]        (PEER=another.py: another peer script, the same options)
 # cases: short (0.6B 16K, 64K), keep64 (0.6B and 1.7B 64K --keep-attn), 128k (0.6B 128K keep-attn and plain), 1.7b (64K), loss (30 steps),
 #        512k (0.6B 512K, one step, with its --dry-run plan), peer (peer at the same sizes)
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-bench_out}; mkdir -p "$O"
-PEER=${PEER:-../shared/bench/peer_torch.py}
+PEER=${PEER:-bench/peer_dense.py}
 c() { # name, args...
     local name=$1; shift
     echo "== stage1 $name: $*"

@@ -1,4 +1,4 @@
-/* docs_attn.c -- what packed documents save in ring attention (issue 32), on one GPU.
+/* docs_attn.c -- what packed documents save in ring attention, on one GPU.
  *
  * A window of S tokens holding documents of a realistic length mix is split over P zigzag ranks.
  * For every rank this times its attention of one layer, forward then backward, as stage 3 runs it:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A token file of packed documents for the --packing measurements (issue 32).
+"""A token file of packed documents for the --packing measurements.
 
 Documents of log-uniform lengths in [MIN, MAX] tokens (default 1K-256K: mean about 46K, a
 fine-tuning mix from short examples to whole books), each ended by <|endoftext|> (151643), drawn

@@ -2,7 +2,7 @@
 """The MoE peer: one training step of Qwen3-30B-A3B's first N layers in the PyTorch stack
 (transformers' Qwen3MoeForCausalLM, bf16, activation checkpointing per layer, SDPA on cuDNN, a
 chunked NLL that never holds the full logits, the load-balancing loss as transformers adds it,
-fused AdamW), as ../shared/bench/peer_torch.py does for the dense models. Run it in the same device
+fused AdamW), as bench/peer_dense.py does for the dense models. Run it in the same device
 call as stage 5 on the same slice and sequence length, and quote the ratio of step times and peaks.
 
   python3 bench/peer_moe.py --layers 4 --seq 32768 --steps 2

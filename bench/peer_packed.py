@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch peer on packed documents (issue 32): peer_torch.py's training step (transformers
+"""The PyTorch peer on packed documents: bench/peer_dense.py's training step (transformers
 Qwen3ForCausalLM, bf16, per-layer checkpointing, chunked NLL, fused AdamW) on a window of a token
 file whose documents end at <|endoftext|>, the way transformers trains packed data without
 padding: position_ids restart at 0 in each document, from which transformers 5 builds the
@@ -7,7 +7,7 @@ document mask itself (masking_utils: packed sequences found from position_ids), 
 after each end of text is ignored. --attn flex_attention runs that mask block-sparse (the
 sequence's FLOPs are the documents'); sdpa materialises it as a dense [S, S] mask.
 
-  python3 bench/peer_packed.py --peer PATH/peer_torch.py --data W.tok --model 0.6B --seq 32768 [--attn flex_attention]
+  python3 bench/peer_packed.py --data W.tok --model 0.6B --seq 32768 [--attn flex_attention]
 Prints one JSON line per length: step time (median of timed steps), peak memory, loss.
 """
 import argparse, json, os, statistics, struct, sys, time
@@ -29,7 +29,6 @@ def window(path, seq):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--peer", required=True, help="peer_torch.py (its model builder and sizes are used)")
     ap.add_argument("--data", required=True)
     ap.add_argument("--model", default="0.6B")
     ap.add_argument("--seq", type=int, nargs="+", default=[32768])
@@ -38,8 +37,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=8192)
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.abspath(a.peer)))
-    import peer_torch as peer
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import peer_dense as peer
     import torch
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
@@ -62,7 +61,7 @@ def main():
             x = torch.tensor(ids[:seq], device=dev)[None]
             position_ids = torch.tensor(pos, device=dev)[None]
             with torch.device(dev):
-                model, c = peer.build(a.model, a.attn) if a.device == "cuda" else build_cpu(peer, a.model, a.attn)
+                model = peer.build(a.model, 0, a.attn, a.device)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=a.device == "cuda")
             count = int((labels != -100).sum())
             times, losses = [], []
@@ -103,17 +102,6 @@ def main():
                                   error=f"{type(e).__name__}: {str(e)[:300]}")), flush=True)
         if a.device == "cuda":
             torch.cuda.empty_cache()
-
-
-def build_cpu(peer, name, attn):
-    """peer_torch.build's model on the CPU, fp32 (a check of this script without a GPU)"""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-    c = peer.QWEN3[name]
-    cfg = Qwen3Config(vocab_size=peer.VOCAB, hidden_size=c["hidden"], intermediate_size=c["inter"],
-                      num_hidden_layers=c["layers"], num_attention_heads=c["heads"], num_key_value_heads=c["kv"],
-                      head_dim=peer.HEAD_DIM, max_position_embeddings=1 << 22, tie_word_embeddings=c["tied"],
-                      use_cache=False, attn_implementation=attn)
-    return Qwen3ForCausalLM(cfg), c
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""The PyTorch peer for Qwen3.5 hybrids (issue 33): peer_torch.py's training step (bf16, activation
+"""The PyTorch peer for Qwen3.5 hybrids: bench/peer_dense.py's training step (bf16, activation
 checkpointing per layer, a chunked NLL that never holds the full logits, fused AdamW) on transformers'
 Qwen3_5ForCausalLM. Without flash-linear-attention installed (as on our H200) transformers runs the
 gated delta rule with its own torch code (torch_chunk_gated_delta_rule) and the conv with torch's;
 that is what a user of the PyTorch stack gets there, and what this measures.
 
-The default model is the issue's: the Qwen3.5-9B shape (hidden 4096, 16/4 heads of 256, linear heads
+The default model is the Qwen3.5-9B shape (hidden 4096, 16/4 heads of 256, linear heads
 16/32 of 128, intermediate 12288, vocabulary 248,320), cut to 4 layers: 3 linear attention, then full.
   python3 bench/peer_qwen35.py --seq 8192 16384 32768 --steps 2
-  python3 bench/peer_qwen35.py --plain --dtype fp32 --seq 8192   # the issue's 3.6 s: see RESULTS.md
+  python3 bench/peer_qwen35.py --plain --dtype fp32 --seq 8192   # 3.6 s on an H200: see RESULTS.md
 Prints one JSON line per length: step time (median of timed steps), peak memory, or the error (an
 out-of-memory at one length does not hide the others). --device cpu with a tiny --hidden checks the
 script without a GPU.

@@ -40,8 +40,9 @@ static double least_free_bytes(int n) {
 }
 
 void plan_machine(int dry_run, RankOpts *r, double *gpu_gib, double *host_gib) {
-    if (!dry_run) return;
     const int local = r && r->local_ranks > 0, here = gpus_visible();
+    if (!dry_run && here) return; /* a run plans against its own GPUs; with none here, as a dry-run would */
+    memplan_machine_planned = !here;
     const double G = 1 << 30;
     char gpus_w[64] = "", host_w[96] = "";
     const char *whose;

@@ -74,16 +74,17 @@ static inline void *xcalloc_at(size_t n, size_t s, const char *file, int line) {
 }
 
 #ifdef __CUDA_RUNTIME_API_H__
+/* a CUDA call that fails: the file and line in the log; no usable GPU at all is the user's to
+ * hear, and said without them */
 #define CUDA_CHECK(call)                                                                    \
     do {                                                                                    \
         cudaError_t e_ = (call);                                                            \
+        if (e_ == cudaErrorNoDevice || e_ == cudaErrorInsufficientDriver)                   \
+            STOP("no usable GPU: %s (--dry-run plans without one)", cudaGetErrorString(e_)); \
         if (e_ != cudaSuccess)                                                              \
             DIE("%s: %s (%s)%s", #call, cudaGetErrorName(e_), cudaGetErrorString(e_),       \
                 e_ == cudaErrorMemoryAllocation                                             \
-                    ? " -- hint: run with --dry-run to see the memory plan"                 \
-                    : e_ == cudaErrorNoDevice || e_ == cudaErrorInsufficientDriver          \
-                          ? " -- hint: no usable GPU; --dry-run works without one"          \
-                          : "");                                                            \
+                    ? " -- hint: run with --dry-run to see the memory plan" : "");          \
     } while (0)
 /* after a kernel launch: launch-configuration errors surface here, not at the next sync */
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())

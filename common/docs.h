@@ -1,4 +1,4 @@
-/* docs.h -- packed documents (--packing; ../shared/DESIGN.md section 9). A window of the token file
+/* docs.h -- packed documents (--packing). A window of the token file
  * holds several documents, each ended by <|endoftext|>. Packed, each attends only to itself,
  * causally, and its RoPE positions restart at 0, so a document computes exactly as it would alone.
  *

@@ -116,8 +116,12 @@ void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, c
             ranks_per_node == 1 ? "" : "s", node / G, budget / G, whence, node <= budget ? "fits" : "DOES NOT FIT");
 }
 
+int memplan_machine_planned;
+
 const char *host_budget_whence(int argc, char **argv, int dry_run) {
-    return cli_given(argc, argv, "--host-gib") ? "(--host-gib)" : dry_run ? "(as planned above)" : "available here";
+    return cli_given(argc, argv, "--host-gib")         ? "(--host-gib)"
+           : dry_run || memplan_machine_planned ? "(as planned above)"
+                                                : "available here";
 }
 
 int64_t kept_all_or_none(const char *s, int64_t L, char *err, size_t n) {

@@ -63,5 +63,7 @@ void kept_report(int64_t gpu, int64_t host, int64_t layers, int64_t seq, int64_t
 void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, const char *whence);
 /* where the host budget came from: --host-gib, the dry-run's planned machine (plan_machine), this machine */
 const char *host_budget_whence(int argc, char **argv, int dry_run);
+/* set by plan_machine (common/advice.h) when the plan is for a machine other than this one */
+extern int memplan_machine_planned;
 
 #endif

@@ -166,6 +166,7 @@ int ranks_per_node(const RankOpts *o) {
 }
 
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
+    ranks_need_gpu();
     const int here = ranks_here(o);
     CommWorld *world;
     if (o->local_ranks > 0) {

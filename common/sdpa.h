@@ -1,7 +1,7 @@
 /* sdpa.h -- cuDNN flash attention (fwd and bwd) through the cuDNN backend graph API from C.
  * cuDNN 9.19 offers no causal SDPA op and no engine for its SDPA backward op, so both
  * directions are the composite graphs that cuDNN's runtime-fusion flash engines recognise
- * (../shared/notes/cudnn_sdpa.md has the fact sheet). One builder per graph kind; plans are
+ * (docs/cudnn_sdpa.md has the fact sheet). One builder per graph kind; plans are
  * cached by shape (a plan build compiles kernels: 50 ms to 1.5 s).
  *
  * Layout (B = 1): Q, O, dQ, dO bf16 [Sq, Hq, D] token-major; K, V, dK, dV bf16 [Skv, Hkv, D];

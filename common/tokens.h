@@ -1,4 +1,4 @@
-/* tokens.h -- the token file (DESIGN.md section 6) and the step window loader.
+/* tokens.h -- the token file (README.md, section Data) and the step window loader.
  * Layout: 24-byte header {char magic[8] = "LCTOKENS"; uint32 version; uint32 token_bytes = 4;
  * int64 count}, then count little-endian uint32 token ids;
  *   version 1: nothing more (every label carries loss);

@@ -40,7 +40,7 @@ __device__ __forceinline__ void st4(bf16_t *p, int64_t i, F4 x) {
  * [1, 2]: no overflow, no division by zero, and
  *     o = (a o_A + b o_B) / (a + b),   lse = m + log(a + b).
  * A row with no key in a set has Z = 0, lse = -inf, and o undefined (0/0). It must merge as nothing:
- *   - the block has none (lse_b = -inf; packed documents, DESIGN.md section 9): return, touching
+ *   - the block has none (lse_b = -inf; packed documents, common/docs.h): return, touching
  *     neither o nor lse. Computing on would give m = -inf for a row also empty so far, and
  *     -inf - -inf = NaN;
  *   - the running result has none yet (lse = -inf: lse is filled with -inf before the ring's first

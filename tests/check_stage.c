@@ -69,16 +69,16 @@
  * have gradients sum_t dg_t g_t, sums of many terms of both signs, so their norms move more under
  * bf16 than any other tensor's: transformers itself, run in bf16 against its own fp32, puts them at
  * 0.988 and 1.026 on the hybrid fixtures (python3 tests/bf16_floor.py tests/golden/q35_l2_s112, and
- * q35_yarn4_l2_s112); the trainer measured 0.989 and 1.029 on their 97-token predecessors (call M,
- * bench/results/2026-12-04_h200/call_m). A constant factor (0.5, 2) is still far outside it, and every
+ * q35_yarn4_l2_s112); the trainer measured 0.989 and 1.029 on their 97-token predecessors (on an H200,
+ * 2026-12-04: bench/results/2026-12-04_h200/call_m). A constant factor (0.5, 2) is still far outside it, and every
  * other tensor keeps NORM_RATIO_TOL. */
 #define DECAY_RATIO_TOL 5e-2
 /* EXPERT_MIN_COSINE 0.997, EXPERT_RATIO_TOL 3e-2: a Qwen3.5 MoE's routed experts (mlp.experts.E.*, with a
  * shared expert beside them) each see a few of the tokens (about 28 of 112 on q35moe_l2_s112), so
  * their gradients are short sums and move more under bf16: transformers itself, in bf16 against its
  * own fp32, puts them at a worst cosine of 0.99816 and a norm ratio off by 0.0183 (python3
- * tests/bf16_floor.py tests/golden/q35moe_l2_s112); the trainer gave 0.99855 and 0.0231 (call U,
- * session 10). A wrong expert, weight or routing is far outside it (the router, the shared expert and
+ * tests/bf16_floor.py tests/golden/q35moe_l2_s112); the trainer gave 0.99855 and 0.0231 (on an H200,
+ * 2026-12-04: bench/results/2026-12-04_h200/call_u.tgz). A wrong expert, weight or routing is far outside it (the router, the shared expert and
  * the loss keep their bands); Qwen3's MoE keeps the tighter ones. */
 #define EXPERT_MIN_COSINE 0.997
 #define EXPERT_RATIO_TOL 3e-2

@@ -200,7 +200,7 @@ quotes s4e2.q "quoted" "s4e2|gpu|total (peak)|7.491" "s4e2_0|gpu|total (peak)|7.
     "s4e2|host|kept attention (O, LSE)|0.127"
 check s4e2.total "the GPU plan grows by exactly the kept row" "$(calc "$(gpu s4e2 "total (peak)") - $(gpu s4e2_0 "total (peak)")")" "$(calc "4 * $per")" 0.0011
 
-echo "== stage 4, exercise 3: how many layers move to the GPU (the new wording: --gpu-gib 64, then 74.5)"
+echo "== stage 4, exercise 3: how many layers move to the GPU (--gpu-gib 64, then 74.5)"
 A4="--model 32B --seq 1M --gpus 8 --host-gib 2048 --dry-run"
 run s4e3_base ./stage4 $A4 --keep-attn 0 --gpu-gib 64
 run s4e3_64 ./stage4 $A4 --keep-attn auto --gpu-gib 64
@@ -246,7 +246,7 @@ quotes s4e3.s5rows "stage 5, quoted" "s4e3_s5base|gpu|total (peak)|33.518" "s4e3
 check s4e3.s5q "stage 5 quoted: 9 then 18 on the GPU (as G56 * 100 + G74)" \
     "$(($(kept s4e3_s5_56 | cut -d' ' -f1) * 100 + $(kept s4e3_s5_74 | cut -d' ' -f1)))" 918 0
 
-echo "== stage 5, exercise 1: what the tiles save (the new wording)"
+echo "== stage 5, exercise 1: what the tiles save"
 A5="--model 0.6B --seq 131072 --gpus 1 --gpu-gib 80 --host-gib 2048 --keep-attn 0 --dry-run"
 run s5e1 ./stage5 $A5
 run s5e1_t8k ./stage5 $A5 --mlp-tile 8192

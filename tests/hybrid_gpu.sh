@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Qwen3.5 hybrids on the GPU (issue 33): linear attention (Gated DeltaNet) and gated full attention.
+# Qwen3.5 hybrids on the GPU: linear attention (Gated DeltaNet) and gated full attention.
 #  - stage 1 against the reference (tests/ref_qwen35.c, itself equal to transformers: test_cpu) on the
 #    four hybrid fixtures: plain, YaRN over the rotated quarter of each head, packed documents (the
 #    state and the conv restart at each document), and the MoE hybrid (routed experts and a gated
@@ -147,7 +147,8 @@ $T ./stage1 $R --resume "$tmp/ck2" --log "$tmp/c.jsonl" > "$tmp/c.log" 2>&1
 ok "the resumed run runs" "[ $? -eq 0 ]" || tail -5 "$tmp/c.log"
 # Not bit for bit: the linear layers' backward adds its sums over state rows and value heads with fp32
 # atomics, whose order varies from run to run, and AdamW turns a gradient of nearly zero into a full
-# step either way. Call P saw step 4 off by 1.3e-5 relative, call U by 1.1e-4, so the band is what two
+# step either way. Two H200 runs saw step 4 off by 1.3e-5 and 1.1e-4 relative (bench/results/2026-12-04_h200/
+# call_p, call_u.tgz), so the band is what two
 # uninterrupted runs drift apart in this same call (x 4), and at least 1e-4: a resume that restored
 # the wrong moments is off by 3e-3 and more by step 4 (tests/kill_save_gpu.sh's planted bug).
 for s in 3 4; do

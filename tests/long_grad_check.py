@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Gradients at long windows against a reference whose precision is known (issue 23).
+"""Gradients at long windows against a reference whose precision is known.
 
 A 2-layer model of Qwen3-0.6B's shapes (random init, q/k norm weights 3 so attention is sharp and
 RoPE and the ring's merges matter, YaRN x4 from 32768), one window of the books. The reference is a
@@ -9,7 +9,7 @@ attention factor from transformers' own rope init), run two ways:
          truth the others are judged against
   bf16   transformers' bf16 semantics: bf16 weights, activations and residual stream, RMSNorm in
          fp32 inside, cos/sin cast to bf16 before the rotation, bf16 SDPA; the lm_head in fp32 row
-         chunks (as issue 23's reporter ran it)
+         chunks (as a user running transformers would)
 Attention runs one K/V head group at a time through SDPA (memory-efficient kernel in fp32, flash in
 bf16), each group under activation checkpointing, and the loss in row chunks, so 128K fits.
 

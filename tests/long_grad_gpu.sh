@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/long_grad_gpu.sh -- stage 5's gradients at long windows against references of known
-# precision (issue 23; tests/long_grad_check.py says how they are built). Per length (default 64K
+# precision (tests/long_grad_check.py says how they are built). Per length (default 64K
 # and 128K): stage 5 at P = 1 and at P = 8 local ranks (the 8-rank ring), transformers' bf16
 # semantics, each against the fp32 reference, per tensor (cosine, norm ratio) as JSON lines, then the
 # bounds (tests/long_grad_check.py run). STAGE5=path runs another build (tests/plant_long_gpu.sh).

@@ -287,7 +287,7 @@ RefResult ref_forward_backward_masked(const Qwen3Config *c, const ParamTable *pt
     return ref_forward_backward_docs(c, pt, params, tokens, weights, pos, NULL, S, loss_chunk, logits, grads);
 }
 
-/* Packed documents, as DESIGN.md section 9 defines them: documents end at eot (docs_split); each
+/* Packed documents, as common/docs.h defines them: documents end at eot (docs_split); each
  * token's position is its offset in its document, each query sees its own document's keys only,
  * and a label predicting the next document's first token (the one after an eot) counts no loss. */
 RefResult ref_forward_backward_packed(const Qwen3Config *c, const ParamTable *pt, const float *params,

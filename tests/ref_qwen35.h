@@ -1,4 +1,4 @@
-/* ref_qwen35.h -- the Qwen3.5 hybrid text model in plain C and fp64 (issue 33): embeddings; decoder
+/* ref_qwen35.h -- the Qwen3.5 hybrid text model in plain C and fp64: embeddings; decoder
  * layers of two kinds, Gated DeltaNet (linear attention) and gated full attention (tests/ref_gdn.h),
  * each with (1 + w) RMSNorms before its mixer and before its SwiGLU MLP, both residual; the final
  * norm; lm_head; the mean next-token NLL. Forward and full backward, checked against transformers'

@@ -112,7 +112,7 @@ for n in 1 2 3 4 5; do
         refuse $bin "--local-ranks 100" "is outside [0,64]" $good --local-ranks 100
     fi
 done
-# the issue's own commands: stage 5 on the books at 2M, one GPU, a rehearsal, two nodes
+# the commands a user would type: stage 5 on the books at 2M, one GPU, a rehearsal, two nodes
 for R in "--gpus 1" "--gpus 8 --rehearse 0" "--local-ranks 2" "--gpus 8 --nnodes 2 --rehearse 0"; do
     refuse stage5 "0.6B at 2M on the books ($R)" "holds 1270101 tokens" --model 0.6B --seq 2097152 --layers 1 --steps 1 $R
 done

@@ -22,6 +22,8 @@ echo "== data tests (tests/test_data.py)"
 python3 tests/test_data.py | tee "$log/d.txt"; count "$log/d.txt" test_data
 echo "== trainer command-line tests (tests/test_cli.sh)"
 bash tests/test_cli.sh | tee "$log/s.txt"; count "$log/s.txt" test_cli
+echo "== the course's shape: stage 1's length, each diff's size, the sections, nothing outside the repository (tests/course.sh)"
+bash tests/course.sh | tee "$log/o.txt"; count "$log/o.txt" course
 echo "== the README's exercises that need no GPU (tests/exercises.sh)"
 bash tests/exercises.sh | tee "$log/e.txt"; count "$log/e.txt" exercises
 echo "== every figure the README quotes, from the command beside it (tests/readme_figures.sh)"

@@ -5,7 +5,7 @@
 #     with MLP tiles of 7 rows (uneven: the last tile is short) and one head group per K/V head;
 #   - 2 layers of Qwen3-0.6B at 16K tokens, MLP tiles of 3000 rows, 8 head groups, P = 1 and 2;
 # each: loss within 1e-4 relative, every gradient's cosine >= 0.9999 and norm ratio within 1e-3
-# (the bounds; stage 3 against itself shows cosines down to 0.999990 and norm ratios
+# (the bounds stage 5 is held to; stage 3 against itself shows cosines down to 0.999990 and norm ratios
 # 1 +- 9e-4 from fp32 atomics alone). Stage 5 at P = 1 also against the CPU reference. Then: YaRN
 # switched on by the sequence length, saved, and reloaded by transformers, which agrees on the loss;
 # the headline's refusal on a machine that cannot run it. Prints "N passed, M failed".

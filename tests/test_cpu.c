@@ -432,7 +432,7 @@ static void test_config_digest(void) {
     snprintf(b.name, sizeof b.name, "/another/mount/of/it");
     EXPECT(config_digest(&a) == config_digest(&b), "config_digest: the same model under another name, the same digest");
     /* the ranks compare digest ^ the data's (52 bits each) through doubles: 63 bits rounded, and equal
-     * local ranks disagreed (device call T, session 10) */
+     * local ranks disagreed on an H200 (bench/results/2026-12-04_h200/call_t) */
     EXPECT(config_digest(&a) >= 0 && config_digest(&a) < (1ll << 52), "config_digest: 52 bits, exact as a double");
     b.linear[5] = !b.linear[5];
     EXPECT(config_digest(&a) != config_digest(&b), "config_digest: one layer's kind changed, another digest");
@@ -1181,7 +1181,7 @@ static void test_packed_planted(const char *root) {
     golden_free(&g);
 }
 
-/* ------------------------------------------------------------------ linear attention (issue 33) */
+/* ------------------------------------------------------------------ linear attention (Qwen3.5) */
 /* The gated delta rule of tests/ref_gdn.c: against transformers' own torch fallback (golden file,
  * made by tests/make_golden_gdn.py), then its context parallelism: the sequence over P zigzag ranks,
  * each chunk's state map exchanged and composed, must give the plain recurrence (fp64: 1e-12), with
