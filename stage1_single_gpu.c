@@ -5,8 +5,7 @@
  *      with its fp32 log-sum-exp), each layer's input kept and the rest recomputed, the loss a chunk
  *      of rows at a time, AdamW on fp32 master weights; the memory planned before anything is taken
  *
- *   make stage1 && ./stage1                       # 0.6B on the shipped books
- *   ./stage1 --seq 131072 --keep-attn --steps 5   # attention's output kept: no attention recompute
+ *   make stage1 && ./stage1 --help     # then ./stage1: Qwen3-0.6B on the shipped books (README.md, Stage 1)
  */
 
 /* ============================================================ includes and usage */

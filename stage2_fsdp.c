@@ -7,8 +7,7 @@
  *   2. FSDP (ZeRO-3) over P GPUs: each rank keeps 1/P of the weights, gradients and AdamW state; a
  *      layer's weights are all-gathered just before use, its gradients reduce-scattered after
  *
- *   make stage2 && ./stage2 --gpus 8                               # 0.6B on the shipped books, 8 ranks
- *   ./stage2 --local-ranks 4 --model 0.6B --layers 2 --seq 4096    # 4 ranks on one GPU
+ *   make stage2 && ./stage2 --help     # then ./stage2 --local-ranks 2: two ranks on one GPU (README.md, Stage 2)
  */
 
 /* ============================================================ includes and usage */

@@ -9,8 +9,7 @@
  *   3. context parallelism: the P ranks share one sequence in 2P zigzag chunks; attention is a ring
  *      of K/V blocks merged by log-sum-exp; a hybrid's linear layers pass their state as affine maps
  *
- *   make stage3 && ./stage3 --gpus 8 --seq 1M                      # 0.6B, 1M tokens over 8 GPUs
- *   ./stage3 --local-ranks 4 --model 0.6B --layers 2 --seq 16K     # 4 ranks on one GPU
+ *   make stage3 && ./stage3 --help     # then ./stage3 --local-ranks 4: one sequence over four ranks (README.md, Stage 3)
  */
 
 /* ============================================================ includes and usage */

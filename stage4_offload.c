@@ -11,8 +11,7 @@
  *   4. offload to pinned host memory: layer inputs and kept attention go down on a copy stream and
  *      come back a layer ahead of their use; the optimizer state lives there, AdamW on the CPUs
  *
- *   make stage4 && ./stage4 --gpus 8 --model 8B --seq 1M --keep-attn auto                 # 8B at 1M on 8 GPUs
- *   ./stage4 --gpus 8 --rehearse 0 --model 8B --seq 1M --keep-attn auto --gpu-gib 80      # rank 0 alone
+ *   make stage4 && ./stage4 --help     # then ./stage4 --offload all: offload on one GPU (README.md, Stage 4)
  */
 
 /* ============================================================ includes and usage */

@@ -13,8 +13,7 @@
  *   5. the MLP in tiles of rows and attention in head groups, and YaRN past the trained context:
  *      Qwen3-32B at 1M tokens on 8 GPUs, every lever on by default
  *
- *   make stage5 && ./stage5 --seq 1M                                      # 32B, YaRN x32, all GPUs
- *   ./stage5 --gpus 8 --rehearse 0 --seq 1M --layers 4 --gpu-gib 80       # rank 0 alone, as on an H100
+ *   make stage5 && ./stage5 --seq 1M   # Qwen3-32B at 1M tokens on every GPU here (README.md, Stage 5)
  */
 
 /* ============================================================ includes and usage */
@@ -496,31 +495,23 @@ static int64_t init_weights(Model *M) {
 
 /* ---- stage 5: tiling ---- */
 /* --mlp-tile 0: as many rows as the attention backward's memory holds, so the MLP's tiles add nothing
- * to the peak, but at least 4096 -- an MoE tile at least 2048 rows per expert on average (E/k x 2048
- * tokens): its experts' GEMMs are that small and slow down below it (30B-A3B, 4 layers at 32K: 146 ms
- * of GEMMs per step in tiles of 8960 rows, 112 ms in one of 32768); never [tile, I] above 2^31
- * elements (the kernels' int32 risk), nor 2^24 MoE pairs (moe.h) */
+ * to the peak, within mlp_tile_limits' bounds (common/moe.h: 2^31 elements a tensor, 2^24 MoE pairs;
+ * at least 4096 rows, an MoE tile more, so its experts' GEMMs stay large) */
 static void choose_tile(Model *M) {
-    const Qwen3Config *c = &M->c;
-    const int64_t S = M->S, D = c->hidden, E = c->experts, k = c->top_k,
-                  I = E ? k * c->moe_intermediate : c->intermediate,
-                  elems = ((1ll << 31) - 1) / (E ? (k * D > c->shared_inter ? k * D : c->shared_inter) : I),
-                  most = elems < moe_most_rows(c) ? elems : moe_most_rows(c), /* and < 2^24 MoE pairs */
-                  row = E ? moe_tile_row_bytes(c) : BF(3 * I); /* bytes per row */
+    const MlpTileLimits t = mlp_tile_limits(&M->c);
     if (M->o.mlp_tile) {
-        if (M->o.mlp_tile > most)
+        if (M->o.mlp_tile > t.most)
             STOP("--mlp-tile %lld: [tile, %lld] would pass 2^31 elements or 2^24 MoE pairs (at most %lld rows)",
-                 (long long)M->o.mlp_tile, (long long)I, (long long)most);
-        M->tile = M->o.mlp_tile < S ? M->o.mlp_tile : S;
+                 (long long)M->o.mlp_tile, (long long)t.width, (long long)t.most);
+        M->tile = M->o.mlp_tile < M->S ? M->o.mlp_tile : M->S;
         return;
     }
     M->tile = 1;
     plan_memory(M); /* measures the attention backward's region */
-    int64_t t = M->b2_bytes / (row + BF(2 * D));
-    int64_t least = E && 2048 * E / k > 4096 ? (2048 * E / k + 255) / 256 * 256 : 4096;
-    t = t < least ? least : t / 256 * 256;
-    t = t < most ? t : most;
-    M->tile = t < S ? t : S;
+    int64_t n = M->b2_bytes / t.row_bytes;
+    n = n < t.least ? t.least : n / 256 * 256;
+    n = n < t.most ? n : t.most;
+    M->tile = n < M->S ? n : M->S;
 }
 /* ---- end stage 5 ---- */
 
@@ -1456,21 +1447,18 @@ static void rank_main(const Rank *r, void *tmpl) {
 }
 
 /* ---- stage 5: tiling ---- */
-/* what each tiling saves: the same job planned with the MLP in one tile, then attention in one group */
-static void tiling_report(const Model *M, int64_t peak) {
-    Model *m = xcalloc(1, sizeof *m);
-    *m = *M;
-    m->tile = m->S;
-    MemPlan mp = plan_memory(m);
-    const int64_t untiled_mlp = memplan_peak(&mp);
-    m->groups = 1, m->hg = m->c.heads, m->kg = m->c.kv_heads;
-    m->attn.Hq = m->hg, m->attn.Hkv = m->kg;
-    mp = plan_memory(m);
+/* what each tiling saves: the job (m, a copy) planned with the MLP in one tile, then attention in one group */
+static void tiling_report(Model m, int64_t peak) {
     const double gib = 1 << 30;
+    const int64_t tile = m.tile, groups = m.groups;
+    m.tile = m.S;
+    MemPlan mp = plan_memory(&m);
+    const int64_t untiled_mlp = memplan_peak(&mp);
+    m.groups = 1, m.hg = m.attn.Hq = m.c.heads, m.kg = m.attn.Hkv = m.c.kv_heads;
+    mp = plan_memory(&m);
     say("tiling saves per GPU: MLP tiles of %lld rows %.1f GiB, %lld head groups %.1f GiB (untiled peak %.1f GiB)\n",
-        (long long)M->tile, (untiled_mlp - peak) / gib, (long long)M->groups, (memplan_peak(&mp) - untiled_mlp) / gib,
+        (long long)tile, (untiled_mlp - peak) / gib, (long long)groups, (memplan_peak(&mp) - untiled_mlp) / gib,
         memplan_peak(&mp) / gib);
-    free(m);
 }
 /* ---- end stage 5 ---- */
 
@@ -1497,7 +1485,7 @@ int main(int argc, char **argv) {
     memplan_host_report(&M.mp, ranks_here(&M.o.ranks), host_budget(&M),
                         host_budget_whence(argc, argv, M.o.dry_run)); /* stage 4: this node's ranks (a rehearsal: its one) */
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.job.P); /* stage 4 */
-    tiling_report(&M, memplan_peak(&M.mp)); /* stage 5 */
+    tiling_report(M, memplan_peak(&M.mp)); /* stage 5 */
     /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
     run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
     advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, /* stage 5 */

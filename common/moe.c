@@ -205,3 +205,11 @@ double moe_step_aux(MoeTile *m, const Qwen3Config *c, double N, Comm *comm, cuda
     free(grad);
     return aux;
 }
+
+MlpTileLimits mlp_tile_limits(const Qwen3Config *c) {
+    const int64_t D = c->hidden, E = c->experts, k = c->top_k, I = E ? k * c->moe_intermediate : c->intermediate,
+                  elems = ((1ll << 31) - 1) / (E ? (k * D > c->shared_inter ? k * D : c->shared_inter) : I),
+                  most = elems < moe_most_rows(c) ? elems : moe_most_rows(c),
+                  least = E && 2048 * E / k > 4096 ? (2048 * E / k + 255) / 256 * 256 : 4096;
+    return (MlpTileLimits){I, (E ? moe_tile_row_bytes(c) : BF(3 * I)) + BF(2 * D), most, least};
+}

@@ -64,6 +64,16 @@ int64_t moe_tile_row_bytes(const Qwen3Config *c);
  * rows a tile may have (INT64_MAX for a dense model), and 1, or 0 with err, for T rows */
 #define MOE_MAX_PAIRS (1ll << 24)
 int64_t moe_most_rows(const Qwen3Config *c);
+
+/* An MLP tile of rows (stage 5), dense or MoE: its width (I; an MoE tile k experts' intermediates),
+ * the bytes a row takes in the working set, the most rows a tile may hold (no tensor of it past 2^31
+ * elements, the kernels' int32 risk; no more than 2^24 MoE pairs) and the fewest it should (4096; an
+ * MoE tile 2048 rows per expert on average, E/k x 2048 tokens: below that its experts' GEMMs slow down
+ * -- 30B-A3B, 4 layers at 32K: 146 ms of GEMMs a step in tiles of 8960 rows, 112 ms in one of 32768) */
+typedef struct {
+    int64_t width, row_bytes, most, least;
+} MlpTileLimits;
+MlpTileLimits mlp_tile_limits(const Qwen3Config *c);
 int moe_rows_ok(const Qwen3Config *c, int64_t T, char *err, size_t errlen);
 
 /* the step's statistics start at zero */
