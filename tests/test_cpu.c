@@ -1181,7 +1181,7 @@ static void test_packed_planted(const char *root) {
     golden_free(&g);
 }
 
-/* ------------------------------------------------------------------ linear attention (issue 33) */
+/* ------------------------------------------------------------------ linear attention */
 /* The gated delta rule of tests/ref_gdn.c: against transformers' own torch fallback (golden file,
  * made by tests/make_golden_gdn.py), then its context parallelism: the sequence over P zigzag ranks,
  * each chunk's state map exchanged and composed, must give the plain recurrence (fp64: 1e-12), with
