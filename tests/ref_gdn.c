@@ -162,8 +162,9 @@ int64_t ref_gdn_zigzag(const GdnHeads *h, int64_t S, int P, const double *q, con
             const int64_t ch = side ? n - 1 - r : r, t0 = ch * c;
             ref_gdn_map(h, c, k + t0 * H * dk, v + t0 * H * dv, g + t0 * H, beta + t0 * H, M + ch * mk, B + ch * mb);
         }
-    /* 2. the exchange (an all-gather of 2P maps), then every rank composes the same prefix: the
-     *    initial state of chunk ch is the maps of chunks 0..ch-1 applied to zero */
+    /* 2. the exchange (an all-gather of 2P maps), then the composition: the initial state of chunk
+     *    ch is the maps of chunks 0..ch-1 applied to zero. Rank r walks this chain up to its tail
+     *    (chunks 0..2P-2-r); here the whole chain, once, for every rank */
     double *start = xcalloc((size_t)((n + 1) * mb), 8);
     for (int64_t ch = 0; ch < n; ch++) {
         memcpy(start + (ch + 1) * mb, start + ch * mb, (size_t)mb * 8);

@@ -1,6 +1,6 @@
 /* ref_gdn.h -- the gated delta rule (Qwen3.5's linear attention, Gated DeltaNet) in plain C and
- * fp64, and its context parallelism by passing state maps, not K/V (../shared/DESIGN.md section 9;
- * issue 33). Written to be read: the recurrence token by token, then what a rank computes.
+ * fp64, and its context parallelism by passing state maps, not K/V (docs/context_parallel_state.md
+ * derives it). Written to be read: the recurrence token by token, then what a rank computes.
  *
  * Per head, a state S (dv x dk) is carried token by token:
  *     S_t = a_t S_{t-1} (I - b_t k_t k_t^T) + b_t v_t k_t^T,     o_t = S_t q_t,
@@ -15,11 +15,13 @@
  *     S_n = S_0 M + B,    M = A_1 A_2 ... A_n,    B = the chunk run from S_0 = 0.
  * M depends on the chunk's k, g, b alone, B also on its v; neither on any other chunk. So each rank
  * computes (M, B) of its own chunks, the ranks exchange them (H (dk^2 + dv dk) numbers a chunk,
- * whatever the sequence length), each rank composes the maps of the chunks before each of its own,
+ * whatever the sequence length), each rank composes them in sequence order up to its own chunks,
  *     S_start(0) = 0,    S_start(c + 1) = S_start(c) M_c + B_c,
- * and runs its chunks again from their true initial states. No rank waits on a chain of the others:
- * everyone composes the same 2P maps (dk^3 work each), and the chunks run in parallel. The backward
- * mirrors it (ref_gdn_zigzag_bwd): a chunk's backward is affine in its final state's gradient.
+ * and runs its chunks again from their true initial states. No rank waits on a chain of the others.
+ * Rank r composes the maps of chunks 0 .. 2P-2-r (those before its tail: 2P-1-r of them, dv dk^2
+ * work a head each); the backward mirrors it (ref_gdn_zigzag_bwd: a chunk's backward is affine in
+ * its final state's gradient), rank r composing chunks 2P-1 down to r+1, again 2P-1-r. The functions
+ * below simulate every rank at once: they compose all 2P in one chain, the union of the ranks' walks.
  *
  * Layouts (row-major): q, k [T, H, dk]; v, o [T, H, dv]; g, beta [T, H]; S [H, dv, dk]. */
 #ifndef LONGCTX_REF_GDN_H

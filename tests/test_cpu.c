@@ -1355,6 +1355,109 @@ static void test_gdn(const char *root) {
     free(q2); free(k2); free(v2); free(g2); free(b2); free(op); free(oz); free(Sp); free(Sz);
 }
 
+/* S <- S M + B (bwd 0) or S M^T + B (bwd 1), per head: S and B [H, dv, dk], M [H, dk, dk] */
+static void map_apply(const GdnHeads *h, double *S, const double *M, const double *B, int bwd) {
+    const int64_t dk = h->dk, dv = h->dv;
+    double *row = xmalloc((size_t)dk * 8);
+    for (int64_t j = 0; j < h->H; j++)
+        for (int64_t r = 0; r < dv; r++) {
+            double *s = S + (j * dv + r) * dk;
+            for (int64_t e = 0; e < dk; e++) {
+                double a = B[(j * dv + r) * dk + e];
+                for (int64_t f = 0; f < dk; f++) a += s[f] * (bwd ? M[(j * dk + e) * dk + f] : M[(j * dk + f) * dk + e]);
+                row[e] = a;
+            }
+            memcpy(s, row, (size_t)dk * 8);
+        }
+    free(row);
+}
+/* Rank r's walk as stage 3 makes it (linear_states, bwd 0; linear_state_grads, bwd 1): from zero through
+ * the chunks' maps in sequence order, chunk 0 up to its tail (2P-1-r), or chunk 2P-1 down to its head (r),
+ * noting at each of its chunks what it holds there (got [2, H dv dk]: head's, tail's). BC: B (bwd 0) or C
+ * (bwd 1) of every chunk. skip: a chunk whose map is left out (-1: none). Returns the maps composed. */
+static int rank_walk(const GdnHeads *h, int P, int r, int bwd, int64_t skip, const double *M, const double *BC,
+                     double *got) {
+    const int64_t ms = h->H * h->dv * h->dk, mk = h->H * h->dk * h->dk;
+    const int64_t from = bwd ? 2 * P - 1 : 0, to = zigzag_chunk(P, r, !bwd), step = bwd ? -1 : 1;
+    double *cur = xcalloc((size_t)ms, 8);
+    int n = 0;
+    for (int64_t ch = from;; ch += step) {
+        for (int k = 0; k < 2; k++)
+            if (zigzag_chunk(P, r, k) == ch) memcpy(got + k * ms, cur, (size_t)ms * 8);
+        if (ch == to) break;
+        if (ch != skip) map_apply(h, cur, M + ch * mk, BC + ch * ms, bwd), n++;
+    }
+    free(cur);
+    return n;
+}
+/* Which maps a rank composes (docs/context_parallel_state.md): rank r of P composes 2P-1-r maps in the
+ * forward (chunks 0 .. 2P-2-r, those before its tail) and 2P-1-r in the backward (chunks 2P-1 .. r+1,
+ * those after its head), and from them alone has both its chunks' initial states and their final
+ * states' gradients, as the plain recurrence and its backward (from a zero final-state gradient, as
+ * stage 3) give them. Without documents every one of those maps matters: leave one out and the far
+ * chunk misses. With documents (a_t = 0) the same walk is still exact. */
+static void test_gdn_rank_walk(void) {
+    const int64_t L = 64, H = 2, dk = 8, dv = 6, ms = H * dv * dk, mk = H * dk * dk;
+    const GdnHeads hd = {H, dk, dv};
+    uint64_t seed = 11;
+    double *q = xmalloc((size_t)(L * H * dk) * 8), *k = xmalloc((size_t)(L * H * dk) * 8), *v = xmalloc((size_t)(L * H * dv) * 8),
+           *g = xmalloc((size_t)(L * H) * 8), *b = xmalloc((size_t)(L * H) * 8), *dout = xmalloc((size_t)(L * H * dv) * 8);
+    double *sq = xcalloc((size_t)(L * H * dk), 8), *sk = xcalloc((size_t)(L * H * dk), 8), *sv = xcalloc((size_t)(L * H * dv), 8),
+           *sg = xcalloc((size_t)(L * H), 8), *sb = xcalloc((size_t)(L * H), 8), *got = xmalloc((size_t)(2 * ms) * 8);
+    for (int64_t i = 0; i < L * H * dk; i++) q[i] = rnd(&seed), k[i] = rnd(&seed);
+    for (int64_t i = 0; i < L * H * dv; i++) v[i] = 2 * rnd(&seed), dout[i] = rnd(&seed);
+    for (int64_t i = 0; i < L * H; i++) g[i] = -0.3 * (rnd(&seed) + 0.5), b[i] = 0.5 + rnd(&seed);
+    ref_gdn_prepare(&hd, L, q, k);
+    for (int docs = 0; docs < 2; docs++) {
+        if (docs) /* documents start at 5, 16 (a chunk edge at P = 2, 4, 8), 17, 40 */
+            for (int64_t j = 0; j < H; j++) g[5 * H + j] = g[16 * H + j] = g[17 * H + j] = g[40 * H + j] = -INFINITY;
+        for (int P = 1; P <= 8; P *= 2) {
+            const int64_t n2 = 2 * P, c = L / n2;
+            double *start = xcalloc((size_t)((n2 + 1) * ms), 8), *dend = xcalloc((size_t)(n2 * ms), 8),
+                   *M = xmalloc((size_t)(n2 * mk) * 8), *B = xmalloc((size_t)(n2 * ms) * 8), *C = xcalloc((size_t)(n2 * ms), 8);
+            for (int64_t ch = 0; ch < n2; ch++) { /* the truth: the recurrence through the chunks before ch */
+                const int64_t t0 = ch * c;
+                memcpy(start + (ch + 1) * ms, start + ch * ms, (size_t)ms * 8);
+                ref_gdn(&hd, c, q + t0 * H * dk, k + t0 * H * dk, v + t0 * H * dv, g + t0 * H, b + t0 * H, start + (ch + 1) * ms, NULL);
+            }
+            for (int64_t ch = 0; ch < n2; ch++) { /* its backward over the chunks after ch; each chunk's M, B, C */
+                const int64_t t1 = (ch + 1) * c, t0 = ch * c;
+                ref_gdn_bwd(&hd, L - t1, q + t1 * H * dk, k + t1 * H * dk, v + t1 * H * dv, g + t1 * H, b + t1 * H,
+                            start + (ch + 1) * ms, dout + t1 * H * dv, dend + ch * ms, sq, sk, sv, sg, sb);
+                ref_gdn_map(&hd, c, k + t0 * H * dk, v + t0 * H * dv, g + t0 * H, b + t0 * H, M + ch * mk, B + ch * ms);
+                ref_gdn_bwd(&hd, c, q + t0 * H * dk, k + t0 * H * dk, v + t0 * H * dv, g + t0 * H, b + t0 * H, start + ch * ms,
+                            dout + t0 * H * dv, C + ch * ms, sq, sk, sv, sg, sb);
+            }
+            double worst = 0, least_miss = INFINITY;
+            int wrong = 0; /* ranks whose walk composes other than 2P-1-r maps */
+            for (int r = 0; r < P; r++)
+                for (int bwd = 0; bwd < 2; bwd++) {
+                    const double *want = bwd ? dend : start;
+                    wrong += rank_walk(&hd, P, r, bwd, -1, M, bwd ? C : B, got) != 2 * P - 1 - r;
+                    for (int kk = 0; kk < 2; kk++)
+                        worst = fmax(worst, max_abs_diff(got + kk * ms, want + zigzag_chunk(P, r, kk) * ms, ms));
+                    if (docs) continue;
+                    const int64_t far = zigzag_chunk(P, r, !bwd); /* planted: each of those maps left out in turn */
+                    for (int64_t s = bwd ? r + 1 : 0; s <= (bwd ? n2 - 1 : n2 - 2 - r); s++) {
+                        rank_walk(&hd, P, r, bwd, s, M, bwd ? C : B, got);
+                        least_miss = fmin(least_miss, max_abs_diff(got + (!bwd) * ms, want + far * ms, ms));
+                    }
+                }
+            EXPECT(!wrong && worst <= 1e-12, "the walks at P %d%s: %d of %d compose other than 2P-1-r maps; worst abs err %.2e", P,
+                   docs ? " (documents)" : "", wrong, 2 * P, worst);
+            if (!docs)
+                EXPECT(least_miss > 1e-9, "planted: at P %d a walk without one of its maps must miss its far chunk (err %.2e)", P,
+                       least_miss);
+            printf("  rank r of %d composes 2P-1-r maps each way (rank 0: %d, rank %d: %d)%s: its chunks' states and "
+                   "gradients %.1e", P, 2 * P - 1, P - 1, P, docs ? " (5 documents)" : "", worst);
+            if (!docs) printf("; one map left out misses by >= %.1e", least_miss);
+            printf("\n");
+            free(start); free(dend); free(M); free(B); free(C);
+        }
+    }
+    free(q); free(k); free(v); free(g); free(b); free(dout); free(sq); free(sk); free(sv); free(sg); free(sb); free(got);
+}
+
 /* The whole Gated DeltaNet layer (projections, causal conv + SiLU, l2norm, decay and beta, the rule,
  * gated RMSNorm, out_proj) against transformers' Qwen3_5GatedDeltaNet on random weights
  * (tests/golden/gdn_layer.safetensors, made by tests/make_golden_gdn.py). */
@@ -2020,6 +2123,7 @@ int main(int argc, char **argv) {
     test_ring_docs();
     test_packed_planted(golden);
     test_gdn(golden);
+    test_gdn_rank_walk();
     test_gdn_layer(golden);
     test_gated_attn(golden);
     test_qwen35(golden);
