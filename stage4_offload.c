@@ -694,7 +694,7 @@ static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, floa
 /* ---- stage 3: the linear layers' state ---- */
 /* Linear attention (Qwen3.5) crosses ranks as state, not K/V (docs/context_parallel_state.md derives
  * it). A chunk maps its initial state to its final one affinely, S_end = S_start M + B, M and B its
- * own; the ranks exchange their chunks' maps (a few MB a layer whatever the sequence length), and a
+ * own; the ranks exchange their chunks' maps (6 MiB a chunk for 27B, whatever the sequence length), and a
  * rank composes them in sequence order up to its own chunks, whose true initial states it then runs
  * them from. No rank waits on a chain of the others. The backward mirrors it: dS_start = dS_end M^T
  * + C. The conv (width K) reads K-1 tokens before a chunk: its halo, the previous chunk's last
