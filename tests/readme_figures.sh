@@ -99,7 +99,7 @@ ok(f"README quotes {cmd} and its 628 of the 2080 causal pairs (the blocks give {
 for fig, where in [("946.4 s", "The ladder's closing table"), ("73.3 GiB", "The ladder's closing table"),
                    ("1295 s", "The ladder's closing table"), ("1.6% of the step for 15.8 GiB", "Stage 4: offload"),
                    ("2.6% a layer", "Stage 5: sequence tiling and YaRN"),
-                   ("167 s", "Bad input, clusters, and the course re-checked"),
+                   ("167 s", "The whole ladder: checks and the workshop"),
                    ("4.292 s", "Packed documents"), ("16.107 s", "Packed documents"), ("99.6%", "Packed documents"),
                    ("1.79x", "Packed documents"), ("about 380 s", "Qwen3.5 hybrids"),
                    ("3.0x faster forward at 32K", "Qwen3.5: the tiled rule"), ("5.8x faster", "Qwen3.5: the tiled rule"),
