@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a new user meets at the front door on a machine without a GPU: `make test-gpu` (and
-# tests/run_gpu.sh alone) refuses at once with one line saying why. Prints "N passed, M failed".
-# With a GPU device node present (/dev/nvidia0) the GPU cases are left out: there they would run
-# the GPU suite.
+# tests/run_gpu.sh alone) refuses at once with one line saying why; bench/workshop.sh and
+# bench/sft_demo.sh run, fail, and say so by their exit status and their last line. Prints
+# "N passed, M failed". With a GPU device node present (/dev/nvidia0) these cases are left out:
+# there they would run the GPU suite and the workshop.
 set -u
 cd "$(dirname "$0")/.."
 pass=0; fail=0
@@ -36,6 +37,19 @@ else
     ok "tests/run_gpu.sh says why in its one line (got: $last)" \
         "[ \$(wc -l < '$tmp/out') -eq 1 ] && grep -qE '^tests/run_gpu.sh: no usable GPU: [^ ].* -- it runs on an H100/H200' '$tmp/out'"
 
+    echo "== bench/workshop.sh with no usable GPU: every step that needs one fails, the plan runs"
+    run bash bench/workshop.sh "$tmp/ws"
+    ok "workshop exits non-zero (got $rc)" "[ $rc -ne 0 ] && [ $rc -ne 124 ]"
+    ok "workshop's last line names the failed steps (got: $last)" \
+        "[[ \"\$last\" == 'workshop: 7 of 8 steps failed: stage1 stage1_keep stage2 stage3 stage4_none stage4_all stage5_rehearse'* ]]"
+    ok "workshop ran the steps after the first failure (stage5_plan's plan)" "grep -q 'total (peak)' '$tmp/ws/stage5_plan.txt'"
+
+    echo "== bench/sft_demo.sh with no usable GPU: training fails (token files given, so no tokenizer needed)"
+    mkdir -p "$tmp/sft" && cp data/books.tok "$tmp/sft/train.tok" && cp data/books.tok "$tmp/sft/eval.tok"
+    run bash bench/sft_demo.sh "$tmp/sft" 5
+    ok "sft_demo exits non-zero (got $rc)" "[ $rc -ne 0 ] && [ $rc -ne 124 ]"
+    ok "sft_demo's last line names the failed step (got: $last)" \
+        "[[ \"\$last\" == 'sft_demo: training (./stage1) failed (exit '*\"); its output is in $tmp/sft/sft.log\" ]]"
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
