@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# What a new user meets at the front door on a machine without a GPU: `make test-gpu` (and
-# tests/run_gpu.sh alone) refuses at once with one line saying why; bench/workshop.sh and
-# bench/sft_demo.sh run, fail, and say so by their exit status and their last line. Prints
-# "N passed, M failed". With a GPU device node present (/dev/nvidia0) these cases are left out:
-# there they would run the GPU suite and the workshop.
+# What a new user meets at the front door on a machine without a GPU, and without matplotlib:
+# `make test-gpu` refuses at once with one line saying why; bench/workshop.sh and bench/sft_demo.sh
+# run, fail, and say so by their exit status and their last line; each plot script names what to
+# install instead of a traceback. Prints "N passed, M failed".
+# With a GPU device node present (/dev/nvidia0) the GPU cases are left out: there they would run
+# the GPU suite and the workshop.
 set -u
 cd "$(dirname "$0")/.."
 pass=0; fail=0
@@ -51,5 +52,19 @@ else
     ok "sft_demo's last line names the failed step (got: $last)" \
         "[[ \"\$last\" == 'sft_demo: training (./stage1) failed (exit '*\"); its output is in $tmp/sft/sft.log\" ]]"
 fi
+
+echo "== the plot scripts without matplotlib"
+# a matplotlib that is not there, even where one is installed
+mkdir -p "$tmp/nompl/matplotlib"
+echo 'raise ModuleNotFoundError("No module named '"'matplotlib'"'", name="matplotlib")' > "$tmp/nompl/matplotlib/__init__.py"
+ok "bench/requirements.txt names matplotlib" "grep -qE '^matplotlib' bench/requirements.txt"
+for cmd in "plot.py $tmp" "plot_sft.py $tmp" "plot_timeline.py $tmp/none.tsv $tmp/t.png" "plot_zigzag.py 2 $tmp/z.png" \
+           "memory_chart.py $tmp/m.png" "memory_by_seq.py $tmp/s.png"; do
+    script=bench/${cmd%% *}
+    PYTHONPATH=$tmp/nompl run python3 bench/$cmd
+    ok "$script without matplotlib exits 2 (got $rc)" "[ $rc -eq 2 ]"
+    ok "$script without matplotlib prints one line naming the install (got: $last)" \
+        "[ \$(wc -l < '$tmp/out') -eq 1 ] && [ \"\$last\" = '$script needs matplotlib: python3 -m pip install -r bench/requirements.txt' ]"
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
