@@ -108,7 +108,8 @@ diffs:
 clean:
 	rm -rf $(B) $(STAGE_BINS)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+# (not under build/venv, the Python environment .ci/run makes)
+-include $(shell find $(B) -path $(B)/venv -prune -o -name '*.d' -print 2>/dev/null)
 
 $(B)/test_comm: $(B)/tests/test_comm.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
