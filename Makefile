@@ -1,7 +1,7 @@
 # longctx.c -- build the trainers, the tests and the stage diffs.
 #   make stage1            ./stage1 (likewise stage2..stage5 as they appear)
 #   make test              CPU tests (what CI runs)
-#   make test-gpu          GPU tests (on an H100/H200)
+#   make test-gpu          GPU tests (on an H100/H200; with no usable GPU it stops at once, saying why)
 #   make diffs             diffs/stageN-1-stageN.diff from the stage files
 # Overridable: CUDA_HOME CUDNN_HOME NCCL_HOME GPU_ARCH (sm_90) CC NVCC
 
@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate
+all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -83,8 +83,18 @@ $(B)/test_gpu: $(B)/tests/test_gpu.o $(B)/tests/ref_model.o $(B)/tests/ref_gdn.o
 test: all
 	@bash tests/run_cpu.sh
 
-test-gpu: all
+# asks build/gpu_probe first, before building the rest: with no usable GPU every case would fail
+NO_GPU_HINT := -- it runs on an H100/H200; `make test` is the CPU suite
+test-gpu: $(B)/gpu_probe
+	@why=$$($(B)/gpu_probe) || { echo "make test-gpu: no usable GPU: $${why:-$(B)/gpu_probe did not run}" '$(NO_GPU_HINT)' >&2; exit 1; }
+	@$(MAKE) --no-print-directory all
 	@bash tests/run_gpu.sh
+
+# whether the CUDA runtime finds a GPU of GPU_ARCH or newer (one line, exit 0/1); needs only cudart
+$(B)/gpu_probe: tests/gpu_probe.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -DGPU_ARCH='"$(GPU_ARCH)"' -o $@ $< \
+	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 
 # diffs/stageA-stageB.diff for each consecutive pair of stage files (never edited by hand)
 diffs:
@@ -98,7 +108,8 @@ diffs:
 clean:
 	rm -rf $(B) $(STAGE_BINS)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+# (not under build/venv, the Python environment .ci/run makes)
+-include $(shell find $(B) -path $(B)/venv -prune -o -name '*.d' -print 2>/dev/null)
 
 $(B)/test_comm: $(B)/tests/test_comm.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++

@@ -6,6 +6,7 @@ grows with S is what each lever divides: stage 2 leaves it whole, stage 3 divide
 moves it to the host, stage 5 tiles what remains. No GPU needed.
   python3 bench/memory_by_seq.py [OUT.png]      (default bench/results/memory_by_seq.png)"""
 import os, re, subprocess, sys
+from mpl import pyplot  # bench/mpl.py
 
 STAGES = [("stage 1: one GPU", ["./stage1"]), ("stage 2: FSDP, 8 GPUs", ["./stage2", "--gpus", "8"]),
           ("stage 3: + ring", ["./stage3", "--gpus", "8"]),
@@ -23,9 +24,7 @@ def peak(cmd, seq):
 
 
 def main():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # or one line naming the install, exit 2
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/results/memory_by_seq.png"
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, cmd in STAGES:

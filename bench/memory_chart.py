@@ -8,6 +8,7 @@ need 8 windows of data); stages 3-5 share one sequence over 8. Stages 4-5 recomp
 
   python3 bench/memory_chart.py [OUT.png]      (default bench/results/memory_by_stage.png)"""
 import os, re, subprocess, sys
+from mpl import pyplot  # bench/mpl.py
 
 RUNS = [("stage 1\none GPU", ["./stage1", "--gpu-gib", "74.5"]),
         ("stage 2\nFSDP", ["./stage2", "--gpus", "8"]),
@@ -47,9 +48,7 @@ def bars(ax, plans, arenas, colors, ymax, line):
 
 
 def main():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # or one line naming the install, exit 2
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/results/memory_by_stage.png"
     plans = [(name, plan(cmd)) for name, cmd in RUNS]
     arenas = []

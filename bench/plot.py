@@ -3,6 +3,7 @@
 data, hyper-parameters), and tokens/s against sequence length for stage 1 and the PyTorch peer.
   python3 bench/plot.py bench/results/2026-12-02_h200 [-o out.png]"""
 import argparse, glob, json, os, statistics
+from mpl import pyplot  # bench/mpl.py
 
 
 def lines(path):
@@ -15,9 +16,7 @@ def main():
     ap.add_argument("results")
     ap.add_argument("-o", "--out")
     a = ap.parse_args()
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # or one line naming the install, exit 2
     fig, (l, r) = plt.subplots(1, 2, figsize=(12, 4.5))
     c, h = lines(os.path.join(a.results, "c_books.jsonl")), lines(os.path.join(a.results, "hf_books.jsonl"))
     l.plot([x["step"] for x in c], [x["loss"] for x in c], "o-", ms=3, label="longctx.c stage 1")

@@ -3,6 +3,7 @@
 step's window) and the held-out eval loss against the step.
   python3 bench/plot_sft.py OUT [-o OUT/sft_curve.png]"""
 import argparse, json, os
+from mpl import pyplot  # bench/mpl.py
 
 
 def main():
@@ -10,9 +11,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("-o", "--png")
     a = ap.parse_args()
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # or one line naming the install, exit 2
     rows = [json.loads(l) for l in open(os.path.join(a.out, "sft.jsonl")) if l.strip()]
     train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
     ev = [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]

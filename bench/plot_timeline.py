@@ -11,6 +11,7 @@ It draws a layer whose forward is followed by another layer's (its window holds 
 not the loss) and a layer whose backward is followed by another's (not the embedding and the
 optimizer): with two layers, layer 0's forward and layer 1's backward."""
 import sys
+from mpl import pyplot  # bench/mpl.py
 
 
 def read(path):
@@ -38,9 +39,7 @@ def inner_layer(rows, phase):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "bench/results/timeline.tsv"
     out = sys.argv[2] if len(sys.argv) > 2 else "bench/results/timeline.png"
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # or one line naming the install, exit 2
     rows = read(path)
     lanes = ["compute", "communication", "host copies"]
     kinds = sorted({w for lane, w, _, _ in rows if lane in lanes})

@@ -11,6 +11,7 @@ precede every query, triangles on a document's own diagonal, nothing where chunk
 document (no kernel runs there):
   python3 bench/plot_zigzag.py 4 bench/results/zigzag_docs.png --docs 64 0 5 6 20 41"""
 import subprocess, sys
+from mpl import pyplot  # bench/mpl.py
 
 
 def schedule(P):
@@ -20,9 +21,7 @@ def schedule(P):
 
 
 def docs_main(P, out, S, starts):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # or one line naming the install, exit 2
     from matplotlib.patches import Polygon, Rectangle
     txt = subprocess.run(["./build/zigzag_grid", str(P), str(S)] + [str(x) for x in starts], capture_output=True,
                          text=True, check=True).stdout
@@ -73,9 +72,7 @@ def main():
         return docs_main(P, out, S, starts)
     P = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     out = sys.argv[2] if len(sys.argv) > 2 else "bench/results/zigzag_ring.png"
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # or one line naming the install, exit 2
     from matplotlib.patches import Rectangle
     cells = [x for x in schedule(P) if x[4] != "skip"]
     seen = {(q, k) for _, _, q, k, _ in cells}

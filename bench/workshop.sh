@@ -3,23 +3,37 @@
 # finish, with what to look at and the figure it showed on an H200 (RESULTS.md). Writes each
 # stage's output to OUT/ (default workshop_out/) and a summary to the terminal.
 #   make all && bash bench/workshop.sh [OUT]
-set -u
+# Every step runs even when one before it failed; the script exits 1 if any failed, and its last
+# line names them (their output is in OUT/NAME.txt).
+set -euo pipefail
 cd "$(dirname "$0")/.."
 O=${1:-workshop_out}; mkdir -p "$O"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 t_all=$(date +%s)
+steps=0; failed=()
 part() { # name, what to look at, the H200's figure, command...
     local name=$1 look=$2 expect=$3; shift 3
     echo
     echo "== $name"
     echo "   \$ $*"
-    local t0; t0=$(date +%s)
-    timeout 300 "$@" > "$O/$name.txt" 2>&1; local rc=$?
-    grep -E "^step|total \(peak\)|attention kept:|tiling saves|rehearsal, rank|all-gather|error" "$O/$name.txt" | tail -6 | sed 's/^/   /'
-    echo "   ($(( $(date +%s) - t0 )) s, exit $rc) look at: $look"
+    local t0 rc=0; t0=$(date +%s)
+    timeout 300 "$@" > "$O/$name.txt" 2>&1 || rc=$?
+    local shown last
+    shown=$({ grep -E "^step|total \(peak\)|attention kept:|tiling saves|rehearsal, rank|all-gather|error" "$O/$name.txt" || true; } | tail -6)
+    [ -z "$shown" ] || sed 's/^/   /' <<< "$shown"
+    steps=$((steps + 1))
+    local status="exit 0"
+    if [ $rc -ne 0 ]; then # and its last line, unless shown already
+        failed+=("$name"); status="exit $rc: FAILED"
+        last=$(tail -1 "$O/$name.txt"); [ $rc -ne 124 ] || last="stopped after 300 s"
+        grep -qxF -- "$last" <<< "$shown" || echo "   $last"
+    fi
+    echo "   ($(( $(date +%s) - t0 )) s, $status) look at: $look"
     echo "   on an H200: $expect"
 }
-[ -x ./stage5 ] || { echo "build first: make all"; exit 1; }
+for s in stage1 stage2 stage3 stage4 stage5; do
+    [ -x ./$s ] || { echo "workshop: ./$s is not built: make all" >&2; exit 1; }
+done
 
 part stage1 "the loss falling; the plan's checkpoints row (2 L S D)" \
     "loss 12.14 at step 1, 6.95 by step 30 (0.15 s a step)" \
@@ -46,4 +60,8 @@ part stage5_rehearse "rank 0 of the 8-GPU job, two of its 64 layers, on this GPU
     "2 layers: ~30.7 s a step in ~35 GiB; per layer 14.4 s kept, 18.0 s recomputed; 946 s projected for 64" \
     ./stage5 --seq 1M --gpus 8 --rehearse 0 --layers 2 --gpu-gib 74.5 --steps 1
 echo
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "workshop: ${#failed[@]} of $steps steps failed: ${failed[*]} (each one's output: $O/NAME.txt)" >&2
+    exit 1
+fi
 echo "workshop done in $(( $(date +%s) - t_all )) s; outputs in $O/"

@@ -5,7 +5,8 @@
 # local ranks and NCCL, stage 3 on local ranks against the reference and stage 1, stage 4 bit for
 # bit against stage 3 (and resume), stage 5 against stage 4 (tests/stage5_gpu.sh), measured memory against the plan, rehearsed ranks against local
 # ranks (shape traces), the failure drills (skipped/stopped collectives, joins, fit), and the saved
-# directory loaded by transformers. Prints "N passed, M failed". QUICK=1 skips the 128K attention
+# directory loaded by transformers. Prints "N passed, M failed"; with no usable GPU (build/gpu_probe)
+# it stops at once, saying why. QUICK=1 skips the 128K attention
 # case; QUICK=2 also the stage-2 cases, stage 3's bf16 merges and its 16K slice (a re-check after
 # changes outside stages 2-3); SKIP_KILL=1 leaves out tests/kill_save_gpu.sh (SIGKILL mid-save, ~2 minutes);
 # SKIP_MASK=1 leaves out tests/mask_eval_gpu.sh (loss masks and --eval-data, stage 2's masked windows);
@@ -23,6 +24,7 @@ cd "$(dirname "$0")/.."
 # a hung rank must fail its case, not the whole run
 T="timeout ${CASE_TIMEOUT:-300}"
 . tests/lib.sh # pass/fail counts, ok, count
+need_gpu tests/run_gpu.sh
 tmp=$(mktemp -d)
 early() { [ -z "${LATE_ONLY:-}" ]; } # LATE_ONLY=1: only save/resume and the sections after stage 4's
 if early; then

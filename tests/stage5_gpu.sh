@@ -28,6 +28,7 @@ reloads() {
     count "$tmp/h.txt" "transformers' loss of the saved $3 model"
 }
 . tests/lib.sh # pass/fail counts, ok, count
+need_gpu tests/stage5_gpu.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
