@@ -74,13 +74,21 @@ static inline void *xcalloc_at(size_t n, size_t s, const char *file, int line) {
 }
 
 #ifdef __CUDA_RUNTIME_API_H__
+/* why no GPU is usable, in a user's words: with no driver at all CUDA says "driver version is
+ * insufficient", which sends people to upgrade a driver they do not have */
+static inline const char *cuda_absent_why(cudaError_t e) {
+    int driver = 0;
+    if (e == cudaSuccess) return "none is visible";
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) return "no NVIDIA driver is loaded";
+    return cudaGetErrorString(e);
+}
 /* a CUDA call that fails: the file and line in the log; no usable GPU at all is the user's to
  * hear, and said without them */
 #define CUDA_CHECK(call)                                                                    \
     do {                                                                                    \
         cudaError_t e_ = (call);                                                            \
         if (e_ == cudaErrorNoDevice || e_ == cudaErrorInsufficientDriver)                   \
-            STOP("no usable GPU: %s (--dry-run plans without one)", cudaGetErrorString(e_)); \
+            STOP("no usable GPU: %s (--dry-run plans without one)", cuda_absent_why(e_));    \
         if (e_ != cudaSuccess)                                                              \
             DIE("%s: %s (%s)%s", #call, cudaGetErrorName(e_), cudaGetErrorString(e_),       \
                 e_ == cudaErrorMemoryAllocation                                             \

@@ -214,7 +214,7 @@ void ranks_need_gpu(void) {
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaSuccess && n > 0) return;
     (void)cudaGetLastError();
-    STOP("no usable GPU: %s (--dry-run plans without one)", e != cudaSuccess ? cudaGetErrorString(e) : "none is visible");
+    STOP("no usable GPU: %s (--dry-run plans without one)", cuda_absent_why(e));
 }
 
 void ranks_run_one(const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
