@@ -20,7 +20,7 @@ int64_t docs_eot_option(const char *v, int64_t vocab, int qwen3_tokens, const ch
     if (!v[0] && !qwen3_tokens) {
         snprintf(err, errlen, "--packing alone means Qwen3's <|endoftext|> (%d), and this model reads another "
                  "tokenizer's ids (a Qwen3.5 hybrid): name its end-of-text id (--packing ID), or make %s with "
-                 "data/prepare.py --tokenizer MODEL_DIR/tokenizer.json, which records it", TOKEN_ENDOFTEXT,
+                 "data/prepare.py --tokenizer qwen3.5, which records it", TOKEN_ENDOFTEXT,
                  data ? data : "the token file");
         return -2;
     }

@@ -26,7 +26,8 @@ static void open_tokens(TokenFile *tf, const char *path, const char *flag, const
              tf->tokenizer, (long long)tv, c->name, (long long)c->vocab);
     if (c->lin_v_heads && !tf->tokenizer[0]) /* untagged: taken as it is, but a hybrid's text is another tokenizer's */
         say("note: %s %s records no tokenizer%s: a Qwen3.5 model reads Qwen3's ids as other tokens (right for "
-            "measuring time and memory, not for learning text; data/prepare.py --tokenizer MODEL_DIR/tokenizer.json)\n",
+            "measuring time and memory, not for learning text: data/books_q35.tok holds the books in Qwen3.5's "
+            "ids, and data/prepare.py --tokenizer qwen3.5 makes such files)\n",
             flag, path, !strcmp(path, TOKENS_SHIPPED) ? " (its ids are Qwen3's)" : "");
 }
 

@@ -90,7 +90,7 @@ int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *mo
              "data/prepare.py --tokenizer %s", tf->path, qwen3 ? "the Qwen3 tokenizer's" : "another tokenizer's",
              tf->tokenizer, model,
              qwen3_tokens ? "Qwen3's" : "its own tokenizer's (a Qwen3.5 hybrid)",
-             qwen3_tokens ? "data/qwen.tiktoken" : "MODEL_DIR/tokenizer.json");
+             qwen3_tokens ? "qwen3" : "qwen3.5 (or its MODEL_DIR/tokenizer.json)");
     return -1;
 }
 

@@ -6,8 +6,8 @@
  *              i counts as a label (is predicted with loss). A prompt's tokens carry 0, its
  *              completion's 1 (data/prepare.py --jsonl writes them);
  *   versions 3 and 4: 1 and 2 with a 32-byte tag after the header, naming the tokenizer that made the
- *              ids (NUL-padded ASCII: "qwen3" for Qwen2/Qwen3's, or "eot=ID,vocab=N" for another
- *              tokenizer.json), so a model is not trained on another tokenizer's ids (data/prepare.py
+ *              ids (NUL-padded ASCII: "qwen3" for Qwen2/Qwen3's, or "eot=ID,vocab=N" for another's,
+ *              Qwen3.5's "eot=248044,vocab=248077"), so a model is not trained on another tokenizer's ids (data/prepare.py
  *              writes them; a file without a tag is taken as it is). */
 #ifndef LONGCTX_TOKENS_H
 #define LONGCTX_TOKENS_H
@@ -53,7 +53,7 @@ int tokens_write_tagged(const char *path, const uint32_t *ids, const uint8_t *we
  * (tag "qwen3"), a Qwen3.5 hybrid another tokenizer's (qwen3_tokens 0) */
 int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *model, char *err, size_t errlen);
 /* The end-of-text id a tag names ("eot=ID,vocab=N", what data/prepare.py writes for another
- * generation's tokenizer.json), or -1. tokens_file_eot reads it from a file's header alone (-1 when
+ * generation's tokenizer), or -1. tokens_file_eot reads it from a file's header alone (-1 when
  * untagged, or unreadable: tokens_open_file says why later). */
 int64_t tokens_tag_eot(const char *tag);
 /* the vocabulary such a tag names (its tokenizer's largest id + 1), or -1 */

@@ -2,13 +2,14 @@
 """Turn UTF-8 text, or prompt/completion pairs, into a longctx token file (DESIGN.md section 6)
 with the Qwen tokenizer.
 
-  python3 data/prepare.py BOOK.txt [MORE.txt | DIR ...] -o data/mine.tok [--tokenizer PATH]
+  python3 data/prepare.py BOOK.txt [MORE.txt | DIR ...] -o data/mine.tok [--tokenizer NAME|PATH]
   python3 data/prepare.py --jsonl PAIRS.jsonl -o data/sft.tok
   python3 data/prepare.py --jsonl CHATS.jsonl --template chatml -o data/chat.tok
+  python3 data/prepare.py BOOK.txt -o data/mine_q35.tok --tokenizer qwen3.5     # a Qwen3.5 model's ids
 
 Text: each input file is one document; a directory contributes its *.txt files in name order.
-Documents are concatenated, each followed by <|endoftext|> (id 151643): a trainer run with
---packing keeps them apart (each attends only to itself). Every label carries loss (a version-3
+Documents are concatenated, each followed by <|endoftext|> (151643; Qwen3.5's 248044): a trainer
+run with --packing keeps them apart (each attends only to itself). Every label carries loss (a version-3
 file: ids only, after a 32-byte tag naming the tokenizer, "qwen3"; versions 1 and 2 are the same
 without the tag, as files made before it carried it are).
 
@@ -29,11 +30,12 @@ skipped, and a UTF-8 byte order mark at the start of the file is allowed. Other 
 "content": the template would silently drop anything else. Refused, as FILE:LINE: a line that is
 not UTF-8 or not one JSON object, NaN or Infinity, a duplicate key, nesting too deep for the
 parser, a lone surrogate escape (\\ud800), a line with both shapes, a file with no examples.
---tokenizer takes the Qwen `qwen.tiktoken` ranks file (default: data/qwen.tiktoken, which
-data/get_tokenizer.sh fetches) or a model folder's `tokenizer.json`. Another generation's
-tokenizer.json (Qwen3.5's: a larger vocabulary, its special tokens at other ids) writes its own
-special ids and tags the file "eot=ID,vocab=N", so a trainer refuses it for a Qwen3 model, and a
-"qwen3" file for a Qwen3.5 one.
+--tokenizer: qwen3 (the default: data/qwen.tiktoken) or qwen3.5 (data/qwen3_5.tiktoken), the ranks
+data/get_tokenizer.sh fetches; or a .tiktoken ranks file of either by its path; or a model folder's
+`tokenizer.json`. A file made for Qwen3 is tagged "qwen3"; another tokenizer (Qwen3.5's: a larger
+vocabulary, its special tokens at other ids) writes its own special ids and tags the file
+"eot=ID,vocab=N" (Qwen3.5's: eot=248044,vocab=248077), so a trainer refuses it for a Qwen3 model,
+and a "qwen3" file for a Qwen3.5 one.
 --decode FILE.tok prints a token file back as text, UTF-8 (documents separated by <|endoftext|>);
 with --show-loss the tokens that carry loss are printed between [[ and ]].
 
@@ -46,11 +48,10 @@ is left as it was (only SIGKILL can leave OUT.partial behind).
 import argparse, array, contextlib, json, os, signal, struct, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen_tokenizer import QwenTokenizer, TokenizerError  # noqa: E402
+from qwen_tokenizer import QwenTokenizer, TokenizerError, name_for_tag, resolve  # noqa: E402
 
 MAGIC, VERSION, VERSION_WEIGHTS, HEADER = b"LCTOKENS", 1, 2, 24
 VERSION_TAGGED, VERSION_TAGGED_WEIGHTS, TAG_BYTES = 3, 4, 32  # 1 and 2 with the tokenizer's tag
-HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = ("chatml",)
 ROLES = ("system", "user", "assistant")  # a "tool" turn needs Qwen's <tool_response> wrapping, not done here
 
@@ -384,7 +385,7 @@ def decode_file(tok, path, show_loss):
     ids, weights, tag = read_token_file(path, with_tag=True)
     if tag and tag != tok.tag:
         raise FileError(f"{path}: made by the tokenizer \"{tag}\", not this one (\"{tok.tag}\"): decode it with --tokenizer "
-                        f"{'data/qwen.tiktoken' if tag == 'qwen3' else 'its model folder tokenizer.json'}")
+                        f"{name_for_tag(tag) or 'MODEL_DIR/tokenizer.json (its model folder)'}")
     if ids and max(ids) >= tok.vocab:
         k = next(k for k, i in enumerate(ids) if i >= tok.vocab)
         raise FileError(f"{path}: token {k:,} is id {ids[k]:,}, not a token id of this tokenizer (< {tok.vocab}); "
@@ -407,8 +408,9 @@ def parse_args(argv):
     ap.add_argument("-o", "--out", help="output token file")
     ap.add_argument("--jsonl", metavar="FILE", help="prompt/completion pairs or chats, one JSON object a line")
     ap.add_argument("--template", choices=TEMPLATES, help="chat template for \"messages\" lines")
-    ap.add_argument("--tokenizer", default=os.path.join(HERE, "qwen.tiktoken"),
-                    help="qwen.tiktoken or tokenizer.json (default: data/qwen.tiktoken)")
+    ap.add_argument("--tokenizer", default="qwen3", metavar="NAME|PATH",
+                    help="qwen3 or qwen3.5 (the ranks data/get_tokenizer.sh fetches), a .tiktoken ranks file, "
+                         "or a model folder's tokenizer.json (default: qwen3, data/qwen.tiktoken)")
     ap.add_argument("--decode", metavar="FILE.tok", help="print a token file as text and exit")
     ap.add_argument("--show-loss", action="store_true", help="with --decode: mark the tokens that carry loss [[...]]")
     a = ap.parse_args(argv)
@@ -429,17 +431,17 @@ def run(a):
     if a.decode:
         return decode_file(QwenTokenizer(a.tokenizer), a.decode, a.show_loss)
     files = [] if a.jsonl else list_inputs(a.inputs)
-    check_output(a.out, files + ([a.jsonl] if a.jsonl else []) + [a.tokenizer])
+    check_output(a.out, files + ([a.jsonl] if a.jsonl else []) + [resolve(a.tokenizer)])
     tok = QwenTokenizer(a.tokenizer)
     if a.jsonl:
-        print(f"tokenizing {a.jsonl} with {tok.kind} ({a.tokenizer})")
+        print(f"tokenizing {a.jsonl} with {tok.kind} ({tok.path})")
         ids, weights, n = tokenize_jsonl(tok, a.jsonl, a.template)
         write_tokens(a.out, ids, weights, tok.tag)
         k = sum(weights)
         print(f"wrote {a.out}: {len(ids):,} tokens ({n:,} examples, <|endoftext|> after each); "
               f"{k:,} carry loss ({100 * k / len(ids):.1f}%)")
         return 0
-    print(f"tokenizing {len(files)} document(s) with {tok.kind} ({a.tokenizer})")
+    print(f"tokenizing {len(files)} document(s) with {tok.kind} ({tok.path})")
     ids = tokenize_files(tok, files)
     write_tokens(a.out, ids, tag=tok.tag)
     print(f"wrote {a.out}: {len(ids):,} tokens ({len(files)} documents, <|endoftext|> after each)")

@@ -158,6 +158,13 @@ tag "$T/u.tok" "$T/u_other.tok" "eot=248044,vocab=248077"
 refuse stage1 "another tokenizer's ids for a Qwen3 model" "ids are another tokenizer's" --model "$U" --data "$T/u_other.tok" --seq 100
 refuse stage4 "another tokenizer's ids for a Qwen3 model" "reads Qwen3's" --model "$U" --data "$T/u_other.tok" --seq 100 \
     --local-ranks 2
+# the shipped books in Qwen3.5's ids (data/prepare.py --tokenizer qwen3.5): a Qwen3.5 model plans them with no note,
+# its end of text from the tag; a Qwen3 model refuses them
+out=$("$BIN/stage1" --model Qwen3.5-0.8B --data data/books_q35.tok --seq 4096 --steps 1 --packing --dry-run 2>&1); rc=$?
+ok "stage1 plans data/books_q35.tok for Qwen3.5-0.8B, documents ending at 248044 (exit $rc)" \
+    "[ $rc -eq 0 ] && grep -q 'a document ends at token 248044 ' <<< \"\$out\" && ! grep -q 'records no tokenizer' <<< \"\$out\""
+refuse stage1 "data/books_q35.tok for a Qwen3 model" "tokenized for another model" --model 0.6B --data data/books_q35.tok \
+    --seq 4096 --steps 1
 # a Qwen3.5 MoE release holds each layer's routed experts fused (gate_up_proj, down_proj; tests/fuse_experts.py
 # writes the MoE fixture so): every stage plans it, and a release missing one of them is refused by both names
 F=$T/q35moe_fused

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Data tests (CI): known ids, special tokens, the committed books token file decoding back to
-the source texts (and made again byte for byte), tokenizer.json giving the same ids as
-qwen.tiktoken, and prepare.py's errors: each one line naming the file (FILE:LINE for JSONL), exit 1
-for a bad file and 2 for a wrong command line, no traceback, and no partial output left on any
-failure or stop. Prints 'N passed, M failed'.
+the source texts (data/books.sha256), both shipped token files as pinned (data/tokens.sha256) and
+made again byte for byte from those texts, tokenizer.json giving the same ids as qwen.tiktoken;
+Qwen3.5's tokenizer (--tokenizer qwen3.5): its published ids, its split, its tag, books_q35.tok
+decoding to the books' texts; and prepare.py's errors: each one line naming the file (FILE:LINE
+for JSONL), exit 1 for a bad file and 2 for a wrong command line, no traceback, and no partial
+output left on any failure or stop. Prints 'N passed, M failed'.
 PREPARE_PY=path/to/prepare.py runs the command-line checks against another copy of the tool (one
 with qwen_tokenizer.py next to it), e.g. the committed one, to see that the checks catch its bugs."""
-import base64, contextlib, hashlib, json, os, stat, struct, subprocess, sys, tempfile
+import base64, contextlib, hashlib, json, os, shutil, stat, struct, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPARE = os.environ.get("PREPARE_PY", os.path.join(ROOT, "data", "prepare.py"))
 sys.path.insert(0, os.path.join(ROOT, "data"))
-from qwen_tokenizer import ENDOFTEXT, PATTERN, QwenTokenizer, TokenizerError, load_ranks  # noqa: E402
+from qwen_tokenizer import (ENDOFTEXT, PATTERN, PATTERN_QWEN3_5, SPECIAL, QwenTokenizer, TokenizerError,  # noqa: E402
+                            load_ranks, resolve, sha256_file, QWEN3_5_TIKTOKEN_SHA256)
 import prepare  # noqa: E402
 
 passed = failed = 0
@@ -26,9 +29,10 @@ def expect(cond, what):
         print(f"FAIL {what}")
 
 
-def make_tokenizer_json(ranks, path):
+def make_tokenizer_json(ranks, path, pattern=PATTERN, specials=tuple(SPECIAL)):
     """A Hugging Face tokenizer.json equivalent to the ranks (what a Qwen model folder carries):
-    byte-level BPE whose merges are recovered from the ranks, the Qwen split regex, NFC."""
+    byte-level BPE whose merges are recovered from the ranks, the split regex PATTERN, NFC, and the
+    SPECIALS as added tokens from the id after the last rank."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, Regex
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs, n = bs[:], 0
@@ -51,11 +55,11 @@ def make_tokenizer_json(ranks, path):
     t = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for _, a, b in merges], byte_fallback=False))
     t.normalizer = normalizers.NFC()
     t.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     t.decoder = decoders.ByteLevel()
     from tokenizers import AddedToken
-    t.add_special_tokens([AddedToken(s, special=True) for s in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])
+    t.add_special_tokens([AddedToken(s, special=True) for s in specials])
     t.save(path)
 
 
@@ -118,14 +122,16 @@ def check(test, what, r, code, *names, ok=True):
     print(f"  {what:44s} -> {lines[-1][:150] if lines else ''}")
 
 
-def test_books_remade_byte_for_byte(t):
-    """Good input gives what it gave: the shipped books.tok's ids, made again by the same command (the
-    shipped file is version 1, made before token files carried their tokenizer; the new one is version
-    3, the same ids after the tag "qwen3")."""
-    src = os.path.join(ROOT, "..", "shared", "data", "books")
-    if not os.path.isdir(src):
-        print("  books.tok not remade: the book texts are not at hand (../shared/data/books)")
-        return
+def test_books_remade_byte_for_byte(t, texts):
+    """Good input gives what it gave: the shipped token files made again by the same command from the
+    books' text (TEXTS, decoded from books.tok and checked against data/books.sha256). books.tok is
+    version 1, made before token files carried their tokenizer; the new one is version 3, the same ids
+    after the tag "qwen3". books_q35.tok is version 3 as shipped, so the same bytes."""
+    src = t.path("books")
+    os.makedirs(src)
+    for name, text in texts:
+        with open(os.path.join(src, name), "w", encoding="utf-8", newline="") as f:
+            f.write(text)
     out = t.path("books.tok")
     r = t.run(src, "-o", out)
     shipped = open(os.path.join(ROOT, "data", "books.tok"), "rb").read()
@@ -133,6 +139,11 @@ def test_books_remade_byte_for_byte(t):
     same = new[24:56].rstrip(b"\0") == b"qwen3" and new[56:] == shipped[24:] and new[16:24] == shipped[16:24]
     expect(same and "1,270,101 tokens (7 documents" in r.stdout,
            f"books.tok remade: its ids byte for byte, after the tag qwen3 ({r.stderr.strip()})")
+    out = t.path("books_q35.tok")
+    r = t.run(src, "-o", out, "--tokenizer", "qwen3.5")
+    new = open(out, "rb").read() if r.returncode == 0 else b""
+    expect(new == open(os.path.join(ROOT, "data", "books_q35.tok"), "rb").read(),
+           f"books_q35.tok remade byte for byte by --tokenizer qwen3.5 ({r.stderr.strip()})")
 
 
 def test_undecodable_input_names_file_and_line(t):
@@ -263,11 +274,114 @@ def test_other_errors_named_with_exit_codes(t, tok):
            f"{T}: --decode writes UTF-8 whatever the locale "
            f"({r.returncode}: {r.stderr.decode(errors='replace')[-200:]})")
 
+# Qwen3.5's ids as its Hugging Face tokenizer gives them (special tokens parsed): a chat turn with an
+# empty thinking block, the generation prompt, and the end of a turn
+PUBLISHED_QWEN3_5 = (
+    ("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+     [248045, 846, 198, 9419, 248046, 198, 248045, 74455, 198, 248068, 271, 248069, 271]),
+    ("<|im_start|>assistant\n", [248045, 74455, 198]),
+    ("<|im_end|>", [248046]))
+# letters and combining marks: Qwen3.5's split keeps each word whole, Qwen3's breaks it at the marks
+DEVANAGARI = "नमस्ते दुनिया"
+DEVANAGARI_IDS = [58069, 84237, 150104, 153348, 184642, 235886]
+QWEN3_5_TAG = "eot=248044,vocab=248077"
+
+
+def test_qwen3_5_published_ids(tok):
+    """--tokenizer qwen3.5 (data/qwen3_5.tiktoken): the published ids, its special tokens, its tag."""
+    T = "qwen3.5 ids"
+    for text, want in PUBLISHED_QWEN3_5:
+        got = tok.encode_special(text)
+        expect(got == want, f"{T}: {text!r} encodes to {want} (got {got})")
+        expect(tok.decode(got) == text, f"{T}: {text!r} decodes back")
+    plain = tok.encode("<|im_end|>")
+    expect(248046 not in plain and tok.decode(plain) == "<|im_end|>",
+           f"{T}: a special token's name in plain text stays text")
+    want = {"<|endoftext|>": 248044, "<|im_start|>": 248045, "<|im_end|>": 248046, "<think>": 248068,
+            "</think>": 248069, "<|audio_pad|>": 248076}
+    expect(all(tok.special.get(n) == i for n, i in want.items()) and len(tok.special) == 33,
+           f"{T}: 33 special tokens from <|endoftext|> = 248044 to <|audio_pad|> = 248076")
+    expect(tok.tag == QWEN3_5_TAG and tok.vocab == 248077, f"{T}: tag {tok.tag!r}, vocabulary {tok.vocab}")
+    expect(sha256_file(tok.path) == QWEN3_5_TIKTOKEN_SHA256, f"{T}: {tok.path} is the file get_tokenizer.sh pins")
+    import tiktoken  # the same ranks split as Qwen3 splits: other ids, so the test sees which split is used
+    qwen3_split = tiktoken.Encoding(name="q", pat_str=PATTERN, mergeable_ranks=load_ranks(tok.path), special_tokens={})
+    got = tok.encode(DEVANAGARI)
+    expect(got == DEVANAGARI_IDS and qwen3_split.encode_ordinary(DEVANAGARI) != got,
+           f"{T}: combining marks are letters in Qwen3.5's split ({got})")
+
+
+def test_qwen3_5_books(tok, texts):
+    """books_q35.tok, Qwen3.5's ids of the books: tagged, and each document decodes to the text
+    books.tok decodes to."""
+    T = "books_q35.tok"
+    ids, weights, tag = prepare.read_token_file(os.path.join(ROOT, "data", "books_q35.tok"), with_tag=True)
+    expect(tag == QWEN3_5_TAG and weights is None, f"{T}: version 3, tagged {QWEN3_5_TAG} (got {tag!r})")
+    eot = tok.special["<|endoftext|>"]
+    docs = tok.decode(ids).split("<|endoftext|>")
+    expect(ids[-1] == eot and docs[-1] == "" and len(docs) - 1 == len(texts),
+           f"{T}: {len(texts)} documents, each ending in <|endoftext|> (248044)")
+    for (name, text), doc in zip(texts, docs):
+        expect(doc == text, f"{T}: {name} decodes to the text books.tok decodes to")
+    expect(max(ids) < tok.vocab and ENDOFTEXT not in ids, f"{T}: no id past Qwen3.5's vocabulary, no Qwen3 end of text")
+
+
+def test_qwen3_5_tool(t, tok):
+    """prepare.py --tokenizer qwen3.5: its ids and tag, the ranks file by its path alike, chats with
+    its special ids; and what is refused: another file's tokenizer at --decode, a missing ranks file,
+    a ranks file of neither generation."""
+    T = "prepare --tokenizer qwen3.5"
+    text = "It is a truth universally acknowledged. नमस्ते\n"
+    book, out = t.path("q35.txt", text), t.path("q35.tok")
+    for spec in ("qwen3.5", resolve("qwen3.5")):
+        r = t.run(book, "-o", out, "--tokenizer", spec)
+        ids, _, tag = prepare.read_token_file(out, with_tag=True) if r.returncode == 0 else ([], None, None)
+        expect(list(ids) == tok.encode(text) + [248044] and tag == QWEN3_5_TAG,
+               f"{T}: --tokenizer {spec}: Qwen3.5's ids, <|endoftext|> 248044, tag {tag!r} ({r.stderr.strip()})")
+    r = t.run("--decode", out, "--tokenizer", "qwen3.5")
+    expect(r.returncode == 0 and r.stdout == text + "<|endoftext|>", f"{T}: --decode gives the text back")
+    chats = t.path("q35.jsonl", json.dumps({"messages": [{"role": "user", "content": "Hello"},
+                                                       {"role": "assistant", "content": "Hi"}]}) + "\n")
+    r = t.run("--jsonl", chats, "--template", "chatml", "-o", out, "--tokenizer", "qwen3.5")
+    ids, w = prepare.read_token_file(out) if r.returncode == 0 else ([], [])
+    want = tok.encode_special("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi<|im_end|>\n<|endoftext|>")
+    expect(list(ids) == want and list(ids[:5]) == PUBLISHED_QWEN3_5[0][1][:5],
+           f"{T}: --template chatml writes Qwen3.5's special ids ({r.stderr.strip()})")
+    check(T, "--decode of a qwen3.5 file as qwen3", t.run("--decode", out), 1, out, QWEN3_5_TAG, "--tokenizer qwen3.5")
+    q3 = t.path("q3.tok")
+    r = t.run(book, "-o", q3)
+    check(T, "--decode of a qwen3 file as qwen3.5", t.run("--decode", q3, "--tokenizer", "qwen3.5"), 1, q3,
+          '"qwen3"', "--tokenizer qwen3", ok=r.returncode == 0)
+    # a copy of the tool with no ranks beside it, as before data/get_tokenizer.sh has run
+    bare = t.path("bare")
+    os.makedirs(bare)
+    for f in ("prepare.py", "qwen_tokenizer.py"):
+        shutil.copy(os.path.join(os.path.dirname(PREPARE), f), bare)
+    r = subprocess.run([sys.executable, os.path.join(bare, "prepare.py"), book, "-o", out, "--tokenizer", "qwen3.5"],
+                       capture_output=True, text=True)
+    check(T, "--tokenizer qwen3.5 before get_tokenizer.sh", r, 1, "--tokenizer qwen3.5", "qwen3_5.tiktoken",
+          "get_tokenizer.sh")
+    few = t.path("few.tiktoken", b"".join(open(t.tk, "rb").readlines()[:1000]))
+    check(T, "a ranks file of neither generation", t.run(book, "-o", out, "--tokenizer", few), 1, few, "1000 ranks",
+          "248044")
+
+
+def test_qwen3_5_tokenizer_json(tok, tmp):
+    """A Qwen3.5 tokenizer.json (its merges recovered from the ranks, its split, its 33 added tokens),
+    as a model folder carries: the same ids as --tokenizer qwen3.5, and the same tag."""
+    T = "qwen3.5 tokenizer.json"
+    tj = os.path.join(tmp, "q35", "tokenizer.json")
+    os.makedirs(os.path.dirname(tj))
+    make_tokenizer_json(load_ranks(tok.path), tj, PATTERN_QWEN3_5, tuple(tok.special))
+    hf = QwenTokenizer(tj)
+    sample = PUBLISHED_QWEN3_5[0][0] + DEVANAGARI + " naïve café 毕老师 12345\r\n\n  x e\u0301t\u0301"
+    expect(hf.encode_special(sample) == tok.encode_special(sample), f"{T}: the same ids as the ranks file")
+    expect(hf.tag == tok.tag == QWEN3_5_TAG, f"{T}: the same tag ({hf.tag!r})")
+
 
 def main():
     tk_path = os.path.join(ROOT, "data", "qwen.tiktoken")
     tok = QwenTokenizer(tk_path)
-    # known ids (../shared/data/README.md gives the first three)
+    # known ids
     ids = tok.encode("Hello! 毕老师！1 + 1 = 2")
     expect(ids[:3] == [9707, 0, 6567], f"known string ids {ids[:3]}")
     expect(tok.decode(ids) == "Hello! 毕老师！1 + 1 = 2", "known string round trip")
@@ -289,13 +403,12 @@ def main():
     expect(not cur, "books.tok ends with <|endoftext|>")
     manifest = [l.split() for l in open(os.path.join(ROOT, "data", "books.sha256")) if l.strip()]
     expect(len(docs) == len(manifest), f"{len(docs)} documents, manifest lists {len(manifest)}")
-    shared = os.path.join(ROOT, "..", "shared", "data", "books")
-    for (sha, name), doc in zip(manifest, docs):
-        text = tok.decode(doc)
+    texts = [(name, tok.decode(doc)) for (_, name), doc in zip(manifest, docs)]
+    for (sha, name), (_, text) in zip(manifest, texts):
         expect(hashlib.sha256(text.encode("utf-8")).hexdigest() == sha, f"{name}: decoded text matches its sha256")
-        src = os.path.join(shared, name)
-        if os.path.exists(src):  # where the source is at hand, tokenizing it again gives the same ids
-            expect(tok.encode(open(src, encoding="utf-8", newline="").read()) == doc, f"{name}: re-tokenized ids equal")
+    pins = [l.split() for l in open(os.path.join(ROOT, "data", "tokens.sha256")) if l.strip()]
+    for sha, name in pins:  # the shipped token files as they were made (sha256sum -c in data/ checks the same)
+        expect(sha256_file(os.path.join(ROOT, "data", name)) == sha, f"data/{name} matches data/tokens.sha256")
 
     # tokenizer.json gives the same ids as qwen.tiktoken
     tmp = tempfile.mkdtemp()
@@ -411,7 +524,10 @@ def main():
         print(f"  prepare.py --jsonl {what:26s} -> {r.stderr.strip()}")
 
     t = Tool(tmp, tk_path)
-    for test, *args in ((test_books_remade_byte_for_byte, t), (test_undecodable_input_names_file_and_line, t),
+    tok35 = QwenTokenizer("qwen3.5")
+    for test, *args in ((test_books_remade_byte_for_byte, t, texts), (test_qwen3_5_published_ids, tok35),
+                        (test_qwen3_5_books, tok35, texts), (test_qwen3_5_tool, t, tok35),
+                        (test_qwen3_5_tokenizer_json, tok35, tmp), (test_undecodable_input_names_file_and_line, t),
                         (test_odd_json_refused_by_line, t), (test_no_partial_output_on_any_failure, t),
                         (test_other_errors_named_with_exit_codes, t, tok)):
         try:
