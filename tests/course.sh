@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The course's shape, checked on every change (no GPU): stage 1 is a first read (at most 700 lines),
-# each stage-to-stage diff stays within its size, every stage has the same sections in the same
+# each stage-to-stage diff stays within its size, the README and RESULTS.md stay short, every stage has the same sections in the same
 # order, and the repository stands alone -- no file points outside it (../shared) or into its work
 # history (issue numbers, sessions, device calls by letter, "the issue's", old/new wordings). Dated
 # logs under bench/results/ keep their names; the committed diffs are the stage files'.
@@ -23,6 +23,10 @@ for s in $(ls stage[1-5]_*.c | sort); do
     fi
     prev=$s
 done
+# the front pages stay short: a README a learner reads in an afternoon, one page of results
+w=$(wc -w < README.md); r=$(wc -l < RESULTS.md)
+ok "README.md is at most 4,500 words (has $w)" "[ $w -le 4500 ]"
+ok "RESULTS.md is one page: at most 400 lines (has $r)" "[ $r -le 400 ]"
 # the section banners, in order, the same in every stage
 want=$(grep -E '^/\* =+ ' stage1_single_gpu.c | sed 's/=//g')
 for s in stage[2-5]_*.c; do
