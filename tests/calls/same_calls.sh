@@ -15,9 +15,10 @@ old=${1:?usage: same_calls.sh OLD_TREE}
 out=${CALLS_OUT:-build/calls}
 bash tests/calls/build.sh . "$out/new" > "$out.new.log" 2>&1 || { mkdir -p "$out"; cat "$out.new.log"; exit 1; }
 bash tests/calls/build.sh "$old" "$out/old" > "$out.old.log" 2>&1 || { cat "$out.old.log"; exit 1; }
+[ -x build/check_stage ] || { echo "same_calls: build/check_stage is missing: run make all first"; exit 1; }
 tmp=$(mktemp -d)
 for g in tests/golden/*/; do g=${g%/}; ./build/check_stage tokens "$g" "$tmp/$(basename "$g").tok" > "$tmp/$(basename "$g").seq"; done
-same=0; differ=0
+same=0; differ=0; missing=0
 # case NAME STAGE ARGS...: run both builds, compare every rank's log
 case_() {
     local name=$1 st=$2; shift 2
@@ -50,7 +51,7 @@ G=$PWD/tests/golden
 tok() { local S; S=$(cat "$tmp/$1.seq"); [ $st = stage1 ] || [ $st = stage2 ] || S=$((S / 16 * 16)); echo "--model $G/$1 --data $tmp/$1.tok --seq $S --loss-chunk 7"; }
 HP="--steps 2 --lr 1e-3 --warmup 0"
 for st in stage1 stage2 stage3 stage4 stage5; do
-    [ -x "$out/old/$st" ] && [ -x "$out/new/$st" ] || { echo "MISSING $st (not built in both trees)"; continue; }
+    [ -x "$out/old/$st" ] && [ -x "$out/new/$st" ] || { echo "MISSING $st (not built in both trees)"; missing=$((missing + 1)); continue; }
     case $st in
         stage1) ranks=("") ;;
         stage2) ranks=("--local-ranks 1" "--local-ranks 2" "--gpus 4 --rehearse 1") ;;
@@ -79,6 +80,7 @@ for st in stage1 stage2 stage3 stage4 stage5; do
     esac
     [ $st = stage5 ] && case_ stage5.groups stage5 --local-ranks 2 $(tok untied_gqa4_s100) $HP --mlp-tile 16 --attn-groups 2
 done
-echo "$same same, $differ differ"
+echo "$same same, $differ differ$([ $missing -gt 0 ] && echo ", $missing stages not built")"
 rm -rf "$tmp"
-[ $differ -eq 0 ]
+# a comparison that compared nothing is a failure, not a pass
+[ $differ -eq 0 ] && [ $missing -eq 0 ] && [ $same -gt 0 ]
