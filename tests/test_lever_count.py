@@ -3,8 +3,9 @@
 
 Each case is a pair of stage files (rung 4 and rung 5 of a made-up trainer) and the class each
 changed line must get. The rules must place every one; then each planted mis-rule -- an edit of the
-script's own source, one per mistake a reviewer found in an earlier version of it -- must make at
-least one case fail, so these cases can catch it.
+script's own source, one per mistake a rule-based count is prone to (a pattern that matches inside a
+longer name, comments read as code, a statement split over its lines, ...) -- must make at least one
+case fail, so these cases can catch it.
     python3 tests/test_lever_count.py       # prints "N passed, M failed" and exits 1 on a failure"""
 import difflib
 import os
