@@ -8,7 +8,7 @@ that is what a user of the PyTorch stack gets there, and what this measures.
 The default model is the Qwen3.5-9B shape (hidden 4096, 16/4 heads of 256, linear heads
 16/32 of 128, intermediate 12288, vocabulary 248,320), cut to 4 layers: 3 linear attention, then full.
   python3 bench/peer_qwen35.py --seq 8192 16384 32768 --steps 2
-  python3 bench/peer_qwen35.py --plain --dtype fp32 --seq 8192   # 3.6 s on an H200: see bench/results/2026-12-04_h200/NOTES.md
+  python3 bench/peer_qwen35.py --plain --dtype fp32 --seq 8192   # 2.318 s on an H200, not the quoted 3.6 s: see bench/results/2026-12-04_h200/NOTES.md
 Prints one JSON line per length: step time (median of timed steps), peak memory, or the error (an
 out-of-memory at one length does not hide the others). --device cpu with a tiny --hidden checks the
 script without a GPU.
@@ -104,7 +104,7 @@ def main():
                     help="the model's dtype on the GPU (fp32 is what from_config gives unless told)")
     ap.add_argument("--plain", action="store_true",
                     help="the plainest transformers script: model(input_ids, labels).loss, backward, no "
-                         "checkpointing, no optimizer step (forward and backward only, as the issue measured)")
+                         "checkpointing, no optimizer step: forward and backward only")
     a = ap.parse_args()
     for seq in a.seq:
         try:

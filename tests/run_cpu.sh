@@ -24,6 +24,8 @@ echo "== trainer command-line tests (tests/test_cli.sh)"
 bash tests/test_cli.sh | tee "$log/s.txt"; count "$log/s.txt" test_cli
 echo "== the course's shape: stage 1's length, each diff's size, the sections, nothing outside the repository (tests/course.sh)"
 bash tests/course.sh | tee "$log/o.txt"; count "$log/o.txt" course
+echo "== bench/lever_count.py's rules on synthetic diffs, and planted mis-rules caught (tests/test_lever_count.py)"
+python3 tests/test_lever_count.py | tee "$log/l.txt"; count "$log/l.txt" test_lever_count
 echo "== the README's exercises that need no GPU (tests/exercises.sh)"
 bash tests/exercises.sh | tee "$log/e.txt"; count "$log/e.txt" exercises
 echo "== every figure the README quotes, from the command beside it (tests/readme_figures.sh)"
