@@ -3,7 +3,7 @@
 # a scheduler issuing every 2.4 cycles: the kernels are short of instructions, not of bandwidth): 16-byte
 # shared loads of k and q, the backward's row sums through shared memory, no 64-bit modulo a token, a
 # lane's conversion columns fixed. test_gpu --quick (plain and tiled against tests/ref_gdn.c), the
-# kernels' times, stage 1 against the PyTorch peer in the same call (the issue's 4-layer Qwen3.5-9B
+# kernels' times, stage 1 against the PyTorch peer in the same call (a 4-layer Qwen3.5-9B
 # shape; 8K, 32K, 64K; the peer at 8K and 32K), and bench/cp_linear_cost.sh (context parallelism's
 # cost for the linear layers: Qwen3.5-27B's first 3 layers, one rank's share against rank 0 of 8 at 1M).
 set -u

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call O (2026-12-04, session 9, one H200): the gated delta rule's kernels with a row split over
 # a quad of lanes (4x the warps of call N's); build/test_gpu --quick again; then against the PyTorch
-# peer in the same call: the 4-layer Qwen3.5-9B shape (3 linear + 1 full attention layers) at
+# peer in the same call: a 4-layer Qwen3.5-9B shape (3 linear + 1 full attention layers) at
 # 8K and longer, stage 1 (--model Qwen3.5-9B --layers 4) and bench/peer_qwen35.py (transformers 5.17,
 # its torch fallback for the rule), step time and peak memory.
 set -u

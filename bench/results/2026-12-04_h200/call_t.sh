@@ -3,7 +3,7 @@
 # compositions stopping at the last chunk, the ranks' model digest: tests/hybrid_gpu.sh whole, plants
 # included); then the peer as the issue may have measured it (transformers' plain script: the loss
 # from labels, no checkpointing, forward and backward only; in fp32, what from_config gives, and in
-# bf16) to explain the issue's 3.6 s at 8K; then the longest lengths: the peer (bf16, checkpointed)
+# bf16) to explain the quoted 3.6 s at 8K; then the longest lengths: the peer (bf16, checkpointed)
 # at 64K and 128K, stage 1 at 256K, on the 4-layer Qwen3.5-9B shape.
 set -u
 cd "$(dirname "$0")/../../.."

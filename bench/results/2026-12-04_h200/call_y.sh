@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call Y (2026-12-04, session 11, one H200): the tiled gated delta rule (kernels/gdn.cu) against
 # the plain one -- each against tests/ref_gdn.c (build/test_gpu --quick), then their times
-# (build/gdn_rate) -- and stage 1's step on the issue's 4-layer Qwen3.5-9B shape at 8K and 32K with the
+# (build/gdn_rate) -- and stage 1's step on a 4-layer Qwen3.5-9B shape at 8K and 32K with the
 # tiled kernels (session 9's, plain: 0.360 s and 1.427 s).
 set -u
 cd "$(dirname "$0")/../../.."

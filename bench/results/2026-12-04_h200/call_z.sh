@@ -2,7 +2,7 @@
 # Device call Z (2026-12-04, session 11, one H200): the tiled rule with vector atomics in the backward's
 # sums and a two-at-a-time conversion of a tile's k and q; test_gpu --quick again (plain and tiled each
 # against tests/ref_gdn.c); the kernels' times (gdn_rate); ncu's stall reasons for the tiled forward and
-# backward at 8K; then stage 1 against the PyTorch peer in the same call: the issue's 4-layer
+# backward at 8K; then stage 1 against the PyTorch peer in the same call: a 4-layer
 # Qwen3.5-9B shape at 8K, 32K and 64K (the peer at 8K and 32K).
 set -u
 cd "$(dirname "$0")/../../.."
