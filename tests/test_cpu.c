@@ -31,6 +31,7 @@
 #include "golden.h"
 #include "ref_model.h"
 #include "ref_gdn.h"
+#include "sim_gdn.h"
 #include "ref_qwen35.h"
 #include "ref_ring.h"
 #include "../common/docs.h"
@@ -1482,7 +1483,17 @@ static int64_t gdn_out_len(const GdnCase *c, int w) {
                                H * c->dv * c->dk};
     return len[w];
 }
-/* inputs of a case; every value a float's (the fp32 simulation reads the same numbers); q, k prepared */
+/* x rounded to bf16 (nearest even), as a double */
+static double bf16_round(double x) {
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* inputs of a case, every value one a GPU kernel reads exactly: q, k (prepared), v and dout bf16's, the
+ * rest float's (the fp32 simulation and the fp64 references read the same numbers) */
 static void gdn_case_make(const GdnCase *c, uint64_t seed, GdnIn *in) {
     const int64_t T = c->T, H = c->H, dk = c->dk, dv = c->dv;
     const GdnHeads hd = {H, dk, dv};
@@ -1514,7 +1525,7 @@ static void gdn_case_make(const GdnCase *c, uint64_t seed, GdnIn *in) {
     double *all[] = {in->q, in->k, in->v, in->g, in->b, in->S0, in->dout, in->dSf};
     const int64_t len[] = {T * H * dk, T * H * dk, T * H * dv, T * H, T * H, H * dv * dk, T * H * dv, H * dv * dk};
     for (int w = 0; w < 8; w++)
-        for (int64_t i = 0; i < len[w]; i++) all[w][i] = (float)all[w][i];
+        for (int64_t i = 0; i < len[w]; i++) all[w][i] = w == 0 || w == 1 || w == 2 || w == 6 ? bf16_round(all[w][i]) : (float)all[w][i];
     for (int64_t d = 0; d < c->ns; d++)
         for (int64_t j = 0; j < H; j++) in->g[c->starts[d] * H + j] = -INFINITY;
     free(k0);
@@ -1655,6 +1666,109 @@ static void test_gdn_chunked(void) {
         }
         printf("  planted: %s misses every case by >= %.1e\n", plant[p], least);
     }
+}
+
+/* The chunked rule in float, GEMM by GEMM as a kernel would run it (tests/sim_gdn.c), against the fp64
+ * recurrence on the same cases, in the bands the GPU rule's own tests use (tests/test_gpu.c): 2e-2 for
+ * what the kernel writes in bf16 (o, dq, dk, dv), 1e-4 for what it writes in fp32 (the final state, dg,
+ * dbeta, the initial state's gradient; the maps' S M + B and dS M^T + C). Errors relative l2, as
+ * test_gpu's rel_d. All fp32 must hold them; tf32 and bf16 tensor-core inputs are reported (what a
+ * kernel's author chooses between: docs/chunked_delta_rule.md, section 11). */
+static float *f32_of(const double *x, int64_t n) {
+    float *f = xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)x[i];
+    return f;
+}
+/* test_gpu's rel_d: ||got - want|| / ||want||, or ||got|| where want is all 0; NaN if got is not finite */
+static double rel_l2_32(const float *got, const double *want, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return NAN;
+        num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+static void test_gdn_sim(void) {
+    const struct { const char *name; SimOpts op; int check; } modes[] = {
+        /* mma, solve, tri, vals, wy, state, dg_pairs, gam64 */
+        {"fp32", {SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 0}, 1},
+        {"fp32, dg by pairs", {SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 1, 0}, 1},
+        {"fp32, gamma in fp64", {SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 1}, 1},
+        {"tf32", {SIM_TF32, SIM_TF32, SIM_TF32, SIM_TF32, SIM_TF32, SIM_TF32, 0, 0}, 0},
+        {"bf16, fp32 solve", {SIM_BF16, SIM_FP32, SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, 0, 0}, 0},
+        {"bf16, bf16 solve", {SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, 0, 0}, 0},
+        {"bf16, fp32 D S T", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_FP32, SIM_BF16, SIM_FP32, 0, 0}, 0},
+        {"bf16, fp32 T U W K~", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_BF16, SIM_FP32, SIM_BF16, 0, 0}, 0},
+        {"bf16 P dP dL only", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 0}, 0},
+    };
+    const int nm = (int)(sizeof modes / sizeof modes[0]);
+    /* o, S_end, dq, dk, dv, dg, dbeta, dS0, M, B, C */
+    const double band[GO_N + 3] = {2e-2, 1e-4, 2e-2, 2e-2, 2e-2, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4};
+    double worst[16][GO_N + 3];
+    for (int m = 0; m < nm; m++)
+        for (int w = 0; w < GO_N + 3; w++) worst[m][w] = 0;
+    /* every mode's row of every case with GDN_SIM_ALL set; else fp32's and bf16's, and every mode's worst */
+    const int all = getenv("GDN_SIM_ALL") != NULL;
+    const char *col[GO_N + 3] = {"o", "S_end", "dq", "dk", "dv", "dg", "dbeta", "dS0", "M", "B", "C"};
+    printf("  the chunked rule simulated in float (tests/sim_gdn.c) vs the fp64 recurrence, relative l2 error:\n");
+    printf("  %-48s %-22s", "case", "GEMM operands");
+    for (int w = 0; w < GO_N + 3; w++) printf("%s%8s ", w == GO_N ? " |" : "", col[w]);
+    printf("\n");
+    for (int ci = 0; ci < GDN_NCASES; ci++) {
+        const GdnCase *c = &GDN_CASES[ci];
+        const GdnHeads hd = {c->H, c->dk, c->dv};
+        const int64_t T = c->T, H = c->H, dk = c->dk, dv = c->dv, mk = H * dk * dk, ms = H * dv * dk;
+        GdnIn in;
+        GdnOut want;
+        gdn_case_make(c, 101 + (uint64_t)ci, &in);
+        gdn_out_alloc(c, &want);
+        gdn_case_run(c, &in, 0, &want);
+        double *M = xmalloc((size_t)mk * 8), *B = xmalloc((size_t)ms * 8), *Cw = xcalloc((size_t)ms, 8);
+        double *sq = xcalloc((size_t)(T * H * dk), 8), *sk = xcalloc((size_t)(T * H * dk), 8),
+               *sv = xcalloc((size_t)(T * H * dv), 8), *sg = xcalloc((size_t)(T * H), 8), *sb = xcalloc((size_t)(T * H), 8);
+        ref_gdn_map(&hd, T, in.k, in.v, in.g, in.b, M, B);
+        ref_gdn_bwd(&hd, T, in.q, in.k, in.v, in.g, in.b, in.S0, in.dout, Cw, sq, sk, sv, sg, sb);
+        float *q = f32_of(in.q, T * H * dk), *k = f32_of(in.k, T * H * dk), *v = f32_of(in.v, T * H * dv),
+              *g = f32_of(in.g, T * H), *b = f32_of(in.b, T * H), *S0 = f32_of(in.S0, ms), *dout = f32_of(in.dout, T * H * dv);
+        float *x[GO_N + 3];
+        const int64_t len3[3] = {mk, ms, ms};
+        for (int w = 0; w < GO_N + 3; w++) x[w] = xmalloc((size_t)(w < GO_N ? gdn_out_len(c, w) : len3[w - GO_N]) * 4);
+        for (int m = 0; m < nm; m++) {
+            const SimOpts *op = &modes[m].op;
+            memcpy(x[GO_S], S0, (size_t)ms * 4);
+            sim_gdn_fwd(op, &hd, T, c->C, q, k, v, g, b, x[GO_S], x[GO_O]);
+            for (int64_t i = 0; i < ms; i++) x[GO_DS0][i] = (float)in.dSf[i];
+            sim_gdn_bwd(op, &hd, T, c->C, q, k, v, g, b, S0, dout, x[GO_DS0], x[GO_DQ], x[GO_DK], x[GO_DV], x[GO_DG], x[GO_DB]);
+            sim_gdn_maps(op, &hd, T, c->C, q, k, v, g, b, dout, x[GO_N], x[GO_N + 1], x[GO_N + 2]);
+            double e[GO_N + 3];
+            for (int w = 0; w < GO_N; w++) e[w] = rel_l2_32(x[w], want.x[w], gdn_out_len(c, w));
+            e[GO_N] = rel_l2_32(x[GO_N], M, mk), e[GO_N + 1] = rel_l2_32(x[GO_N + 1], B, ms), e[GO_N + 2] = rel_l2_32(x[GO_N + 2], Cw, ms);
+            int over = 0;
+            for (int w = 0; w < GO_N + 3; w++) {
+                worst[m][w] = fmax(worst[m][w], e[w]);
+                over += !(e[w] <= band[w]);
+            }
+            if (modes[m].check)
+                EXPECT(!over, "fp32 simulation (%s), %s: %d tensors outside the GPU rule's bands: o %.1e S %.1e dq %.1e dk %.1e "
+                       "dv %.1e dg %.1e dbeta %.1e dS0 %.1e M %.1e B %.1e C %.1e", modes[m].name, c->name, over, e[0], e[1],
+                       e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9], e[10]);
+            if (!all && m != 0 && m != 4) continue;
+            printf("  %-48s %-22s", m ? "" : c->name, modes[m].name);
+            for (int w = 0; w < GO_N + 3; w++) printf("%s%8.1e%s", w == GO_N ? " |" : "", e[w], e[w] <= band[w] ? " " : "!");
+            printf("\n");
+        }
+        for (int w = 0; w < GO_N + 3; w++) free(x[w]);
+        free(q); free(k); free(v); free(g); free(b); free(S0); free(dout);
+        free(M); free(B); free(Cw); free(sq); free(sk); free(sv); free(sg); free(sb);
+        gdn_out_free(&want);
+        gdn_in_free(&in);
+    }
+    for (int m = 0; m < nm; m++) {
+        printf("  %-48s %-22s", "worst over the cases", modes[m].name);
+        for (int w = 0; w < GO_N + 3; w++) printf("%s%8.1e%s", w == GO_N ? " |" : "", worst[m][w], worst[m][w] <= band[w] ? " " : "!");
+        printf("\n");
+    }
+    printf("  (! : outside the GPU rule's band for that tensor: 2e-2 bf16 outputs, 1e-4 fp32 ones)\n");
 }
 
 /* The whole Gated DeltaNet layer (projections, causal conv + SiLU, l2norm, decay and beta, the rule,
@@ -2324,6 +2438,7 @@ int main(int argc, char **argv) {
     test_gdn(golden);
     test_gdn_rank_walk();
     test_gdn_chunked();
+    test_gdn_sim();
     test_gdn_layer(golden);
     test_gated_attn(golden);
     test_qwen35(golden);
