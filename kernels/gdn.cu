@@ -4,6 +4,7 @@
  * of linear attention, and the GPU's own reference). The stages run it tiled (below the plain
  * kernels): the same recurrence and the same per-token code (rule_step, row_dot, rule_back), with a
  * tile of tokens' inputs fetched while the previous tile runs; ./build/gdn_rate times both.
+ * The chunked form (tensor-core GEMMs per 64-token chunk), derived and sized: docs/chunked_delta_rule.md.
  *
  * Layouts (row-major, S tokens): qkv [S, C] with C = 2 Hk dk + Hv dv channels, q of key head kh at
  * channel kh dk, k at Hk dk + kh dk, v of value head h at 2 Hk dk + h dv; g, beta [S, Hv] fp32; the

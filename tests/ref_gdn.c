@@ -44,70 +44,377 @@ void ref_gdn(const GdnHeads *h, int64_t T, const double *q, const double *k, con
         }
 }
 
+/* ---------------------------------------------------------------- the chunked form
+ * docs/chunked_delta_rule.md derives every line below; its section numbers are quoted. One head and
+ * one chunk of n <= C tokens at a time, the chunk's inputs gathered into a Chunk. Documents: a token
+ * with g = -inf starts one. Inside a chunk the decay from token s to token t >= s is
+ *     dec(t, s) = e^{gam_t - gam_s} if no document starts in (s, t], else exactly 0,
+ * and from the chunk's start (the state it was handed) to t, dec0(t) = e^{gam_t} or 0 likewise, with
+ * gam the log-decay summed since the chunk's start or since the last document start in it (section 7:
+ * no -inf ever enters an exponent, so no NaN, and every exponent is <= 0). */
+int ref_gdn_chunked_plant;
+#define SOLVE_BLOCK 16 /* the diagonal blocks of the triangular solve (section 4) */
+
+typedef struct {
+    int64_t n, dk, dv;
+    double *q, *k, *v, *g, *b; /* the chunk's inputs: [n, dk], [n, dk], [n, dv], [n], [n] */
+    double *gam;               /* [n] log-decay since the chunk's start or the last document start in it */
+    int64_t *seg;              /* [n] documents started in the chunk up to and including t */
+    double *L, *Tm;            /* [n, n] L (strictly lower) and (I + L)^-1 */
+    double *U, *W, *D;         /* [n, dv] U, [n, dk] W, [n, dv] the values written */
+} Chunk;
+
+static void chunk_alloc(Chunk *c, int64_t C, int64_t dk, int64_t dv) {
+    c->dk = dk, c->dv = dv;
+    c->q = xmalloc((size_t)(C * dk) * 8), c->k = xmalloc((size_t)(C * dk) * 8), c->v = xmalloc((size_t)(C * dv) * 8);
+    c->g = xmalloc((size_t)C * 8), c->b = xmalloc((size_t)C * 8), c->gam = xmalloc((size_t)C * 8);
+    c->seg = xmalloc((size_t)C * sizeof(int64_t));
+    c->L = xmalloc((size_t)(C * C) * 8), c->Tm = xmalloc((size_t)(C * C) * 8);
+    c->U = xmalloc((size_t)(C * dv) * 8), c->W = xmalloc((size_t)(C * dk) * 8), c->D = xmalloc((size_t)(C * dv) * 8);
+}
+static void chunk_free(Chunk *c) {
+    free(c->q); free(c->k); free(c->v); free(c->g); free(c->b); free(c->gam); free(c->seg);
+    free(c->L); free(c->Tm); free(c->U); free(c->W); free(c->D);
+}
+static int is_start(double g) { return isinf(g) && g < 0; }
+static double dec(const Chunk *c, int64_t t, int64_t s) { /* s <= t */
+    return c->seg[t] == c->seg[s] ? exp(c->gam[t] - c->gam[s]) : 0;
+}
+static double dec0(const Chunk *c, int64_t t) { return c->seg[t] == 0 ? exp(c->gam[t]) : 0; }
+static double dotn(const double *a, const double *b, int64_t n) {
+    double s = 0;
+    for (int64_t e = 0; e < n; e++) s += a[e] * b[e];
+    return s;
+}
+
+/* Tm = (I + L)^-1, L strictly lower [n, n], by blocks of SOLVE_BLOCK (section 4): each diagonal block
+ * by forward substitution alone, then block row I's off-diagonal blocks
+ *     Tm_IJ = -Tm_II sum_{J <= M < I} L_IM Tm_MJ      (planted 2: the M = J term alone) */
+static void solve_blocks(int64_t n, const double *L, double *Tm) {
+    memset(Tm, 0, (size_t)(n * n) * 8);
+    double *X = xmalloc((size_t)(SOLVE_BLOCK * SOLVE_BLOCK) * 8);
+    for (int64_t i0 = 0; i0 < n; i0 += SOLVE_BLOCK) {
+        const int64_t i1 = i0 + SOLVE_BLOCK < n ? i0 + SOLVE_BLOCK : n;
+        for (int64_t t = i0; t < i1; t++) {
+            Tm[t * n + t] = 1;
+            for (int64_t s = i0; s < t; s++) {
+                double a = 0;
+                for (int64_t m = s; m < t; m++) a += L[t * n + m] * Tm[m * n + s];
+                Tm[t * n + s] = -a;
+            }
+        }
+        for (int64_t j0 = 0; j0 < i0; j0 += SOLVE_BLOCK) {
+            const int64_t j1 = j0 + SOLVE_BLOCK, mend = ref_gdn_chunked_plant == 2 ? j1 : i0;
+            for (int64_t t = i0; t < i1; t++) /* X = sum_M L_IM Tm_MJ */
+                for (int64_t s = j0; s < j1; s++) {
+                    double a = 0;
+                    for (int64_t m = j0; m < mend; m++) a += L[t * n + m] * Tm[m * n + s];
+                    X[(t - i0) * SOLVE_BLOCK + (s - j0)] = a;
+                }
+            for (int64_t t = i0; t < i1; t++) /* Tm_IJ = -Tm_II X */
+                for (int64_t s = j0; s < j1; s++) {
+                    double a = 0;
+                    for (int64_t u = i0; u <= t; u++) a += Tm[t * n + u] * X[(u - i0) * SOLVE_BLOCK + (s - j0)];
+                    Tm[t * n + s] = -a;
+                }
+        }
+    }
+    free(X);
+}
+
+/* gather chunk [c0, c0 + n) of head j; then gam, seg, L, Tm, U (v non-NULL) and W (sections 2-5) */
+static void chunk_load(Chunk *c, const GdnHeads *h, int64_t c0, int64_t n, int64_t j, const double *q, const double *k,
+                       const double *v, const double *g, const double *beta) {
+    const int64_t H = h->H, dk = h->dk, dv = h->dv;
+    c->n = n;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t i = (c0 + t) * H + j;
+        if (q) memcpy(c->q + t * dk, q + i * dk, (size_t)dk * 8);
+        memcpy(c->k + t * dk, k + i * dk, (size_t)dk * 8);
+        if (v) memcpy(c->v + t * dv, v + i * dv, (size_t)dv * 8);
+        c->g[t] = g[i], c->b[t] = beta[i];
+        const int st = is_start(g[i]);
+        c->seg[t] = (t ? c->seg[t - 1] : 0) + st;
+        c->gam[t] = st ? 0 : (t ? c->gam[t - 1] : 0) + g[i]; /* a start: the decay restarts (its own is never read) */
+    }
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t s = 0; s < n; s++)
+            c->L[t * n + s] = s < t ? c->b[t] * dec(c, t, s) * dotn(c->k + t * dk, c->k + s * dk, dk) : 0;
+    solve_blocks(n, c->L, c->Tm);
+    for (int64_t t = 0; t < n; t++) { /* U = Tm diag(b) V, W = Tm diag(b dec0) K */
+        if (v)
+            for (int64_t r = 0; r < dv; r++) {
+                double a = 0;
+                for (int64_t s = 0; s <= t; s++) a += c->Tm[t * n + s] * c->b[s] * c->v[s * dv + r];
+                c->U[t * dv + r] = a;
+            }
+        for (int64_t e = 0; e < dk; e++) {
+            double a = 0;
+            for (int64_t s = 0; s <= t; s++) a += c->Tm[t * n + s] * c->b[s] * dec0(c, s) * c->k[s * dk + e];
+            c->W[t * dk + e] = a;
+        }
+    }
+}
+
+/* D = U - W S0^T: the values written (section 3) */
+static void chunk_written(Chunk *c, const double *S0) {
+    const int64_t dk = c->dk, dv = c->dv;
+    for (int64_t t = 0; t < c->n; t++)
+        for (int64_t r = 0; r < dv; r++) c->D[t * dv + r] = c->U[t * dv + r] - dotn(c->W + t * dk, S0 + r * dk, dk);
+}
+
+/* The chunk from S (its initial state in, its final state out): o [n, dv] (NULL: not wanted) (section 6) */
+static void chunk_forward(Chunk *c, double *S, double *o, double *Sn) {
+    const int64_t n = c->n, dk = c->dk, dv = c->dv;
+    chunk_written(c, S);
+    if (o)
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < dv; r++) {
+                double a = dec0(c, t) * dotn(S + r * dk, c->q + t * dk, dk);
+                for (int64_t s = 0; s <= t; s++) a += dec(c, t, s) * dotn(c->k + s * dk, c->q + t * dk, dk) * c->D[s * dv + r];
+                o[t * dv + r] = a;
+            }
+    for (int64_t r = 0; r < dv; r++)
+        for (int64_t e = 0; e < dk; e++) {
+            double a = dec0(c, n - 1) * S[r * dk + e];
+            for (int64_t s = 0; s < n; s++) a += dec(c, n - 1, s) * c->D[s * dv + r] * c->k[s * dk + e];
+            Sn[r * dk + e] = a;
+        }
+    memcpy(S, Sn, (size_t)(dv * dk) * 8);
+}
+
 void ref_gdn_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *v,
                      const double *g, const double *beta, double *S, double *o) {
     const int64_t H = h->H, dk = h->dk, dv = h->dv;
-    double *gam = xmalloc((size_t)C * 8), *Tm = xmalloc((size_t)(C * C) * 8), *U = xmalloc((size_t)(C * dv) * 8),
-           *Kd = xmalloc((size_t)(C * dk) * 8), *W = xmalloc((size_t)(C * dv) * 8), *Sn = xmalloc((size_t)(dv * dk) * 8);
-    for (int64_t j = 0; j < H; j++) {
-        double *S0 = S + j * dv * dk;
+    Chunk c;
+    chunk_alloc(&c, C, dk, dv);
+    double *oc = xmalloc((size_t)(C * dv) * 8), *Sn = xmalloc((size_t)(dv * dk) * 8);
+    for (int64_t j = 0; j < H; j++)
         for (int64_t c0 = 0; c0 < T; c0 += C) {
             const int64_t n = T - c0 < C ? T - c0 : C;
-#define KV_(arr, t, d, e) arr[((c0 + (t)) * H + j) * (d) + (e)]
-#define G_(arr, t) arr[(c0 + (t)) * H + j]
-            for (int64_t t = 0; t < n; t++) gam[t] = (t ? gam[t - 1] : 0) + G_(g, t);
-            /* (I + L)^-1 by forward substitution, row by row: Tm = (I + L)^-1 */
-            for (int64_t t = 0; t < n; t++) {
-                for (int64_t s2 = 0; s2 < n; s2++) Tm[t * C + s2] = t == s2;
-                for (int64_t s2 = 0; s2 < t; s2++) {
-                    double kk = 0;
-                    for (int64_t e = 0; e < dk; e++) kk += KV_(k, t, dk, e) * KV_(k, s2, dk, e);
-                    const double l = G_(beta, t) * exp(gam[t] - gam[s2]) * kk; /* L[t, s2] */
-                    for (int64_t u = 0; u <= s2; u++) Tm[t * C + u] -= l * Tm[s2 * C + u];
-                }
-            }
-            for (int64_t t = 0; t < n; t++) { /* U = Tm b V, Kd = Tm b e^gamma K */
-                for (int64_t r = 0; r < dv; r++) {
-                    double a = 0;
-                    for (int64_t s2 = 0; s2 <= t; s2++) a += Tm[t * C + s2] * G_(beta, s2) * KV_(v, s2, dv, r);
-                    U[t * dv + r] = a;
-                }
-                for (int64_t e = 0; e < dk; e++) {
-                    double a = 0;
-                    for (int64_t s2 = 0; s2 <= t; s2++) a += Tm[t * C + s2] * G_(beta, s2) * exp(gam[s2]) * KV_(k, s2, dk, e);
-                    Kd[t * dk + e] = a;
-                }
-            }
-            for (int64_t t = 0; t < n; t++) /* W = U - Kd S0^T */
-                for (int64_t r = 0; r < dv; r++) {
-                    double a = U[t * dv + r];
-                    for (int64_t e = 0; e < dk; e++) a -= Kd[t * dk + e] * S0[r * dk + e];
-                    W[t * dv + r] = a;
-                }
-            for (int64_t t = 0; t < n; t++) /* the outputs: from S0, then from the chunk's own writes */
-                for (int64_t r = 0; r < dv; r++) {
-                    double a = 0;
-                    for (int64_t e = 0; e < dk; e++) a += S0[r * dk + e] * KV_(q, t, dk, e);
-                    a *= exp(gam[t]);
-                    for (int64_t s2 = 0; s2 <= t; s2++) {
-                        double kq = 0;
-                        for (int64_t e = 0; e < dk; e++) kq += KV_(k, s2, dk, e) * KV_(q, t, dk, e);
-                        a += exp(gam[t] - gam[s2]) * kq * W[s2 * dv + r];
-                    }
-                    KV_(o, t, dv, r) = a;
-                }
-            for (int64_t r = 0; r < dv; r++) /* the state the next chunk starts from */
-                for (int64_t e = 0; e < dk; e++) {
-                    double a = exp(gam[n - 1]) * S0[r * dk + e];
-                    for (int64_t s2 = 0; s2 < n; s2++) a += exp(gam[n - 1] - gam[s2]) * W[s2 * dv + r] * KV_(k, s2, dk, e);
-                    Sn[r * dk + e] = a;
-                }
-            memcpy(S0, Sn, (size_t)(dv * dk) * 8);
-#undef KV_
-#undef G_
+            chunk_load(&c, h, c0, n, j, q, k, v, g, beta);
+            chunk_forward(&c, S + j * dv * dk, o ? oc : NULL, Sn);
+            if (o)
+                for (int64_t t = 0; t < n; t++) memcpy(o + ((c0 + t) * H + j) * dv, oc + t * dv, (size_t)dv * 8);
+        }
+    chunk_free(&c);
+    free(oc); free(Sn);
+}
+
+/* The chunk's backward (section 8), from S0 (its initial state) and dO [n, dv]: dS is the final state's
+ * gradient in, the initial state's out; dq, dk [n, dk], dv [n, dv], dg, db [n] written. */
+static void chunk_backward(Chunk *c, const double *S0, const double *dO, double *dS, double *dq, double *dk,
+                           double *dv, double *dg, double *db) {
+    const int64_t n = c->n, K = c->dk, V = c->dv;
+    chunk_written(c, S0);
+    double *dS0 = xcalloc((size_t)(V * K), 8), *dD = xcalloc((size_t)(n * V), 8), *dW = xmalloc((size_t)(n * K) * 8),
+           *dYu = xmalloc((size_t)(n * V) * 8), *dYw = xmalloc((size_t)(n * K) * 8), *dgam = xcalloc((size_t)n, 8),
+           *x = xmalloc((size_t)K * 8);
+    memset(dq, 0, (size_t)(n * K) * 8), memset(dk, 0, (size_t)(n * K) * 8), memset(dv, 0, (size_t)(n * V) * 8);
+    memset(db, 0, (size_t)n * 8);
+    /* (8.1) S_n = dec0(n-1) S0 + sum_s r_s d_s k_s^T, r_s = dec(n-1, s) */
+    const double en = dec0(c, n - 1);
+    for (int64_t m = 0; m < V * K; m++) dS0[m] = en * dS[m];
+    dgam[n - 1] += en * dotn(dS, S0, V * K);
+    for (int64_t s = 0; s < n; s++) {
+        const double r = dec(c, n - 1, s);
+        for (int64_t i = 0; i < V; i++) dD[s * V + i] += r * dotn(dS + i * K, c->k + s * K, K);
+        for (int64_t e = 0; e < K; e++) { /* x = dS^T d_s */
+            double a = 0;
+            for (int64_t i = 0; i < V; i++) a += dS[i * K + e] * c->D[s * V + i];
+            x[e] = a;
+            dk[s * K + e] += r * a;
+        }
+        const double E = r * dotn(c->k + s * K, x, K); /* the pair (n-1, s) */
+        if (s < n - 1) dgam[n - 1] += E, dgam[s] -= E;
+    }
+    /* (8.2) o_t = dec0(t) S0 q_t + sum_{s<=t} P[t, s] d_s, P[t, s] = dec(t, s) k_s . q_t */
+    for (int64_t t = 0; t < n; t++) {
+        const double e0 = dec0(c, t), *go = dO + t * V, *qt = c->q + t * K;
+        for (int64_t e = 0; e < K; e++) {
+            double a = 0;
+            for (int64_t i = 0; i < V; i++) a += S0[i * K + e] * go[i];
+            x[e] = a;
+            dq[t * K + e] += e0 * a;
+        }
+        dgam[t] += e0 * dotn(qt, x, K);
+        for (int64_t i = 0; i < V; i++)
+            for (int64_t e = 0; e < K; e++) dS0[i * K + e] += e0 * go[i] * qt[e];
+        for (int64_t s = 0; s <= t; s++) {
+            const double d = dec(c, t, s), P = d * dotn(c->k + s * K, qt, K), dP = dotn(go, c->D + s * V, V);
+            for (int64_t i = 0; i < V; i++) dD[s * V + i] += P * go[i];
+            for (int64_t e = 0; e < K; e++) dq[t * K + e] += dP * d * c->k[s * K + e], dk[s * K + e] += dP * d * qt[e];
+            if (s < t) dgam[t] += dP * P, dgam[s] -= dP * P;
         }
     }
-    free(gam); free(Tm); free(U); free(Kd); free(W); free(Sn);
+    /* (8.3) D = U - W S0^T */
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t e = 0; e < K; e++) {
+            double a = 0;
+            for (int64_t i = 0; i < V; i++) a += S0[i * K + e] * dD[t * V + i];
+            dW[t * K + e] = -a;
+        }
+        for (int64_t i = 0; i < V; i++)
+            for (int64_t e = 0; e < K; e++) dS0[i * K + e] -= dD[t * V + i] * c->W[t * K + e];
+    }
+    /* (8.4) U = Tm diag(b) V, W = Tm diag(b dec0) K: dY = Tm^T dU (and dW), dL = -(dYu U^T + dYw W^T) */
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t i = 0; i < V; i++) {
+            double a = 0;
+            for (int64_t u = t; u < n; u++) a += c->Tm[u * n + t] * dD[u * V + i];
+            dYu[t * V + i] = a;
+        }
+        for (int64_t e = 0; e < K; e++) {
+            double a = 0;
+            for (int64_t u = t; u < n; u++) a += c->Tm[u * n + t] * dW[u * K + e];
+            dYw[t * K + e] = a;
+        }
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const double e0 = dec0(c, t), bt = c->b[t];
+        for (int64_t i = 0; i < V; i++) dv[t * V + i] += bt * dYu[t * V + i];
+        const double yk = dotn(dYw + t * K, c->k + t * K, K);
+        db[t] += dotn(dYu + t * V, c->v + t * V, V) + e0 * yk;
+        for (int64_t e = 0; e < K; e++) dk[t * K + e] += bt * e0 * dYw[t * K + e];
+        dgam[t] += bt * e0 * yk;
+        /* (8.5) L[t, s] = b_t dec(t, s) k_t . k_s, s < t */
+        for (int64_t s = 0; s < t; s++) {
+            const double dL = -(dotn(dYu + t * V, c->U + s * V, V) + dotn(dYw + t * K, c->W + s * K, K));
+            const double d = dec(c, t, s), kk = dotn(c->k + t * K, c->k + s * K, K), G = dL * d * kk;
+            db[t] += G;
+            dgam[t] += bt * G, dgam[s] -= bt * G;
+            for (int64_t e = 0; e < K; e++)
+                dk[t * K + e] += dL * bt * d * c->k[s * K + e], dk[s * K + e] += dL * bt * d * c->k[t * K + e];
+        }
+    }
+    /* (8.6) gam_t = the sum of g over (the segment's start, t]: dg_t = the sum of dgam_u over u >= t of t's
+     * segment; a document's first token's g is -inf, its gradient 0 (planted 1: dg = dgam) */
+    for (int64_t t = n - 1; t >= 0; t--) {
+        const int last = t == n - 1 || c->seg[t + 1] != c->seg[t];
+        dg[t] = ref_gdn_chunked_plant == 1 ? dgam[t] : dgam[t] + (last ? 0 : dg[t + 1]);
+    }
+    for (int64_t t = 0; t < n; t++)
+        if (is_start(c->g[t])) dg[t] = 0;
+    memcpy(dS, dS0, (size_t)(V * K) * 8);
+    free(dS0); free(dD); free(dW); free(dYu); free(dYw); free(dgam); free(x);
+}
+
+void ref_gdn_chunked_bwd(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *v,
+                         const double *g, const double *beta, const double *S0, const double *dout, double *dS,
+                         double *dq, double *dk, double *dv, double *dg, double *dbeta) {
+    const int64_t H = h->H, dk_ = h->dk, dv_ = h->dv, ms = dv_ * dk_, nc = (T + C - 1) / C;
+    Chunk c;
+    chunk_alloc(&c, C, dk_, dv_);
+    double *starts = xmalloc((size_t)((nc + 1) * ms) * 8), *Sn = xmalloc((size_t)ms * 8), *dO = xmalloc((size_t)(C * dv_) * 8),
+           *lq = xmalloc((size_t)(C * dk_) * 8), *lk = xmalloc((size_t)(C * dk_) * 8), *lv = xmalloc((size_t)(C * dv_) * 8),
+           *lg = xmalloc((size_t)C * 8), *lb = xmalloc((size_t)C * 8);
+    for (int64_t j = 0; j < H; j++) {
+        memcpy(starts, S0 + j * ms, (size_t)ms * 8); /* the forward again: every chunk's initial state */
+        for (int64_t ci = 0; ci < nc; ci++) {
+            const int64_t c0 = ci * C, n = T - c0 < C ? T - c0 : C;
+            memcpy(starts + (ci + 1) * ms, starts + ci * ms, (size_t)ms * 8);
+            chunk_load(&c, h, c0, n, j, q, k, v, g, beta);
+            chunk_forward(&c, starts + (ci + 1) * ms, NULL, Sn);
+        }
+        for (int64_t ci = nc - 1; ci >= 0; ci--) { /* then the chunks backward, dS carried */
+            const int64_t c0 = ci * C, n = T - c0 < C ? T - c0 : C;
+            chunk_load(&c, h, c0, n, j, q, k, v, g, beta);
+            for (int64_t t = 0; t < n; t++) memcpy(dO + t * dv_, dout + ((c0 + t) * H + j) * dv_, (size_t)dv_ * 8);
+            chunk_backward(&c, starts + ci * ms, dO, dS + j * ms, lq, lk, lv, lg, lb);
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t i = (c0 + t) * H + j;
+                for (int64_t e = 0; e < dk_; e++) dq[i * dk_ + e] += lq[t * dk_ + e], dk[i * dk_ + e] += lk[t * dk_ + e];
+                for (int64_t e = 0; e < dv_; e++) dv[i * dv_ + e] += lv[t * dv_ + e];
+                dg[i] += lg[t], dbeta[i] += lb[t];
+            }
+        }
+    }
+    chunk_free(&c);
+    free(starts); free(Sn); free(dO); free(lq); free(lk); free(lv); free(lg); free(lb);
+}
+
+/* One chunk's map (section 9): M_c = dec0(n-1) I - sum_s r_s W_s k_s^T [dk, dk], B_c = sum_s r_s U_s
+ * k_s^T [dv, dk] (r_s = dec(n-1, s)); (U NULL: B_c not wanted) */
+static void chunk_map(const Chunk *c, double *Mc, double *Bc) {
+    const int64_t n = c->n, K = c->dk, V = c->dv;
+    for (int64_t e = 0; e < K; e++)
+        for (int64_t f = 0; f < K; f++) {
+            double a = e == f ? dec0(c, n - 1) : 0;
+            for (int64_t s = 0; s < n; s++) a -= dec(c, n - 1, s) * c->W[s * K + e] * c->k[s * K + f];
+            Mc[e * K + f] = a;
+        }
+    if (Bc)
+        for (int64_t i = 0; i < V; i++)
+            for (int64_t f = 0; f < K; f++) {
+                double a = 0;
+                for (int64_t s = 0; s < n; s++) a += dec(c, n - 1, s) * c->U[s * V + i] * c->k[s * K + f];
+                Bc[i * K + f] = a;
+            }
+}
+/* X [rows, K] <- X Mc (tr 0) or X Mc^T (tr 1), Mc [K, K] */
+static void times_map(double *X, const double *Mc, int64_t rows, int64_t K, int tr) {
+    double *row = xmalloc((size_t)K * 8);
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t f = 0; f < K; f++) {
+            double a = 0;
+            for (int64_t e = 0; e < K; e++) a += X[i * K + e] * (tr ? Mc[f * K + e] : Mc[e * K + f]);
+            row[f] = a;
+        }
+        memcpy(X + i * K, row, (size_t)K * 8);
+    }
+    free(row);
+}
+
+void ref_gdn_map_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *k, const double *v, const double *g,
+                         const double *beta, double *M, double *B) {
+    const int64_t H = h->H, K = h->dk, V = h->dv;
+    Chunk c;
+    chunk_alloc(&c, C, K, V);
+    double *Mc = xmalloc((size_t)(K * K) * 8), *Bc = xmalloc((size_t)(V * K) * 8);
+    for (int64_t j = 0; j < H; j++) {
+        double *Mj = M + j * K * K, *Bj = B + j * V * K;
+        memset(Mj, 0, (size_t)(K * K) * 8), memset(Bj, 0, (size_t)(V * K) * 8);
+        for (int64_t e = 0; e < K; e++) Mj[e * K + e] = 1;
+        for (int64_t c0 = 0; c0 < T; c0 += C) { /* M <- M M_c, B <- B M_c + B_c */
+            chunk_load(&c, h, c0, T - c0 < C ? T - c0 : C, j, NULL, k, v, g, beta);
+            chunk_map(&c, Mc, Bc);
+            times_map(Mj, Mc, K, K, 0);
+            times_map(Bj, Mc, V, K, 0);
+            for (int64_t m = 0; m < V * K; m++) Bj[m] += Bc[m];
+        }
+    }
+    chunk_free(&c);
+    free(Mc); free(Bc);
+}
+
+void ref_gdn_cmap_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *g,
+                          const double *beta, const double *dout, double *Cm) {
+    const int64_t H = h->H, K = h->dk, V = h->dv, nc = (T + C - 1) / C;
+    Chunk c;
+    chunk_alloc(&c, C, K, V);
+    double *Mc = xmalloc((size_t)(K * K) * 8), *x = xmalloc((size_t)K * 8);
+    for (int64_t j = 0; j < H; j++) {
+        double *Cj = Cm + j * V * K;
+        memset(Cj, 0, (size_t)(V * K) * 8);
+        for (int64_t ci = nc - 1; ci >= 0; ci--) { /* C <- C M_c^T + C_c, C_c = dO^T (diag(dec0) Q - P W) */
+            const int64_t c0 = ci * C, n = T - c0 < C ? T - c0 : C;
+            chunk_load(&c, h, c0, n, j, q, k, NULL, g, beta);
+            chunk_map(&c, Mc, NULL);
+            times_map(Cj, Mc, V, K, 1);
+            for (int64_t t = 0; t < n; t++) {
+                for (int64_t e = 0; e < K; e++) x[e] = dec0(&c, t) * c.q[t * K + e];
+                for (int64_t s = 0; s <= t; s++) {
+                    const double P = dec(&c, t, s) * dotn(c.k + s * K, c.q + t * K, K);
+                    for (int64_t e = 0; e < K; e++) x[e] -= P * c.W[s * K + e];
+                }
+                const double *go = dout + ((c0 + t) * H + j) * V;
+                for (int64_t i = 0; i < V; i++)
+                    for (int64_t e = 0; e < K; e++) Cj[i * K + e] += go[i] * x[e];
+            }
+        }
+    }
+    chunk_free(&c);
+    free(Mc); free(x);
 }
 
 /* M <- M A_t = a (M - b (M k) k^T), one head */

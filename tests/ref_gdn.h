@@ -23,6 +23,8 @@
  * its final state's gradient), rank r composing chunks 2P-1 down to r+1, again 2P-1-r. The functions
  * below simulate every rank at once: they compose all 2P in one chain, the union of the ranks' walks.
  *
+ * The chunked form a GPU kernel runs, its backward and its maps: docs/chunked_delta_rule.md.
+ *
  * Layouts (row-major): q, k [T, H, dk]; v, o [T, H, dv]; g, beta [T, H]; S [H, dv, dk]. */
 #ifndef LONGCTX_REF_GDN_H
 #define LONGCTX_REF_GDN_H
@@ -42,19 +44,39 @@ void ref_gdn(const GdnHeads *h, int64_t T, const double *q, const double *k, con
              const double *beta, double *S, double *o);
 
 /* The chunked form (what a GPU kernel runs: matrix products instead of a token-by-token chain), in
- * chunks of C tokens, the same result as ref_gdn. Within a chunk from state S0, with gamma_t the
- * cumulative log-decay (sum of g up to t) and w_t the value actually written at t,
- *     w_t = b_t (v_t - e^{gamma_t} S0 k_t - sum_{s<t} e^{gamma_t - gamma_s} (k_s . k_t) w_s),
- * a unit lower-triangular system (I + L) W = b (V - e^gamma K S0^T), L[t,s] = b_t e^{gamma_t -
- * gamma_s} k_t . k_s. Solved once per chunk, W = U - Kd S0^T with U = (I+L)^-1 b V and Kd =
- * (I+L)^-1 b e^gamma K (both the chunk's alone), and then
- *     o_t = e^{gamma_t} S0 q_t + sum_{s<=t} e^{gamma_t - gamma_s} (k_s . q_t) w_s,
- *     S_end = e^{gamma_n} S0 + sum_s e^{gamma_n - gamma_s} w_s k_s^T.
- * (transformers' torch_chunk_gated_delta_rule, in its own words.) A decay of exactly 0 (g = -inf, a
- * packed document's start) makes gamma_t - gamma_s NaN here: a chunk must not cross a document
- * boundary, or g must stay finite. */
+ * chunks of C tokens, the same result as ref_gdn; docs/chunked_delta_rule.md derives it. Within a
+ * chunk from state S0, with gamma_t the cumulative log-decay (sum of g up to t) and d_t the value
+ * actually written at t,
+ *     d_t = b_t (v_t - e^{gamma_t} S0 k_t - sum_{s<t} e^{gamma_t - gamma_s} (k_s . k_t) d_s),
+ * a unit lower-triangular system (I + L) D = diag(b) V - diag(b e^gamma) K S0^T, L[t,s] = b_t
+ * e^{gamma_t - gamma_s} k_t . k_s. Solved once per chunk (by 16 x 16 diagonal blocks, then the blocks
+ * below them), D = U - W S0^T with U = (I+L)^-1 diag(b) V and W = (I+L)^-1 diag(b e^gamma) K (both the
+ * chunk's alone), and then
+ *     o_t = e^{gamma_t} S0 q_t + sum_{s<=t} e^{gamma_t - gamma_s} (k_s . q_t) d_s,
+ *     S_end = e^{gamma_n} S0 + sum_s e^{gamma_n - gamma_s} d_s k_s^T.
+ * Documents as ref_gdn takes them (g = -inf at a document's first token): a decay across a document
+ * start is exactly 0 (masked, never e^{-inf + inf}), and gamma restarts at each start. */
 void ref_gdn_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *v,
                      const double *g, const double *beta, double *S, double *o);
+/* Its backward, chunk by chunk in reverse (the chunks' initial states from the forward again), with
+ * ref_gdn_bwd's contract: dS the final state's gradient in, the initial state's out; adds into dq, dk,
+ * dv, dg, dbeta. */
+void ref_gdn_chunked_bwd(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *v,
+                         const double *g, const double *beta, const double *S0, const double *dout, double *dS,
+                         double *dq, double *dk, double *dv, double *dg, double *dbeta);
+/* ref_gdn_map's M [H, dk, dk] and B [H, dv, dk] from the chunked form: per chunk of C tokens M_c =
+ * e^{gamma_n} I - W^T diag(e^{gamma_n - gamma}) K and B_c = U^T diag(e^{gamma_n - gamma}) K, chained
+ * M <- M M_c, B <- B M_c + B_c. */
+void ref_gdn_map_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *k, const double *v, const double *g,
+                         const double *beta, double *M, double *B);
+/* The backward's map C [H, dv, dk] (dS_start = dS_end M^T + C: the backward from dS_end = 0) from the
+ * chunked form: per chunk C_c = dO^T (diag(e^gamma) Q - P W), P[t,s] = e^{gamma_t - gamma_s} q_t . k_s
+ * (s <= t), chained from the last chunk C <- C M_c^T + C_c. */
+void ref_gdn_cmap_chunked(const GdnHeads *h, int64_t T, int64_t C, const double *q, const double *k, const double *g,
+                          const double *beta, const double *dout, double *Cm);
+/* Test only: 1 plants a lost dg (the cumulative sum's adjoint dropped), 2 a wrong block merge in the
+ * triangular solve; 0 (the default) neither. tests/test_cpu.c checks that each is caught. */
+extern int ref_gdn_chunked_plant;
 
 /* A chunk's state map: S_end = S_start M + B, M [H, dk, dk], B [H, dv, dk]. */
 void ref_gdn_map(const GdnHeads *h, int64_t T, const double *k, const double *v, const double *g, const double *beta,

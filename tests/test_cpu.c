@@ -31,6 +31,7 @@
 #include "golden.h"
 #include "ref_model.h"
 #include "ref_gdn.h"
+#include "sim_gdn.h"
 #include "ref_qwen35.h"
 #include "ref_ring.h"
 #include "../common/docs.h"
@@ -1458,6 +1459,318 @@ static void test_gdn_rank_walk(void) {
     free(q); free(k); free(v); free(g); free(b); free(dout); free(sq); free(sk); free(sv); free(sg); free(sb); free(got);
 }
 
+/* The chunked rule (tests/ref_gdn.c's ref_gdn_chunked, _chunked_bwd, _map_chunked, _cmap_chunked;
+ * docs/chunked_delta_rule.md) against the token-by-token recurrence and its backward, fp64 both, on
+ * the cases a kernel finds hard: lengths not a multiple of the chunk, documents (g = -inf) starting
+ * mid-chunk, on chunk edges and one token long, decay near -20 a token, long runs of near-parallel
+ * keys with beta near 1. Band: every tensor (o, the final state, dq, dk, dv, dg, dbeta, the initial
+ * state's gradient; M, B, C) within 1e-10 of its largest entry. Planted: a dg without the cumulative
+ * sum's adjoint, and a triangular solve that merges its 16 x 16 blocks without the blocks between. */
+typedef struct {
+    const char *name;
+    int64_t T, C, H, dk, dv;
+    int kind;              /* 0 random; 1 strong decay (g near -20); 2 near-parallel keys, beta near 1 */
+    const int64_t *starts; /* document starts (g = -inf there) */
+    int64_t ns;
+} GdnCase;
+typedef struct { double *q, *k, *v, *g, *b, *S0, *dout, *dSf; } GdnIn;
+/* o, final state, dq, dk, dv, dg, dbeta, initial state's gradient */
+enum { GO_O, GO_S, GO_DQ, GO_DK, GO_DV, GO_DG, GO_DB, GO_DS0, GO_N };
+typedef struct { double *x[GO_N]; } GdnOut;
+static int64_t gdn_out_len(const GdnCase *c, int w) {
+    const int64_t T = c->T, H = c->H;
+    const int64_t len[GO_N] = {T * H * c->dv, H * c->dv * c->dk, T * H * c->dk, T * H * c->dk, T * H * c->dv, T * H, T * H,
+                               H * c->dv * c->dk};
+    return len[w];
+}
+/* x rounded to bf16 (nearest even), as a double */
+static double bf16_round(double x) {
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* inputs of a case, every value one a GPU kernel reads exactly: q, k (prepared), v and dout bf16's, the
+ * rest float's (the fp32 simulation and the fp64 references read the same numbers) */
+static void gdn_case_make(const GdnCase *c, uint64_t seed, GdnIn *in) {
+    const int64_t T = c->T, H = c->H, dk = c->dk, dv = c->dv;
+    const GdnHeads hd = {H, dk, dv};
+    in->q = xmalloc((size_t)(T * H * dk) * 8), in->k = xmalloc((size_t)(T * H * dk) * 8);
+    in->v = xmalloc((size_t)(T * H * dv) * 8), in->dout = xmalloc((size_t)(T * H * dv) * 8);
+    in->g = xmalloc((size_t)(T * H) * 8), in->b = xmalloc((size_t)(T * H) * 8);
+    in->S0 = xmalloc((size_t)(H * dv * dk) * 8), in->dSf = xmalloc((size_t)(H * dv * dk) * 8);
+    double *k0 = xmalloc((size_t)(H * dk) * 8);
+    for (int64_t i = 0; i < H * dk; i++) k0[i] = rnd(&seed);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < H; j++) {
+            const int64_t i = t * H + j;
+            double n0 = 0;
+            for (int64_t e = 0; e < dk; e++) n0 += k0[j * dk + e] * k0[j * dk + e];
+            for (int64_t e = 0; e < dk; e++) { /* near-parallel: k0's direction plus noise of norm ~0.032 */
+                in->q[i * dk + e] = rnd(&seed);
+                in->k[i * dk + e] = c->kind == 2 ? k0[j * dk + e] / sqrt(n0) + 0.032 / sqrt((double)dk) * 2 * sqrt(3.0) * rnd(&seed)
+                                                 : rnd(&seed);
+            }
+            for (int64_t e = 0; e < dv; e++) in->v[i * dv + e] = 2 * rnd(&seed), in->dout[i * dv + e] = rnd(&seed);
+            if (c->kind == 1) { /* -exp(A_log) softplus(a + dt_bias) with A_log ~ 1.6, dt_bias ~ 4: about -20 */
+                const double x = 4 + rnd(&seed);
+                in->g[i] = -exp(1.6 + 0.2 * rnd(&seed)) * (x > 20 ? x : log1p(exp(x)));
+            } else in->g[i] = c->kind == 2 ? -0.01 * (rnd(&seed) + 0.5) : -0.3 * (rnd(&seed) + 0.5);
+            in->b[i] = c->kind == 2 ? 0.995 + 0.009 * rnd(&seed) : 0.5 + rnd(&seed);
+        }
+    for (int64_t i = 0; i < H * dv * dk; i++) in->S0[i] = 0.5 * rnd(&seed), in->dSf[i] = 0.5 * rnd(&seed);
+    ref_gdn_prepare(&hd, T, in->q, in->k);
+    double *all[] = {in->q, in->k, in->v, in->g, in->b, in->S0, in->dout, in->dSf};
+    const int64_t len[] = {T * H * dk, T * H * dk, T * H * dv, T * H, T * H, H * dv * dk, T * H * dv, H * dv * dk};
+    for (int w = 0; w < 8; w++)
+        for (int64_t i = 0; i < len[w]; i++) all[w][i] = w == 0 || w == 1 || w == 2 || w == 6 ? bf16_round(all[w][i]) : (float)all[w][i];
+    for (int64_t d = 0; d < c->ns; d++)
+        for (int64_t j = 0; j < H; j++) in->g[c->starts[d] * H + j] = -INFINITY;
+    free(k0);
+}
+static void gdn_in_free(GdnIn *in) {
+    free(in->q); free(in->k); free(in->v); free(in->g); free(in->b); free(in->S0); free(in->dout); free(in->dSf);
+}
+static void gdn_out_alloc(const GdnCase *c, GdnOut *o) {
+    for (int w = 0; w < GO_N; w++) o->x[w] = xcalloc((size_t)gdn_out_len(c, w), 8);
+}
+static void gdn_out_free(GdnOut *o) {
+    for (int w = 0; w < GO_N; w++) free(o->x[w]);
+}
+/* the forward and backward of a case: token by token (C 0) or chunked (C the case's) */
+static void gdn_case_run(const GdnCase *c, const GdnIn *in, int chunked, GdnOut *o) {
+    const GdnHeads hd = {c->H, c->dk, c->dv};
+    const int64_t ms = c->H * c->dv * c->dk;
+    memcpy(o->x[GO_S], in->S0, (size_t)ms * 8);
+    memcpy(o->x[GO_DS0], in->dSf, (size_t)ms * 8);
+    if (chunked) {
+        ref_gdn_chunked(&hd, c->T, c->C, in->q, in->k, in->v, in->g, in->b, o->x[GO_S], o->x[GO_O]);
+        ref_gdn_chunked_bwd(&hd, c->T, c->C, in->q, in->k, in->v, in->g, in->b, in->S0, in->dout, o->x[GO_DS0], o->x[GO_DQ],
+                            o->x[GO_DK], o->x[GO_DV], o->x[GO_DG], o->x[GO_DB]);
+    } else {
+        ref_gdn(&hd, c->T, in->q, in->k, in->v, in->g, in->b, o->x[GO_S], o->x[GO_O]);
+        ref_gdn_bwd(&hd, c->T, in->q, in->k, in->v, in->g, in->b, in->S0, in->dout, o->x[GO_DS0], o->x[GO_DQ], o->x[GO_DK],
+                    o->x[GO_DV], o->x[GO_DG], o->x[GO_DB]);
+    }
+}
+/* max |got - want| over the largest |want| (inf if anything is not finite) */
+static double rel_max(const double *got, const double *want, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(want[i]));
+    const double e = max_abs_diff(got, want, n);
+    return isfinite(e) ? e / (m > 0 ? m : 1) : INFINITY;
+}
+static double gdn_out_err(const GdnCase *c, const GdnOut *got, const GdnOut *want, double *each) {
+    double worst = 0;
+    for (int w = 0; w < GO_N; w++) {
+        each[w] = rel_max(got->x[w], want->x[w], gdn_out_len(c, w));
+        worst = fmax(worst, each[w]);
+    }
+    return worst;
+}
+/* the mean cosine of neighbouring keys of head 0 (what "near-parallel" means in a case) */
+static double gdn_key_cos(const GdnCase *c, const GdnIn *in) {
+    double s = 0;
+    for (int64_t t = 1; t < c->T; t++) {
+        const double *a = in->k + (t - 1) * c->H * c->dk, *b = in->k + t * c->H * c->dk;
+        double ab = 0, aa = 0, bb = 0;
+        for (int64_t e = 0; e < c->dk; e++) ab += a[e] * b[e], aa += a[e] * a[e], bb += b[e] * b[e];
+        s += ab / sqrt(aa * bb);
+    }
+    return s / (double)(c->T - 1);
+}
+
+static const int64_t DOCS_64[] = {5, 63, 64, 65, 66, 128, 150, 199}; /* 64, 65: 1-token documents; 199 the last token */
+static const int64_t DOCS_16[] = {0, 16, 17, 31, 40, 47, 48, 99};   /* 0: the initial state forgotten */
+static const int64_t DOCS_Q35[] = {70, 71, 128};
+static const GdnCase GDN_CASES[] = {
+    {"random, chunks of 16, 100 tokens", 100, 16, 2, 16, 12, 0, NULL, 0},
+    {"random, chunks of 64, 150 tokens", 150, 64, 2, 16, 12, 0, NULL, 0},
+    {"documents mid-chunk, on edges, 1 token long (64)", 200, 64, 2, 16, 12, 0, DOCS_64, 8},
+    {"documents from token 0, on edges (16)", 100, 16, 2, 16, 12, 0, DOCS_16, 8},
+    {"strong decay, g ~ -20 a token (64)", 150, 64, 2, 16, 12, 1, NULL, 0},
+    {"strong decay with documents (16)", 100, 16, 2, 16, 12, 1, DOCS_16, 8},
+    {"near-parallel keys, beta ~ 1 (64)", 200, 64, 2, 16, 12, 2, NULL, 0},
+    {"near-parallel keys, beta ~ 1, documents (64)", 200, 64, 2, 16, 12, 2, DOCS_64, 8},
+    {"near-parallel keys, beta ~ 1 (16)", 100, 16, 2, 16, 12, 2, NULL, 0},
+    {"Qwen3.5 heads 128 x 128, documents (64)", 160, 64, 1, 128, 128, 0, DOCS_Q35, 3},
+    {"Qwen3.5 heads, near-parallel keys (64)", 160, 64, 1, 128, 128, 2, NULL, 0},
+};
+#define GDN_NCASES ((int)(sizeof GDN_CASES / sizeof GDN_CASES[0]))
+
+static void test_gdn_chunked(void) {
+    double worst_all = 0, worst_dg = 0;
+    for (int ci = 0; ci < GDN_NCASES; ci++) {
+        const GdnCase *c = &GDN_CASES[ci];
+        GdnIn in;
+        GdnOut want, got;
+        gdn_case_make(c, 101 + (uint64_t)ci, &in);
+        gdn_out_alloc(c, &want), gdn_out_alloc(c, &got);
+        gdn_case_run(c, &in, 0, &want);
+        gdn_case_run(c, &in, 1, &got);
+        double each[GO_N];
+        const double e = gdn_out_err(c, &got, &want, each);
+        EXPECT_LE(e, 1e-10, "the chunked rule, %s: worst %.2e (o %.1e, S_end %.1e, dq %.1e, dk %.1e, dv %.1e, dg %.1e, "
+                  "dbeta %.1e, dS0 %.1e)", c->name, e, each[0], each[1], each[2], each[3], each[4], each[5], each[6], each[7]);
+        printf("  chunked vs recurrence, %-48s worst %.1e (dg %.1e)", c->name, e, each[GO_DG]);
+        if (c->kind == 2) printf(" [key cos %.4f]", gdn_key_cos(c, &in));
+        printf("\n");
+        worst_all = fmax(worst_all, e), worst_dg = fmax(worst_dg, each[GO_DG]);
+        /* the maps of the sequence as one CP chunk: M, B; C from the backward with dS_end = 0. With documents
+         * the tokens before the last start (M is exactly 0 past a start; B and C cross the others) */
+        const GdnHeads hd = {c->H, c->dk, c->dv};
+        const int64_t Tmap = c->ns ? c->starts[c->ns - 1] : c->T;
+        const int64_t mk = c->H * c->dk * c->dk, ms = c->H * c->dv * c->dk;
+        double *M = xmalloc((size_t)mk * 8), *B = xmalloc((size_t)ms * 8), *Mc = xmalloc((size_t)mk * 8),
+               *Bc = xmalloc((size_t)ms * 8), *Cw = xcalloc((size_t)ms, 8), *Cc = xmalloc((size_t)ms * 8);
+        ref_gdn_map(&hd, Tmap, in.k, in.v, in.g, in.b, M, B);
+        ref_gdn_map_chunked(&hd, Tmap, c->C, in.k, in.v, in.g, in.b, Mc, Bc);
+        ref_gdn_bwd(&hd, Tmap, in.q, in.k, in.v, in.g, in.b, in.S0, in.dout, Cw, got.x[GO_DQ], got.x[GO_DK], got.x[GO_DV],
+                    got.x[GO_DG], got.x[GO_DB]);
+        ref_gdn_cmap_chunked(&hd, Tmap, c->C, in.q, in.k, in.g, in.b, in.dout, Cc);
+        const double em = rel_max(Mc, M, mk), eb = rel_max(Bc, B, ms), ec = rel_max(Cc, Cw, ms);
+        EXPECT_LE(fmax(em, fmax(eb, ec)), 1e-10, "the chunked maps, %s: M %.2e, B %.2e, C %.2e", c->name, em, eb, ec);
+        printf("    its maps over %lld tokens (M, B, C) vs the recurrence's: %.1e %.1e %.1e%s\n", (long long)Tmap, em, eb, ec,
+               c->ns ? " (M exactly 0 past a start)" : "");
+        free(M); free(B); free(Mc); free(Bc); free(Cw); free(Cc);
+        gdn_out_free(&want), gdn_out_free(&got);
+        gdn_in_free(&in);
+    }
+    printf("  the chunked rule: worst of every tensor %.1e, of dg %.1e (band 1e-10 of each tensor's largest entry)\n",
+           worst_all, worst_dg);
+    /* planted: each must miss the recurrence by far more than the band */
+    const char *plant[3] = {"", "dg without the cumulative sum's adjoint", "the 16 x 16 blocks merged without those between"};
+    for (int p = 1; p <= 2; p++) {
+        double least = INFINITY;
+        for (int ci = 0; ci < GDN_NCASES; ci++) {
+            const GdnCase *c = &GDN_CASES[ci];
+            /* a wrong merge needs a chunk of three blocks or more to show, and a decay that lets a block reach the
+             * one after next: at g ~ -20 a token that coupling is e^-320, a merge without it as right */
+            if (p == 2 && (c->C < 3 * 16 || c->T < 33 || c->kind == 1)) continue;
+            GdnIn in;
+            GdnOut want, got;
+            gdn_case_make(c, 101 + (uint64_t)ci, &in);
+            gdn_out_alloc(c, &want), gdn_out_alloc(c, &got);
+            gdn_case_run(c, &in, 0, &want);
+            ref_gdn_chunked_plant = p;
+            gdn_case_run(c, &in, 1, &got);
+            ref_gdn_chunked_plant = 0;
+            double each[GO_N];
+            const double e = p == 1 ? (gdn_out_err(c, &got, &want, each), each[GO_DG]) : gdn_out_err(c, &got, &want, each);
+            least = fmin(least, e);
+            EXPECT(e > 1e-6, "planted: %s must miss the recurrence in case %s (err %.2e)", plant[p], c->name, e);
+            gdn_out_free(&want), gdn_out_free(&got);
+            gdn_in_free(&in);
+        }
+        printf("  planted: %s misses every case by >= %.1e\n", plant[p], least);
+    }
+}
+
+/* The chunked rule in float, GEMM by GEMM as a kernel would run it (tests/sim_gdn.c), against the fp64
+ * recurrence on the same cases, in the bands the GPU rule's own tests use (tests/test_gpu.c): 2e-2 for
+ * what the kernel writes in bf16 (o, dq, dk, dv), 1e-4 for what it writes in fp32 (the final state, dg,
+ * dbeta, the initial state's gradient; the maps' S M + B and dS M^T + C). Errors relative l2, as
+ * test_gpu's rel_d. All fp32 must hold them; tf32 and bf16 tensor-core inputs are reported (what a
+ * kernel's author chooses between: docs/chunked_delta_rule.md, section 11). */
+static float *f32_of(const double *x, int64_t n) {
+    float *f = xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)x[i];
+    return f;
+}
+/* test_gpu's rel_d: ||got - want|| / ||want||, or ||got|| where want is all 0; NaN if got is not finite */
+static double rel_l2_32(const float *got, const double *want, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return NAN;
+        num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+static void test_gdn_sim(void) {
+    const struct { const char *name; SimOpts op; int check; } modes[] = {
+        /* mma, solve, tri, vals, wy, state, dg_pairs, gam64 */
+        {"fp32", {SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 0}, 1},
+        {"fp32, dg by pairs", {SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 1, 0}, 1},
+        {"fp32, gamma in fp64", {SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 1}, 1},
+        {"tf32", {SIM_TF32, SIM_TF32, SIM_TF32, SIM_TF32, SIM_TF32, SIM_TF32, 0, 0}, 0},
+        {"bf16, fp32 solve", {SIM_BF16, SIM_FP32, SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, 0, 0}, 0},
+        {"bf16, bf16 solve", {SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, SIM_BF16, 0, 0}, 0},
+        {"bf16, fp32 D S T", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_FP32, SIM_BF16, SIM_FP32, 0, 0}, 0},
+        {"bf16, fp32 T U W K~", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_BF16, SIM_FP32, SIM_BF16, 0, 0}, 0},
+        {"bf16 P dP dL only", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 0}, 0},
+    };
+    const int nm = (int)(sizeof modes / sizeof modes[0]);
+    /* o, S_end, dq, dk, dv, dg, dbeta, dS0, M, B, C */
+    const double band[GO_N + 3] = {2e-2, 1e-4, 2e-2, 2e-2, 2e-2, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4};
+    double worst[16][GO_N + 3];
+    for (int m = 0; m < nm; m++)
+        for (int w = 0; w < GO_N + 3; w++) worst[m][w] = 0;
+    /* every mode's row of every case with GDN_SIM_ALL set; else fp32's and bf16's, and every mode's worst */
+    const int all = getenv("GDN_SIM_ALL") != NULL;
+    const char *col[GO_N + 3] = {"o", "S_end", "dq", "dk", "dv", "dg", "dbeta", "dS0", "M", "B", "C"};
+    printf("  the chunked rule simulated in float (tests/sim_gdn.c) vs the fp64 recurrence, relative l2 error:\n");
+    printf("  %-48s %-22s", "case", "GEMM operands");
+    for (int w = 0; w < GO_N + 3; w++) printf("%s%8s ", w == GO_N ? " |" : "", col[w]);
+    printf("\n");
+    for (int ci = 0; ci < GDN_NCASES; ci++) {
+        const GdnCase *c = &GDN_CASES[ci];
+        const GdnHeads hd = {c->H, c->dk, c->dv};
+        const int64_t T = c->T, H = c->H, dk = c->dk, dv = c->dv, mk = H * dk * dk, ms = H * dv * dk;
+        GdnIn in;
+        GdnOut want;
+        gdn_case_make(c, 101 + (uint64_t)ci, &in);
+        gdn_out_alloc(c, &want);
+        gdn_case_run(c, &in, 0, &want);
+        double *M = xmalloc((size_t)mk * 8), *B = xmalloc((size_t)ms * 8), *Cw = xcalloc((size_t)ms, 8);
+        double *sq = xcalloc((size_t)(T * H * dk), 8), *sk = xcalloc((size_t)(T * H * dk), 8),
+               *sv = xcalloc((size_t)(T * H * dv), 8), *sg = xcalloc((size_t)(T * H), 8), *sb = xcalloc((size_t)(T * H), 8);
+        ref_gdn_map(&hd, T, in.k, in.v, in.g, in.b, M, B);
+        ref_gdn_bwd(&hd, T, in.q, in.k, in.v, in.g, in.b, in.S0, in.dout, Cw, sq, sk, sv, sg, sb);
+        float *q = f32_of(in.q, T * H * dk), *k = f32_of(in.k, T * H * dk), *v = f32_of(in.v, T * H * dv),
+              *g = f32_of(in.g, T * H), *b = f32_of(in.b, T * H), *S0 = f32_of(in.S0, ms), *dout = f32_of(in.dout, T * H * dv);
+        float *x[GO_N + 3];
+        const int64_t len3[3] = {mk, ms, ms};
+        for (int w = 0; w < GO_N + 3; w++) x[w] = xmalloc((size_t)(w < GO_N ? gdn_out_len(c, w) : len3[w - GO_N]) * 4);
+        for (int m = 0; m < nm; m++) {
+            const SimOpts *op = &modes[m].op;
+            memcpy(x[GO_S], S0, (size_t)ms * 4);
+            sim_gdn_fwd(op, &hd, T, c->C, q, k, v, g, b, x[GO_S], x[GO_O]);
+            for (int64_t i = 0; i < ms; i++) x[GO_DS0][i] = (float)in.dSf[i];
+            sim_gdn_bwd(op, &hd, T, c->C, q, k, v, g, b, S0, dout, x[GO_DS0], x[GO_DQ], x[GO_DK], x[GO_DV], x[GO_DG], x[GO_DB]);
+            sim_gdn_maps(op, &hd, T, c->C, q, k, v, g, b, dout, x[GO_N], x[GO_N + 1], x[GO_N + 2]);
+            double e[GO_N + 3];
+            for (int w = 0; w < GO_N; w++) e[w] = rel_l2_32(x[w], want.x[w], gdn_out_len(c, w));
+            e[GO_N] = rel_l2_32(x[GO_N], M, mk), e[GO_N + 1] = rel_l2_32(x[GO_N + 1], B, ms), e[GO_N + 2] = rel_l2_32(x[GO_N + 2], Cw, ms);
+            int over = 0;
+            for (int w = 0; w < GO_N + 3; w++) {
+                worst[m][w] = fmax(worst[m][w], e[w]);
+                over += !(e[w] <= band[w]);
+            }
+            if (modes[m].check)
+                EXPECT(!over, "fp32 simulation (%s), %s: %d tensors outside the GPU rule's bands: o %.1e S %.1e dq %.1e dk %.1e "
+                       "dv %.1e dg %.1e dbeta %.1e dS0 %.1e M %.1e B %.1e C %.1e", modes[m].name, c->name, over, e[0], e[1],
+                       e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9], e[10]);
+            if (!all && m != 0 && m != 4) continue;
+            printf("  %-48s %-22s", m ? "" : c->name, modes[m].name);
+            for (int w = 0; w < GO_N + 3; w++) printf("%s%8.1e%s", w == GO_N ? " |" : "", e[w], e[w] <= band[w] ? " " : "!");
+            printf("\n");
+        }
+        for (int w = 0; w < GO_N + 3; w++) free(x[w]);
+        free(q); free(k); free(v); free(g); free(b); free(S0); free(dout);
+        free(M); free(B); free(Cw); free(sq); free(sk); free(sv); free(sg); free(sb);
+        gdn_out_free(&want);
+        gdn_in_free(&in);
+    }
+    for (int m = 0; m < nm; m++) {
+        printf("  %-48s %-22s", "worst over the cases", modes[m].name);
+        for (int w = 0; w < GO_N + 3; w++) printf("%s%8.1e%s", w == GO_N ? " |" : "", worst[m][w], worst[m][w] <= band[w] ? " " : "!");
+        printf("\n");
+    }
+    printf("  (! : outside the GPU rule's band for that tensor: 2e-2 bf16 outputs, 1e-4 fp32 ones)\n");
+}
+
 /* The whole Gated DeltaNet layer (projections, causal conv + SiLU, l2norm, decay and beta, the rule,
  * gated RMSNorm, out_proj) against transformers' Qwen3_5GatedDeltaNet on random weights
  * (tests/golden/gdn_layer.safetensors, made by tests/make_golden_gdn.py). */
@@ -2124,6 +2437,8 @@ int main(int argc, char **argv) {
     test_packed_planted(golden);
     test_gdn(golden);
     test_gdn_rank_walk();
+    test_gdn_chunked();
+    test_gdn_sim();
     test_gdn_layer(golden);
     test_gated_attn(golden);
     test_qwen35(golden);
