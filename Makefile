@@ -66,7 +66,7 @@ $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
-$(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(B)/tests/ref_ring.o $(B)/tests/ref_gdn.o $(B)/tests/ref_qwen35.o $(HOST_OBJ)
+$(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(B)/tests/ref_ring.o $(B)/tests/ref_layout.o $(B)/tests/ref_gdn.o $(B)/tests/ref_qwen35.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 # the TCP rendezvous between processes on loopback, and a node's place from Slurm's variables
 $(B)/test_rendezvous: $(B)/tests/test_rendezvous.o $(HOST_OBJ)
