@@ -37,9 +37,17 @@ static void report(const Layout *L, const char *name, int pieces, int blocks) {
     printf("balance: busiest rank %.2fx the mean (%.4f; mean %.0f pairs)\n", bal, bal, mean);
     printf("ring: the busiest rank of each step, summed: %.4fx the mean; %lld pieces, %lld blocks over all ranks and steps\n",
            layout_ring_balance(L), (long long)L->npieces, (long long)nblocks);
-    if (!L->zigzag)
-        printf("bound: every rank within B = %.0f pairs (%.2f%%) of the mean; %lld of %lld documents split over the ranks\n",
-               L->bound, mean > 0 ? 100 * L->bound / mean : 0.0, (long long)L->nsplit, (long long)L->ndocs);
+    if (!L->zigzag) {
+        int64_t maps = 0; /* a linear layer's state maps a rank sends: its pieces whose document goes on after them */
+        for (int r = 0; r < L->P; r++) {
+            int64_t m = 0;
+            for (int64_t i = L->first[r]; i < L->first[r + 1]; i++) m += L->piece[i].next >= 0;
+            maps = m > maps ? m : maps;
+        }
+        printf("bound: every rank within B = %.0f pairs (%.2f%%) of the mean; %lld of %lld documents split over the ranks; "
+               "state maps (Qwen3.5's linear layers): up to %lld a rank (the zigzag: 2)\n", L->bound,
+               mean > 0 ? 100 * L->bound / mean : 0.0, (long long)L->nsplit, (long long)L->ndocs, (long long)maps);
+    }
     if (pieces)
         for (int64_t i = 0; i < L->npieces; i++) {
             const LayoutPiece *p = &L->piece[i];

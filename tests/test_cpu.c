@@ -2210,13 +2210,19 @@ static void layout_check(const Layout *L, const int64_t *start, int64_t nd, int 
             f->blocks += step != layout_step_pairs(L, r, s);
             sum += step;
             free(b);
-            /* the zigzag layout's blocks do the old ring's work: ring_block's call cut by docs_blocks */
+            /* what a stage's existing path computes (docs_blocks over the rows, as docplan_add cuts a call):
+             * the whole step's call (every local row against every row of src) is the layout's blocks; and
+             * the zigzag layout's blocks do the old ring's work (ring_block's call, cut by docs_blocks) */
+            const int64_t m = docs_blocks(L->start, nd, pos, 0, n, kpos, 0, n, NULL, 0);
+            DocBlock *db = xmalloc((size_t)(m ? m : 1) * sizeof *db);
+            docs_blocks(L->start, nd, pos, 0, n, kpos, 0, n, db, m);
+            f->ring += docs_pairs(db, m) != step;
             if (L->zigzag) {
                 const RingBlock rb = ring_block(S, P, r, s);
-                DocBlock db[512];
-                const int64_t m = docs_blocks(L->start, nd, pos, rb.q0, rb.nq, kpos, rb.k0, rb.nk, db, 512);
-                f->ring += m > 512 || docs_pairs(db, m) != step;
+                const int64_t mz = docs_blocks(L->start, nd, pos, rb.q0, rb.nq, kpos, rb.k0, rb.nk, db, m);
+                f->ring += mz > m || docs_pairs(db, mz) != step;
             }
+            free(db);
         }
         f->blocks += sum != L->pairs[r];
     }
@@ -2261,7 +2267,7 @@ static void expect_faults(const LayoutFaults *f, const char *what, int64_t built
            "RoPE positions %lld, S/P tokens a rank %lld faults", what, (long long)built, (long long)f->cover,
            (long long)f->rows, (long long)f->rope, (long long)f->tokens);
     EXPECT(!f->pairs && !f->blocks && !f->ring, "%s: per-rank pairs vs token by token %lld, ring blocks (kinds, rows, each causal "
-           "pair once) %lld, the zigzag's blocks vs the old ring's %lld faults", what, (long long)f->pairs,
+           "pair once) %lld, vs docs_blocks over the rows (and the zigzag's vs the old ring's) %lld faults", what, (long long)f->pairs,
            (long long)f->blocks, (long long)f->ring);
     EXPECT(!f->bound && !f->closed && !f->determ, "%s: a rank's pairs past the bound B %lld, B past its closed form %lld, "
            "not deterministic %lld", what, (long long)f->bound, (long long)f->closed, (long long)f->determ);
@@ -2301,6 +2307,28 @@ static void test_layout(void) {
     free(rs);
     expect_faults(&f, "balanced, 400 random windows of up to 240 tokens, P 1..8", built);
     printf("  balanced layout, 400 random windows of up to 240 tokens, P 1..8: every check token by token\n");
+    /* one document (unpacked): the balanced layout is the zigzag itself, row for row */
+    int64_t diff = 0;
+    char err[256];
+    for (int P = 1; P <= 8; P++)
+        for (int64_t S = 2 * P; S <= 64 * P; S += 2 * P) {
+            const int64_t zero = 0;
+            Layout B, Z;
+            layout_balanced(&B, &zero, 1, S, P, LAYOUT_WHOLE_FRAC, err, sizeof err);
+            layout_zigzag(&Z, &zero, 1, S, P, err, sizeof err);
+            int64_t *pb = xmalloc((size_t)B.n * 8), *pz = xmalloc((size_t)B.n * 8);
+            for (int r = 0; r < P; r++) {
+                layout_positions(&B, r, pb);
+                zigzag_positions(S, P, r, pz);
+                diff += memcmp(pb, pz, (size_t)B.n * 8) != 0;
+            }
+            free(pb); free(pz);
+            layout_free(&B);
+            layout_free(&Z);
+        }
+    EXPECT(!diff, "one document of S tokens (S %% 2P = 0, P 1..8): the balanced layout's rows are the zigzag's (%lld ranks "
+           "differ)", (long long)diff);
+    printf("  one document (unpacked): the balanced layout is the zigzag, row for row, at P 1..8\n");
 }
 
 /* bench/packed_window.py --seed 1: the first 1M window's 23 documents (1K-256K, log-uniform) */
