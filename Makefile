@@ -31,7 +31,7 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
             -lcublasLt -lcublas $(LCUDNN) $(LNCCL) -lcudart -lpthread -lm
 
 B := build
-HOST_SRC := common/tensor.c common/files.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c common/docs.c \
+HOST_SRC := common/tensor.c common/files.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c common/docs.c common/layout.c \
             common/memplan.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c common/inputs.c
 GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/attn.c common/run.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/deltanet.c common/advice.c
 KERN_SRC := $(wildcard kernels/*.cu)
@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe
+all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/layout_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -66,7 +66,7 @@ $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(GPU_INC) -c -o $@ $<
 
-$(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(B)/tests/ref_ring.o $(B)/tests/ref_gdn.o $(B)/tests/sim_gdn.o $(B)/tests/ref_qwen35.o $(HOST_OBJ)
+$(B)/test_cpu: $(B)/tests/test_cpu.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(B)/tests/ref_ring.o $(B)/tests/ref_layout.o $(B)/tests/ref_gdn.o $(B)/tests/sim_gdn.o $(B)/tests/ref_qwen35.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 # the TCP rendezvous between processes on loopback, and a node's place from Slurm's variables
 $(B)/test_rendezvous: $(B)/tests/test_rendezvous.o $(HOST_OBJ)
@@ -121,6 +121,8 @@ $(B)/docs_attn: $(B)/bench/docs_attn.o $(HOST_OBJ) $(GPU_OBJ)
 $(B)/offload: $(B)/bench/offload.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 $(B)/zigzag_grid: $(B)/bench/zigzag_grid.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
+$(B)/layout_grid: $(B)/bench/layout_grid.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
 $(B)/sdpa_rate: $(B)/bench/sdpa_rate.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -ldl -lstdc++

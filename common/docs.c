@@ -113,15 +113,18 @@ static void piece_blocks(const int64_t *start, int64_t n, int64_t lq, int64_t gq
 int64_t docs_blocks(const int64_t *start, int64_t n, const int64_t *qpos, int64_t q0, int64_t nq, const int64_t *kpos,
                     int64_t k0, int64_t nk, DocBlock *out, int64_t cap) {
     Sink s = {out, cap, 0};
+    /* the keys' runs, found once (a call's rows may hold many pieces: common/layout.h) */
+    int64_t nr = 0, *kr = xmalloc((size_t)(nk > 0 ? 2 * nk : 2) * 8);
+    for (int64_t j = k0; j < k0 + nk; j += kr[2 * nr + 1], nr++) kr[2 * nr] = j, kr[2 * nr + 1] = run(kpos, j, k0 + nk);
     for (int64_t i = q0; i < q0 + nq;) {
         const int64_t li = run(qpos, i, q0 + nq);
-        for (int64_t j = k0; j < k0 + nk;) {
-            const int64_t lj = run(kpos, j, k0 + nk);
-            piece_blocks(start, n, i, qpos[i], li, j, kpos[j], lj, &s);
-            j += lj;
+        for (int64_t r = 0; r < nr; r++) {
+            const int64_t j = kr[2 * r];
+            piece_blocks(start, n, i, qpos[i], li, j, kpos[j], kr[2 * r + 1], &s);
         }
         i += li;
     }
+    free(kr);
     return s.n;
 }
 

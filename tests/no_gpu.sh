@@ -58,7 +58,7 @@ echo "== the plot scripts without matplotlib"
 mkdir -p "$tmp/nompl/matplotlib"
 echo 'raise ModuleNotFoundError("No module named '"'matplotlib'"'", name="matplotlib")' > "$tmp/nompl/matplotlib/__init__.py"
 ok "bench/requirements.txt names matplotlib" "grep -qE '^matplotlib' bench/requirements.txt"
-for cmd in "plot.py $tmp" "plot_sft.py $tmp" "plot_timeline.py $tmp/none.tsv $tmp/t.png" "plot_zigzag.py 2 $tmp/z.png" \
+for cmd in "plot.py $tmp" "plot_sft.py $tmp" "plot_timeline.py $tmp/none.tsv $tmp/t.png" "plot_zigzag.py 2 $tmp/z.png" "plot_layout.py $tmp/l.png" \
            "memory_chart.py $tmp/m.png" "memory_by_seq.py $tmp/s.png"; do
     script=bench/${cmd%% *}
     PYTHONPATH=$tmp/nompl run python3 bench/$cmd

@@ -34,7 +34,9 @@
 #include "sim_gdn.h"
 #include "ref_qwen35.h"
 #include "ref_ring.h"
+#include "ref_layout.h"
 #include "../common/docs.h"
+#include "../common/layout.h"
 #include "../common/inputs.h"
 #include "test.h"
 
@@ -2404,6 +2406,495 @@ static void test_ckpt(void) {
     EXPECT(fake_save(p, 1, 0, 0), "--save onto a file is refused");
 }
 
+/* ------------------------------------------------------------------ packed documents, balanced (common/layout.c) */
+/* The balanced layout of packed documents over context-parallel ranks: each rank holds exactly S/P
+ * tokens, every window position once, in pieces of one document each whose positions restart per
+ * document; the ring's blocks on it compute every causal pair of every document exactly once; each
+ * rank's pairs are within the layout's bound B of the mean, and B within its closed form. Checked
+ * token by token (brute force) over every window of up to 12 tokens (every way to cut it into
+ * documents) at every P dividing it, then random windows, then 1M windows like bench/packed_window.py's.
+ * The whole-window zigzag (layout_zigzag) passes every check but the balance: planted. */
+typedef struct { int64_t cover, rows, rope, tokens, pairs, bound, closed, blocks, ring, determ; } LayoutFaults;
+
+/* one layout of the window start[0..nd) of S tokens, counted token by token; pairs_grid: also each
+ * causal pair's blocks (S <= 256) */
+static void layout_check(const Layout *L, const int64_t *start, int64_t nd, int pairs_grid, LayoutFaults *f) {
+    const int64_t S = L->S, n = L->n;
+    const int P = L->P;
+    int64_t *seen = xcalloc((size_t)S, 8), *pos = xmalloc((size_t)n * 8), *doc = xmalloc((size_t)S * 8);
+    int32_t *rope = xmalloc((size_t)n * 4);
+    for (int64_t d = 0; d < nd; d++)
+        for (int64_t t = start[d]; t < (d + 1 < nd ? start[d + 1] : S); t++) doc[t] = d;
+    int64_t W = 0;
+    for (int64_t d = 0; d < nd; d++) {
+        const int64_t l = (d + 1 < nd ? start[d + 1] : S) - start[d];
+        W += l * (l + 1) / 2;
+    }
+    f->pairs += W != L->W;
+    int64_t bad = 0; /* a rank of other than n rows: nothing below can be read safely */
+    for (int r = 0; r < P; r++) {
+        int64_t rows = 0;
+        for (int64_t i = L->first[r]; i < L->first[r + 1]; i++) rows += L->piece[i].len;
+        bad += rows != n || L->tokens[r] != n;
+    }
+    if (bad) {
+        f->tokens += bad;
+        free(seen); free(pos); free(doc); free(rope);
+        return;
+    }
+    for (int r = 0; r < P; r++) {
+        layout_positions(L, r, pos);
+        layout_rope_positions(L, r, rope);
+        int64_t pairs = 0;
+        for (int64_t t = 0; t < n; t++) {
+            seen[pos[t]]++;
+            f->rows += t > 0 && pos[t] <= pos[t - 1]; /* local rows in window order */
+            f->rope += rope[t] != pos[t] - start[doc[pos[t]]];
+            pairs += pos[t] - start[doc[pos[t]]] + 1;
+        }
+        f->tokens += L->tokens[r] != n;
+        f->pairs += pairs != L->pairs[r];
+        int64_t row = 0;
+        for (int64_t i = L->first[r]; i < L->first[r + 1]; i++) {
+            const LayoutPiece *p = &L->piece[i];
+            const int64_t d = p->doc, end = d + 1 < nd ? start[d + 1] : S;
+            f->rows += p->rank != r || p->row != row || p->len < 1 || p->start < start[d] || p->start + p->len > end ||
+                       p->pos != p->start - start[d];
+            row += p->len;
+        }
+        f->rows += row != n;
+    }
+    for (int64_t t = 0; t < S; t++) f->cover += seen[t] != 1;
+    /* prev/next: a document's pieces in window order */
+    for (int64_t i = 0; i < L->npieces; i++) {
+        const LayoutPiece *p = &L->piece[i];
+        int64_t want_prev = -1, best = -1;
+        for (int64_t j = 0; j < L->npieces; j++)
+            if (L->piece[j].doc == p->doc && L->piece[j].start < p->start && L->piece[j].start > best)
+                best = L->piece[j].start, want_prev = j;
+        f->rows += p->prev != want_prev || (want_prev >= 0 && L->piece[want_prev].next != i) ||
+                   (p->prev < 0) != (p->pos == 0);
+    }
+    if (!L->zigzag) {
+        const double mean = (double)L->W / P;
+        for (int r = 0; r < P; r++) f->bound += fabs((double)L->pairs[r] - mean) > L->bound * (1 + 1e-12) + 1e-6;
+        /* the closed form: with tau the longest whole document and rho the stream's density, B <=
+         * tau (tau+1)/2 + 1.5 (2P-1) (L_max + 1) when rho <= (tau+1)/2 */
+        double T = 0, Ws = 0, tau = 0, lmax = 0;
+        for (int64_t d = 0; d < nd; d++) {
+            const int64_t l = (d + 1 < nd ? start[d + 1] : S) - start[d], q = L->core[d], m = l - 2 * P * q, p0 = P * q;
+            T += (double)m, Ws += (double)(m * p0 + m * (m + 1) / 2);
+            if (q) lmax = fmax(lmax, (double)l);
+            else tau = fmax(tau, (double)l);
+        }
+        if (T > 0 && Ws / T <= (tau + 1) / 2)
+            f->closed += L->bound > tau * (tau + 1) / 2 + 1.5 * (2 * P - 1) * (lmax + 1) + 1e-6;
+    }
+    /* the ring's blocks: kinds, rows, and (pairs_grid) each causal pair of each document exactly once */
+    int32_t *grid = pairs_grid ? xcalloc((size_t)(S * S), 4) : NULL;
+    int64_t *kpos = xmalloc((size_t)n * 8);
+    for (int r = 0; r < P; r++) {
+        layout_positions(L, r, pos);
+        int64_t sum = 0;
+        for (int s = 0; s < P; s++) {
+            const int src = layout_src(L, r, s);
+            layout_positions(L, src, kpos);
+            const int64_t nb = layout_blocks(L, r, s, NULL, 0);
+            LayoutBlock *b = xmalloc((size_t)(nb ? nb : 1) * sizeof *b);
+            layout_blocks(L, r, s, b, nb);
+            int64_t step = 0;
+            for (int64_t i = 0; i < nb; i++) {
+                const DocBlock *k = &b[i].b;
+                const LayoutPiece *qp = &L->piece[b[i].qp], *kp = &L->piece[b[i].kp];
+                const int diag = b[i].kind == LAYOUT_DIAG;
+                f->blocks += qp->rank != r || kp->rank != src || qp->doc != kp->doc || b[i].doc != qp->doc ||
+                             k->q0 != qp->row || k->nq != qp->len || k->k0 != kp->row || k->nk != kp->len ||
+                             k->causal != diag || (diag && (s != 0 || b[i].qp != b[i].kp)) ||
+                             (!diag && kp->start + kp->len > qp->start) ||
+                             b[i].pairs != (diag ? k->nq * (k->nq + 1) / 2 : k->nq * k->nk);
+                step += b[i].pairs;
+                if (grid)
+                    for (int64_t a = 0; a < k->nq; a++)
+                        for (int64_t c = 0; c < k->nk; c++) {
+                            const int64_t qi = pos[k->q0 + a], kj = kpos[k->k0 + c];
+                            if (!diag || c <= a) grid[qi * S + kj]++;
+                        }
+            }
+            f->blocks += step != layout_step_pairs(L, r, s);
+            sum += step;
+            free(b);
+            /* what a stage's existing path computes (docs_blocks over the rows, as docplan_add cuts a call):
+             * the whole step's call (every local row against every row of src) is the layout's blocks; and
+             * the zigzag layout's blocks do the old ring's work (ring_block's call, cut by docs_blocks) */
+            const int64_t m = docs_blocks(L->start, nd, pos, 0, n, kpos, 0, n, NULL, 0);
+            DocBlock *db = xmalloc((size_t)(m ? m : 1) * sizeof *db);
+            docs_blocks(L->start, nd, pos, 0, n, kpos, 0, n, db, m);
+            f->ring += docs_pairs(db, m) != step;
+            if (L->zigzag) {
+                const RingBlock rb = ring_block(S, P, r, s);
+                const int64_t mz = docs_blocks(L->start, nd, pos, rb.q0, rb.nq, kpos, rb.k0, rb.nk, db, m);
+                f->ring += mz > m || docs_pairs(db, mz) != step;
+            }
+            free(db);
+        }
+        f->blocks += sum != L->pairs[r];
+    }
+    if (grid) {
+        for (int64_t i = 0; i < S; i++)
+            for (int64_t j = 0; j < S; j++) f->blocks += grid[i * S + j] != (j <= i && doc[i] == doc[j]);
+        free(grid);
+    }
+    free(kpos); free(seen); free(pos); free(doc); free(rope);
+}
+
+/* the balanced layout built twice is the same */
+static int layout_same(const Layout *a, const Layout *b) {
+    if (a->npieces != b->npieces || a->bound != b->bound) return 0;
+    for (int64_t i = 0; i < a->npieces; i++) {
+        const LayoutPiece *x = &a->piece[i], *y = &b->piece[i];
+        if (x->doc != y->doc || x->start != y->start || x->len != y->len || x->rank != y->rank) return 0;
+    }
+    return 1;
+}
+
+static void layout_one(const int64_t *start, int64_t nd, int64_t S, int P, double frac, int grid, LayoutFaults *f,
+                       LayoutFaults *z, int64_t *built) {
+    char err[256];
+    Layout L, L2;
+    if (!layout_balanced(&L, start, nd, S, P, frac, err, sizeof err)) {
+        layout_check(&L, start, nd, grid, f);
+        layout_balanced(&L2, start, nd, S, P, frac, err, sizeof err);
+        f->determ += !layout_same(&L, &L2);
+        layout_free(&L2);
+        layout_free(&L);
+        (*built)++;
+    } else f->rows++;
+    if (z && S % (2 * P) == 0 && !layout_zigzag(&L, start, nd, S, P, err, sizeof err)) {
+        layout_check(&L, start, nd, grid, z);
+        layout_free(&L);
+    }
+}
+
+static void expect_faults(const LayoutFaults *f, const char *what, int64_t built) {
+    EXPECT(!f->cover && !f->rows && !f->rope && !f->tokens, "%s: %lld layouts; every position once %lld, pieces and rows %lld, "
+           "RoPE positions %lld, S/P tokens a rank %lld faults", what, (long long)built, (long long)f->cover,
+           (long long)f->rows, (long long)f->rope, (long long)f->tokens);
+    EXPECT(!f->pairs && !f->blocks && !f->ring, "%s: per-rank pairs vs token by token %lld, ring blocks (kinds, rows, each causal "
+           "pair once) %lld, vs docs_blocks over the rows (and the zigzag's vs the old ring's) %lld faults", what, (long long)f->pairs,
+           (long long)f->blocks, (long long)f->ring);
+    EXPECT(!f->bound && !f->closed && !f->determ, "%s: a rank's pairs past the bound B %lld, B past its closed form %lld, "
+           "not deterministic %lld", what, (long long)f->bound, (long long)f->closed, (long long)f->determ);
+}
+
+static void test_layout(void) {
+    LayoutFaults f = {0}, z = {0};
+    int64_t built = 0, st[16];
+    const double fracs[3] = {0, LAYOUT_WHOLE_FRAC, 1e9};
+    for (int64_t S = 1; S <= 12; S++) /* every window of up to 12 tokens, every cut into documents */
+        for (int P = 1; P <= 8; P++) {
+            if (S % P) continue;
+            for (int64_t mask = 0; mask < ((int64_t)1 << (S - 1)); mask++) {
+                int64_t nd = 0;
+                st[nd++] = 0;
+                for (int64_t t = 1; t < S; t++)
+                    if (mask >> (t - 1) & 1) st[nd++] = t;
+                for (int i = 0; i < 3; i++) layout_one(st, nd, S, P, fracs[i], 1, &f, i ? NULL : &z, &built);
+            }
+        }
+    expect_faults(&f, "balanced, every window of 1..12 tokens at every P dividing it (P <= 8)", built);
+    printf("  balanced layout, every window of 1..12 tokens cut every way, P | S, 3 split thresholds: %lld layouts, "
+           "each checked token by token\n", (long long)built);
+    const int64_t zb = built;
+    expect_faults(&z, "the zigzag layout, the same windows", zb);
+    uint64_t seed = 2024;
+    built = 0;
+    int64_t *rs = xmalloc(257 * 8);
+    for (int w = 0; w < 400; w++) { /* random windows: documents of 1 token to longer than the window's share */
+        const int P = 1 + (int)((rnd(&seed) + 0.5) * 8);
+        const int64_t S = P * (1 + (int64_t)((rnd(&seed) + 0.5) * (240 / P)));
+        const int64_t longest = 1 + (int64_t)((rnd(&seed) + 0.5) * S);
+        int64_t nd = 0;
+        for (int64_t t = 0; t < S; t += 1 + (int64_t)((rnd(&seed) + 0.5) * longest)) rs[nd++] = t;
+        layout_one(rs, nd, S, P, fracs[w % 3], 1, &f, NULL, &built);
+    }
+    free(rs);
+    expect_faults(&f, "balanced, 400 random windows of up to 240 tokens, P 1..8", built);
+    printf("  balanced layout, 400 random windows of up to 240 tokens, P 1..8: every check token by token\n");
+    /* one document (unpacked): the balanced layout is the zigzag itself, row for row */
+    int64_t diff = 0;
+    char err[256];
+    for (int P = 1; P <= 8; P++)
+        for (int64_t S = 2 * P; S <= 64 * P; S += 2 * P) {
+            const int64_t zero = 0;
+            Layout B, Z;
+            layout_balanced(&B, &zero, 1, S, P, LAYOUT_WHOLE_FRAC, err, sizeof err);
+            layout_zigzag(&Z, &zero, 1, S, P, err, sizeof err);
+            int64_t *pb = xmalloc((size_t)B.n * 8), *pz = xmalloc((size_t)B.n * 8);
+            for (int r = 0; r < P; r++) {
+                layout_positions(&B, r, pb);
+                zigzag_positions(S, P, r, pz);
+                diff += memcmp(pb, pz, (size_t)B.n * 8) != 0;
+            }
+            free(pb); free(pz);
+            layout_free(&B);
+            layout_free(&Z);
+        }
+    EXPECT(!diff, "one document of S tokens (S %% 2P = 0, P 1..8): the balanced layout's rows are the zigzag's (%lld ranks "
+           "differ)", (long long)diff);
+    printf("  one document (unpacked): the balanced layout is the zigzag, row for row, at P 1..8\n");
+}
+
+/* bench/packed_window.py --seed 1: the first 1M window's 23 documents (1K-256K, log-uniform) */
+static const int64_t SEED1_STARTS[] = {0, 2157, 38530, 48266, 50109, 69428, 70490, 128652, 130129, 233787, 338304, 364203,
+                                       365235, 381572, 402857, 505707, 714271, 837774, 844382, 880952, 962811, 975639, 998812};
+
+/* the balance a stage would check: every rank within tol of the mean rank's pairs */
+static int layout_balanced_within(const Layout *L, double tol) { return layout_balance(L) <= 1 + tol; }
+
+/* 1M windows: the balanced layout within 5% of the mean (and its bound), the zigzag not (planted) */
+static void test_layout_balance(void) {
+    char err[256];
+    const int64_t nd1 = sizeof SEED1_STARTS / sizeof SEED1_STARTS[0];
+    const int Ps[3] = {3, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        const int P = Ps[i];
+        const int64_t S = ((int64_t)1 << 20) - ((int64_t)1 << 20) % (2 * P); /* the last document a few tokens short */
+        Layout B, Z;
+        LayoutFaults f = {0}, zf = {0};
+        int64_t built = 0;
+        layout_one(SEED1_STARTS, nd1, S, P, LAYOUT_WHOLE_FRAC, 0, &f, &zf, &built);
+        expect_faults(&f, "balanced, the seed-1 1M window", built);
+        expect_faults(&zf, "zigzag, the seed-1 1M window", built);
+        layout_balanced(&B, SEED1_STARTS, nd1, S, P, LAYOUT_WHOLE_FRAC, err, sizeof err);
+        layout_zigzag(&Z, SEED1_STARTS, nd1, S, P, err, sizeof err);
+        EXPECT(layout_balanced_within(&B, 0.05), "the seed-1 1M window on %d ranks, balanced: busiest rank %.4fx the mean "
+               "(want <= 1.05)", P, layout_balance(&B));
+        EXPECT(!layout_balanced_within(&Z, 0.05), "planted: the seed-1 1M window on %d ranks in the whole-window zigzag must "
+               "fail the balance check (busiest %.4fx the mean)", P, layout_balance(&Z));
+        printf("  the seed-1 1M window (23 documents) on %d ranks: busiest rank %.4fx the mean balanced (bound %.2f%%, %lld "
+               "split), %.4fx zigzag (fails the 1.05 check, as planted)\n", P, layout_balance(&B),
+               100 * B.bound * P / (double)B.W, (long long)B.nsplit, layout_balance(&Z));
+        layout_free(&B);
+        layout_free(&Z);
+    }
+    /* random 1M windows of two mixes: bench/packed_window.py's (1K-256K) and short documents (256-16K) */
+    uint64_t seed = 77;
+    int64_t *st = xmalloc((size_t)(1 << 20) * 8);
+    for (int mix = 0; mix < 2; mix++) {
+        const double lo = mix ? 256 : 1024, hi = mix ? 16384 : 262144;
+        double worst = 0, zworst = 0;
+        int zfail = 0, n = 0;
+        LayoutFaults f = {0};
+        int64_t built = 0;
+        for (int w = 0; w < 8; w++)
+            for (int i = 0; i < 3; i++) {
+                const int P = Ps[i];
+                const int64_t S = ((int64_t)1 << 20) - ((int64_t)1 << 20) % (2 * P);
+                int64_t nd = 0;
+                for (int64_t t = 0; t < S; t += (int64_t)(lo * pow(hi / lo, rnd(&seed) + 0.5))) st[nd++] = t;
+                layout_one(st, nd, S, P, LAYOUT_WHOLE_FRAC, 0, &f, NULL, &built);
+                Layout B, Z;
+                layout_balanced(&B, st, nd, S, P, LAYOUT_WHOLE_FRAC, err, sizeof err);
+                layout_zigzag(&Z, st, nd, S, P, err, sizeof err);
+                worst = fmax(worst, layout_balance(&B)), zworst = fmax(zworst, layout_balance(&Z));
+                zfail += !layout_balanced_within(&Z, 0.05), n++;
+                layout_free(&B);
+                layout_free(&Z);
+            }
+        expect_faults(&f, mix ? "balanced, random 1M windows of 256-16K documents" : "balanced, random 1M windows of 1K-256K "
+                      "documents", built);
+        EXPECT(worst <= 1.05, "random 1M windows of %g-%g token documents, P 3, 4, 8: the balanced layout's busiest rank "
+               "%.4fx the mean (want <= 1.05)", lo, hi, worst);
+        printf("  %d random 1M windows of %g-%g token documents at P 3, 4, 8: busiest rank at most %.4fx the mean balanced; "
+               "zigzag up to %.4fx, %d of them past 1.05\n", n, lo, hi, worst, zworst, zfail);
+    }
+    free(st);
+    /* planted, small: a long document then 1-token ones; the zigzag piles the long one's far end on one rank */
+    {
+        int64_t s[40];
+        int64_t nd = 0;
+        s[nd++] = 0;
+        for (int64_t t = 32; t < 64; t++) s[nd++] = t;
+        Layout B, Z;
+        layout_balanced(&B, s, nd, 64, 4, LAYOUT_WHOLE_FRAC, err, sizeof err);
+        layout_zigzag(&Z, s, nd, 64, 4, err, sizeof err);
+        EXPECT(layout_balanced_within(&B, 0.05) && !layout_balanced_within(&Z, 0.05), "planted, 64 tokens on 4 ranks (one "
+               "32-token document, then 32 of one token): balanced %.4fx the mean passes, zigzag %.4fx fails",
+               layout_balance(&B), layout_balance(&Z));
+        layout_free(&B);
+        layout_free(&Z);
+    }
+}
+
+/* Ring attention on the balanced layout (tests/ref_layout.c) equals each document alone, forward and
+ * backward (fp64, 1e-12), at P = 1, 2, 3, 4, 8, with documents shorter than P, of exactly 2P tokens,
+ * ending on piece edges, of one token; every document split (whole_frac 0) and some whole (0.2). Planted:
+ * the ring's last step left out must miss. */
+static int64_t ring_window(int P, int kind, uint64_t *seed, int64_t S, int64_t *st) {
+    int64_t nd = 0, t = 0;
+    if (kind == 0) { /* 1, P-1, 2P, 1, 3, 2P+1, 4P (2P pieces of 2: every edge a document's), then the rest */
+        const int64_t lens[] = {1, P - 1, 2 * P, 1, 3, 2 * P + 1, 4 * P, 1, 1};
+        for (size_t i = 0; i < sizeof lens / sizeof lens[0] && t < S; i++)
+            if (lens[i] > 0) st[nd++] = t, t += lens[i];
+    } else
+        while (t < S) st[nd++] = t, t += 1 + (int64_t)((rnd(seed) + 0.5) * 4 * P);
+    st[nd] = S; /* the last document ends at S */
+    return nd;
+}
+
+/* every rank holds exactly n rows (what the references' buffers assume) */
+static int layout_rows_ok(const Layout *L) {
+    for (int r = 0; r < L->P; r++) {
+        int64_t rows = 0;
+        for (int64_t i = L->first[r]; i < L->first[r + 1]; i++) rows += L->piece[i].len;
+        if (rows != L->n || L->tokens[r] != L->n) return 0;
+    }
+    return 1;
+}
+
+static void test_layout_ring(void) {
+    const int64_t SMAX = 48, QW = RH * RD, KW = RKV * RD;
+    const RefHeads hd = {RH, RKV, RD};
+    uint64_t seed = 31;
+    double *q = xmalloc((size_t)(SMAX * QW) * 8), *k = xmalloc((size_t)(SMAX * KW) * 8), *v = xmalloc((size_t)(SMAX * KW) * 8),
+           *dO = xmalloc((size_t)(SMAX * QW) * 8), *O = xmalloc((size_t)(SMAX * QW) * 8), *Lse = xmalloc((size_t)(SMAX * RH) * 8),
+           *dQ = xmalloc((size_t)(SMAX * QW) * 8), *dK = xmalloc((size_t)(SMAX * KW) * 8), *dV = xmalloc((size_t)(SMAX * KW) * 8);
+    for (int64_t i = 0; i < SMAX * QW; i++) { q[i] = 2 * rnd(&seed); dO[i] = rnd(&seed); }
+    for (int64_t i = 0; i < SMAX * KW; i++) { k[i] = 2 * rnd(&seed); v[i] = rnd(&seed); }
+    const int Ps[5] = {1, 2, 3, 4, 8};
+    int64_t st[64];
+    char err[256];
+    for (int pi = 0; pi < 5; pi++) {
+        double pworst = 0;
+        int64_t ndocs = 0, nsplit = 0, npieces = 0;
+        for (int kind = 0; kind < 2; kind++)
+            for (int fi = 0; fi < 2; fi++) {
+                const int P = Ps[pi];
+                const int64_t S = P == 3 ? 45 : SMAX; /* P = 3: S/P odd, S % 2P != 0 */
+                const double frac = fi ? 0.2 : 0;
+                const int64_t nd = ring_window(P, kind, &seed, S, st);
+                int64_t want = 0;
+                for (int64_t d = 0; d < nd; d++) { /* the truth: each document alone */
+                    const int64_t a = st[d], len = (d + 1 < nd ? st[d + 1] : S) - a;
+                    ref_attention(&hd, len, q + a * QW, k + a * KW, v + a * KW, dO + a * QW, O + a * QW, Lse + a * RH,
+                                  dQ + a * QW, dK + a * KW, dV + a * KW);
+                    want += len * (len + 1) / 2;
+                }
+                Layout L;
+                if (layout_balanced(&L, st, nd, S, P, frac, err, sizeof err)) { EXPECT(0, "%s", err); continue; }
+                if (!layout_rows_ok(&L)) { EXPECT(0, "P %d window %d: a rank of other than S/P rows", P, kind); layout_free(&L); continue; }
+                for (int plant = 0; plant < 2; plant++) {
+                    RefRing R;
+                    ref_layout_ring_init(&R, &L, hd, q, k, v, dO);
+                    ref_layout_ring_forward(&R, &L, plant ? P - 1 : -1);
+                    ref_layout_ring_backward(&R, &L, plant ? P - 1 : -1);
+                    const int64_t n = R.n;
+                    double worst = R.bad_src ? INFINITY : 0;
+                    for (int r = 0; r < P; r++)
+                        for (int64_t t = 0; t < n; t++) {
+                            const int64_t g = R.pos[r * n + t];
+                            for (int64_t e = 0; e < QW; e++)
+                                worst = fmax(worst, fmax(fabs(R.o[r][t * QW + e] - O[g * QW + e]), fabs(R.dq[r][t * QW + e] - dQ[g * QW + e])));
+                            for (int64_t e = 0; e < KW; e++)
+                                worst = fmax(worst, fmax(fabs(R.dkv[r][t * KW + e] - dK[g * KW + e]),
+                                                         fabs(R.dkv[r][(n + t) * KW + e] - dV[g * KW + e])));
+                            for (int h = 0; h < RH; h++) worst = fmax(worst, fabs(R.lse[r][t * RH + h] - Lse[g * RH + h]));
+                        }
+                    if (isnan(worst)) worst = INFINITY;
+                    if (!plant) {
+                        EXPECT_LE(worst, 1e-12, "ring attention on the balanced layout, P %d, window %d, %s: O, LSE, dQ, dK, dV "
+                                  "vs each document alone, worst abs err %.2e", P, kind, fi ? "some whole" : "all split", worst);
+                        EXPECT(R.pairs == want && !R.bad_src, "P %d window %d: the layout's blocks compute %lld pairs, the "
+                               "documents' %lld; %lld blocks with a K/V not the schedule's", P, kind, (long long)R.pairs,
+                               (long long)want, (long long)R.bad_src);
+                        pworst = fmax(pworst, worst), ndocs += nd, nsplit += L.nsplit, npieces += L.npieces;
+                    } else
+                        EXPECT(worst > 1e-3, "planted: the ring's last step left out (P %d, window %d) must miss (err %.2e)", P,
+                               kind, worst);
+                    ref_ring_free(&R);
+                }
+                layout_free(&L);
+            }
+        printf("  ring attention on the balanced layout, %d ranks, 4 windows of %d tokens (%lld documents, %lld split, %lld "
+               "pieces): O, LSE, dQ, dK, dV vs each document alone, worst %.1e; the last step left out misses\n", Ps[pi], Ps[pi] == 3 ? 45 : 48,
+               (long long)ndocs, (long long)nsplit, (long long)npieces, pworst);
+    }
+    free(q); free(k); free(v); free(dO); free(O); free(Lse); free(dQ); free(dK); free(dV);
+}
+
+/* Linear attention's state passing on the balanced layout (tests/ref_layout.c: tests/ref_gdn.c's maps
+ * composed per document along its pieces in window order) equals the token-by-token rule run on each
+ * document alone, forward (outputs, each document's final state) and backward (dq, dk, dv, dg, dbeta,
+ * each document's initial-state gradient, from a random final-state gradient per document). Planted:
+ * pieces from a zero state, and a document's maps composed in rank order, must miss. */
+static void test_layout_gdn(void) {
+    const int64_t SMAX = 48, H = 2, dk = 8, dv = 6, ms = H * dv * dk;
+    const GdnHeads hd = {H, dk, dv};
+    uint64_t seed = 5;
+    double *q = xmalloc((size_t)(SMAX * H * dk) * 8), *k = xmalloc((size_t)(SMAX * H * dk) * 8), *v = xmalloc((size_t)(SMAX * H * dv) * 8),
+           *g = xmalloc((size_t)(SMAX * H) * 8), *b = xmalloc((size_t)(SMAX * H) * 8), *dout = xmalloc((size_t)(SMAX * H * dv) * 8);
+    for (int64_t i = 0; i < SMAX * H * dk; i++) q[i] = rnd(&seed), k[i] = rnd(&seed);
+    for (int64_t i = 0; i < SMAX * H * dv; i++) v[i] = 2 * rnd(&seed), dout[i] = rnd(&seed);
+    for (int64_t i = 0; i < SMAX * H; i++) g[i] = -0.3 * (rnd(&seed) + 0.5), b[i] = 0.5 + rnd(&seed);
+    ref_gdn_prepare(&hd, SMAX, q, k);
+    const int64_t len[5] = {SMAX * H * dk, SMAX * H * dk, SMAX * H * dv, SMAX * H, SMAX * H};
+    double *want[5], *got[5], *o = xmalloc((size_t)(SMAX * H * dv) * 8), *ot = xmalloc((size_t)(SMAX * H * dv) * 8);
+    for (int w = 0; w < 5; w++) want[w] = xmalloc((size_t)len[w] * 8), got[w] = xmalloc((size_t)len[w] * 8);
+    double *dSf = xmalloc((size_t)(SMAX * ms) * 8), *Sf = xmalloc((size_t)(SMAX * ms) * 8), *Sft = xmalloc((size_t)(SMAX * ms) * 8),
+           *dS0 = xmalloc((size_t)(SMAX * ms) * 8), *dS0t = xmalloc((size_t)(SMAX * ms) * 8), *zero = xcalloc((size_t)ms, 8);
+    for (int64_t i = 0; i < SMAX * ms; i++) dSf[i] = rnd(&seed);
+    const int Ps[5] = {1, 2, 3, 4, 8};
+    int64_t st[64];
+    char err[256];
+    for (int pi = 0; pi < 5; pi++) {
+        double fw = 0, bw = 0;
+        int64_t maxsent = 0;
+        for (int kind = 0; kind < 2; kind++)
+            for (int fi = 0; fi < 2; fi++) {
+                const int P = Ps[pi];
+                const int64_t S = P == 3 ? 45 : SMAX; /* P = 3: S/P odd, S % 2P != 0 */
+                const int64_t nd = ring_window(P, kind, &seed, S, st);
+                for (int w = 0; w < 5; w++) memset(want[w], 0, (size_t)len[w] * 8);
+                for (int64_t d = 0; d < nd; d++) { /* the truth: the rule token by token on each document alone */
+                    const int64_t a = st[d], l = (d + 1 < nd ? st[d + 1] : S) - a;
+                    memset(Sft + d * ms, 0, (size_t)ms * 8);
+                    ref_gdn(&hd, l, q + a * H * dk, k + a * H * dk, v + a * H * dv, g + a * H, b + a * H, Sft + d * ms,
+                            ot + a * H * dv);
+                    memcpy(dS0t + d * ms, dSf + d * ms, (size_t)ms * 8);
+                    ref_gdn_bwd(&hd, l, q + a * H * dk, k + a * H * dk, v + a * H * dv, g + a * H, b + a * H, zero,
+                                dout + a * H * dv, dS0t + d * ms, want[0] + a * H * dk, want[1] + a * H * dk,
+                                want[2] + a * H * dv, want[3] + a * H, want[4] + a * H);
+                }
+                Layout L;
+                if (layout_balanced(&L, st, nd, S, P, fi ? 0.2 : 0, err, sizeof err)) { EXPECT(0, "%s", err); continue; }
+                if (!layout_rows_ok(&L)) { EXPECT(0, "P %d window %d: a rank of other than S/P rows", P, kind); layout_free(&L); continue; }
+                for (int plant = 0; plant < 3; plant++) {
+                    const int64_t sent = ref_layout_gdn(&hd, &L, plant, q, k, v, g, b, o, Sf);
+                    ref_layout_gdn_bwd(&hd, &L, plant, q, k, v, g, b, dout, dSf, got[0], got[1], got[2], got[3], got[4], dS0);
+                    const double ef = fmax(max_abs_diff(o, ot, S * H * dv), max_abs_diff(Sf, Sft, nd * ms));
+                    double eb = max_abs_diff(dS0, dS0t, nd * ms);
+                    for (int w = 0; w < 5; w++) eb = fmax(eb, max_abs_diff(got[w], want[w], len[w] / SMAX * S));
+                    if (!plant) {
+                        EXPECT_LE(ef, 1e-12, "linear attention on the balanced layout, P %d, window %d, %s: outputs and final "
+                                  "states vs each document alone, worst abs err %.2e", P, kind, fi ? "some whole" : "all split", ef);
+                        EXPECT_LE(eb, 1e-11, "its backward, P %d, window %d, %s: dq dk dv dg dbeta dS0 vs each document alone, "
+                                  "worst abs err %.2e", P, kind, fi ? "some whole" : "all split", eb);
+                        fw = fmax(fw, ef), bw = fmax(bw, eb), maxsent = sent > maxsent ? sent : maxsent;
+                    } else if (P >= 3 && !fi) /* every document split: pieces of a document on every rank */
+                        EXPECT(ef > 1e-6 && eb > 1e-6, "planted (%s), P %d window %d: must miss (forward %.2e, backward %.2e)",
+                               plant == 1 ? "pieces from a zero state" : "maps composed in rank order", P, kind, ef, eb);
+                }
+                layout_free(&L);
+            }
+        printf("  linear attention on the balanced layout, %d ranks, 4 windows of %d tokens: state maps composed per document "
+               "vs each document token by token, forward %.1e, backward %.1e; the busiest rank sends %lld floats of maps%s\n",
+               Ps[pi], Ps[pi] == 3 ? 45 : 48, fw, bw, (long long)maxsent, Ps[pi] >= 3 ? "; zero states and rank-order composition miss" : "");
+    }
+    for (int w = 0; w < 5; w++) free(want[w]), free(got[w]);
+    free(q); free(k); free(v); free(g); free(b); free(dout); free(o); free(ot);
+    free(dSf); free(Sf); free(Sft); free(dS0); free(dS0t); free(zero);
+}
+
 int main(int argc, char **argv) {
     const char *golden = argc > 1 ? argv[1] : "tests/golden";
     snprintf(tmpdir, sizeof tmpdir, "/tmp/longctx_test_%d", (int)getpid());
@@ -2442,6 +2933,11 @@ int main(int argc, char **argv) {
     test_gdn_layer(golden);
     test_gated_attn(golden);
     test_qwen35(golden);
+    printf("[packed documents balanced over the ranks]\n");
+    test_layout();
+    test_layout_balance();
+    test_layout_ring();
+    test_layout_gdn();
     printf("[host AdamW]\n");
     test_cpu_adam();
     printf("[rendezvous]\n");
