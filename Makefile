@@ -32,7 +32,7 @@ GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 
 B := build
 HOST_SRC := common/tensor.c common/files.c common/json.c common/config.c common/safetensors.c common/tokens.c common/cli.c common/model.c common/shard.c common/zigzag.c common/docs.c common/layout.c \
-            common/memplan.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c common/inputs.c
+            common/memplan.c common/sha256.c common/rendezvous.c common/cpu_adam.c common/ckpt.c common/numa.c common/inputs.c
 GPU_SRC  := common/gpu.c common/gemm.c common/sdpa.c common/attn.c common/run.c common/comm.c common/state.c common/train.c common/ranks.c common/moe.c common/deltanet.c common/advice.c
 KERN_SRC := $(wildcard kernels/*.cu)
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
@@ -149,7 +149,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_NAMES   := json config safetensors tokens cli ckpt rendezvous
 FUZZ_CFLAGS  := -std=c11 -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -MMD -MP
-FUZZ_HOST    := tensor files json config safetensors tokens cli ckpt model inputs rendezvous
+FUZZ_HOST    := tensor files json config safetensors tokens cli ckpt model inputs sha256 rendezvous
 FUZZ_LIB     := $(B)/fuzz/libhost.a
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(B)/fuzz/fuzz_%)
 # stderr closed while fuzzing (rdv_tcp_serve logs every refusal); libFuzzer's and the sanitizers'

@@ -195,7 +195,7 @@ static void sync_wait(Comm *c, const char *what, double timeout_s) {
  * aborted (or destroyed) exactly once, whichever thread gets there first. */
 #define MAX_LIVE 64
 static ncclComm_t live[MAX_LIVE];
-static char live_rdv[4096]; /* node 0's rendezvous file while it may still be joined */
+static char live_rdv[RDV_PATH_MAX + 1]; /* node 0's rendezvous file while it may still be joined */
 static uint64_t live_rdv_nonce;
 static int live_listen = -1; /* node 0's TCP rendezvous socket while it serves */
 
@@ -349,6 +349,25 @@ CommWorld *comm_world_rehearse(int gpus, int nnodes, int rank, const CommOpts *o
     return w;
 }
 
+/* several nodes over TCP: the job secret, or STOP saying how to set one */
+static void job_secret(RdvSecret *key) {
+    char err[512];
+    const int got = rdv_secret(key, err, sizeof err);
+    if (got < 0) STOP("%s", err);
+    if (!got) STOP("%s", RDV_SECRET_HOWTO);
+}
+
+/* node 0 over TCP: listen on HOST's address before anything else, so a HOST that is not this
+ * machine is refused before an id is made; the fatal path closes the socket from now on */
+static int listen_first(const RdvTcp *tcp) {
+    char err[512];
+    hook_fatal();
+    const int fd = rdv_tcp_listen(tcp->host, tcp->port, err, sizeof err);
+    if (fd < 0) STOP("node 0: %s", err);
+    __atomic_store_n(&live_listen, fd, __ATOMIC_RELEASE);
+    return fd;
+}
+
 CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rendezvous, const CommOpts *o) {
     int have = 0;
     CUDA_CHECK(cudaGetDeviceCount(&have));
@@ -359,6 +378,11 @@ CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rend
     char err[512];
     const int is_tcp = rendezvous ? rdv_parse(rendezvous, &tcp, err, sizeof err) : 0;
     if (is_tcp < 0) STOP("--rendezvous %s", err);
+    if (nnodes > 1 && rdv_run_id_check(o->run_id, err, sizeof err)) STOP("%s", err);
+    RdvSecret key;
+    memset(&key, 0, sizeof key);
+    if (nnodes > 1 && is_tcp) job_secret(&key);
+    const int fd = nnodes > 1 && is_tcp && node_rank == 0 ? listen_first(&tcp) : -1;
     CommWorld *w = world_new(COMM_NCCL, gpus, gpus * nnodes, o);
     w->nnodes = nnodes;
     w->node_rank = node_rank;
@@ -366,30 +390,27 @@ CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rend
     int from_env = 0;
     const char *run_id = rdv_run_id(o->run_id, &from_env);
     if (node_rank == 0) NCCL_CHECK(ncclGetUniqueId(&w->id));
-    const double timeout = o->timeout_s > 0 ? o->timeout_s : 0; /* 0: forever */
+    const double timeout = o->timeout_s > 0 ? o->timeout_s : 0; /* 0: forever, in both TCP directions */
     uint64_t nonce;
     if (nnodes > 1 && is_tcp && node_rank == 0) { /* serve every other node once, then join */
-        hook_fatal();
-        const int fd = rdv_tcp_listen(tcp.port, err, sizeof err);
-        if (fd < 0) DIE("node 0: %s", err);
-        __atomic_store_n(&live_listen, fd, __ATOMIC_RELEASE); /* the fatal path closes it from now on */
-        printf("node 0: serving the NCCL id on port %d to %d other node(s)\n", tcp.port, nnodes - 1);
+        printf("node 0: serving the NCCL id on %s:%d to %d other node(s)\n", tcp.host, tcp.port, nnodes - 1);
         fflush(stdout);
-        if (rdv_tcp_serve(fd, run_id, nnodes, gpus, &w->id, &nonce, timeout, err, sizeof err)) DIE("node 0: %s", err);
+        if (rdv_tcp_serve(fd, &key, run_id, nnodes, gpus, &w->id, &nonce, timeout, err, sizeof err)) STOP("node 0: %s", err);
         close_listen();
     } else if (nnodes > 1 && is_tcp) {
-        if (rdv_tcp_await(&tcp, run_id, node_rank, nnodes, gpus, timeout, &w->id, &nonce, err, sizeof err))
-            DIE("node %d: %s", node_rank, err);
+        if (rdv_tcp_await(&tcp, &key, run_id, node_rank, nnodes, gpus, timeout, &w->id, &nonce, err, sizeof err))
+            STOP("node %d: %s", node_rank, err);
         printf("node %d: joined node 0 at %s:%d (launch %016llx)\n", node_rank, tcp.host, tcp.port, (unsigned long long)nonce);
     } else if (nnodes > 1 && node_rank == 0) {
         hook_fatal();
-        if (rdv_publish(rendezvous, run_id, nnodes, gpus, &w->id, &live_rdv_nonce, err, sizeof err)) DIE("%s", err);
+        if (rdv_publish(rendezvous, run_id, nnodes, gpus, &w->id, &live_rdv_nonce, err, sizeof err)) STOP("node 0: %s", err);
         snprintf(live_rdv, sizeof live_rdv, "%s", rendezvous); /* every exit path removes it from now on */
         rdv_remove_on_signal(live_rdv, live_rdv_nonce);
     } else if (nnodes > 1 &&
                rdv_await(rendezvous, run_id, from_env, nnodes, gpus, started, o->timeout_s > 0 ? o->timeout_s : 1e9, &w->id, err,
                          sizeof err))
-        DIE("node %d: %s", node_rank, err);
+        STOP("node %d: %s", node_rank, err);
+    rdv_secret_wipe(&key);
     return w;
 }
 

@@ -39,6 +39,30 @@ void ranks_check_opts(RankOpts *o, int saves) {
     RdvTcp tcp;
     char err[512];
     if (o->rendezvous && rdv_parse(o->rendezvous, &tcp, err, sizeof err) < 0) STOP("--rendezvous %s", err);
+    /* a run id binds the rendezvous whole: one too long is refused, not cut (LONGCTX_RUN_ID and
+     * Slurm's only matter between nodes) */
+    const int nodes = o->nnodes > 1 && !o->local_ranks && o->rehearse < 0;
+    if (((o->comm.run_id && o->comm.run_id[0]) || nodes) && rdv_run_id_check(o->comm.run_id, err, sizeof err))
+        STOP("%s", err);
+}
+
+/* Several nodes over TCP, before the GPU is touched: every node holds the job secret, and node 0's
+ * HOST is this machine with PORT free (a trial listen), so neither is found out after a model loads */
+static void check_rendezvous(const RankOpts *o) {
+    RdvTcp t;
+    char err[512];
+    if (o->local_ranks > 0 || o->rehearse >= 0 || o->nnodes < 2 || !o->rendezvous ||
+        rdv_parse(o->rendezvous, &t, err, sizeof err) != 1)
+        return;
+    RdvSecret key;
+    const int got = rdv_secret(&key, err, sizeof err);
+    rdv_secret_wipe(&key);
+    if (got < 0) STOP("%s", err);
+    if (!got) STOP("%s", RDV_SECRET_HOWTO);
+    if (o->node_rank != 0) return;
+    const int fd = rdv_tcp_listen(t.host, t.port, err, sizeof err);
+    if (fd < 0) STOP("node 0: %s", err);
+    close(fd);
 }
 
 const char *ranks_place_line(const RankOpts *o, char *buf, size_t n) {
@@ -166,6 +190,7 @@ int ranks_per_node(const RankOpts *o) {
 }
 
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
+    check_rendezvous(o);
     ranks_need_gpu();
     const int here = ranks_here(o);
     CommWorld *world;

@@ -6,7 +6,9 @@
  *   --local-ranks P                                         P ranks as threads on GPU 0 (tests)
  *   --gpus N [--nnodes M] --rehearse R                      rank R of that job, alone on GPU 0
  * Under Slurm (srun, one task per node) --nnodes and --node-rank default to its SLURM_NNODES and
- * SLURM_NODEID, and the run id to its job and step (common/rendezvous.h); flags given win. */
+ * SLURM_NODEID, and the run id to its job and step (common/rendezvous.h); flags given win. Several
+ * nodes over TCP need a job secret on every node (LONGCTX_JOB_SECRET_FILE; rendezvous.h), checked
+ * with node 0's address before the GPU (ranks_run). */
 #ifndef LONGCTX_RANKS_H
 #define LONGCTX_RANKS_H
 
@@ -97,7 +99,8 @@ void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(
     {"--node-rank", OPT_INT, &(r).node_rank, "this node's index, 0..nnodes-1 (-1: Slurm's SLURM_NODEID, else 0)",      \
      "[-1,64K)"},                                                                                                      \
     {"--rendezvous", OPT_STRING, &(r).rendezvous,                                                                      \
-     "with --nnodes > 1: tcp://HOST:PORT (node 0's address; it listens on PORT) or a file all nodes share"},           \
+     "with --nnodes > 1: tcp://HOST:PORT (node 0's address, where it listens; every node needs the job secret, "     \
+     "LONGCTX_JOB_SECRET_FILE) or a file all nodes share"},                                                          \
     {"--run-id", OPT_STRING, &(r).comm.run_id,                                                                         \
      "a name all nodes of this run share (default: Slurm's job and step id): binds the rendezvous to it"},             \
     {"--comm-timeout", OPT_DOUBLE, &(r).comm.timeout_s,                                                                \

@@ -1,19 +1,25 @@
 /* rendezvous.c -- the several-node rendezvous: the file, TCP, a node's place (rendezvous.h). */
 #include "rendezvous.h"
 
+#include "sha256.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,30 +39,81 @@ static uint64_t fresh_nonce(void) {
     return (v ^ ((uint64_t)t.tv_nsec << 20) ^ (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 40)) | 1;
 }
 
+/* n random bytes from the kernel: 0, or -1 when none can be had (a nonce must not be guessable) */
+static int random_bytes(void *p, size_t n) {
+    unsigned char *q = p;
+    while (n) {
+        const ssize_t r = getrandom(q, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        q += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* -1 + message when a symbolic link is at path: node 0 never writes through one (a planted link
+ * would have it overwrite whatever the link names, with this user's rights) */
+static int refuse_symlink(const char *path, char *err, size_t n) {
+    struct stat st;
+    if (lstat(path, &st) || !S_ISLNK(st.st_mode)) return 0;
+    snprintf(err, n, "the rendezvous path %s is a symbolic link, which node 0 never writes through (someone may have "
+             "planted it): remove it, or give --rendezvous a path in a directory only you can write", path);
+    return -1;
+}
+
+/* path gone (absent is fine): 0, or -1 + message */
+static int remove_old(const char *path, char *err, size_t n) {
+    if (!unlink(path) || errno == ENOENT) return 0;
+    snprintf(err, n, "cannot remove the old rendezvous file %s: %s (--rendezvous: a path this user may replace)", path,
+             strerror(errno));
+    return -1;
+}
+
+/* the file at tmp, created anew for this user alone (O_EXCL: never an existing file or a link) */
+static int write_new(const char *tmp, const RdvFile *r, char *err, size_t n) {
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, n, "cannot create the rendezvous file %s: %s%s", tmp, strerror(errno),
+                 errno == EEXIST ? " (something was created there meanwhile: another node 0 on the same --rendezvous?)" : "");
+        return -1;
+    }
+    /* exactly 0600 whatever the umask: the readers check that group and others cannot read it */
+    const int ok = !fchmod(fd, 0600) && write(fd, r, sizeof *r) == (ssize_t)sizeof *r;
+    const int e = errno;
+    if (close(fd) || !ok) {
+        snprintf(err, n, "cannot write the rendezvous file %s: %s", tmp, strerror(ok ? errno : e));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 int rdv_publish(const char *path, const char *run_id, int nnodes, int gpus, const void *id, uint64_t *nonce, char *err,
                 size_t n) {
+    if (!run_id) run_id = "";
+    if (strlen(run_id) > RDV_RUN_ID_MAX || strlen(path) > RDV_PATH_MAX) {
+        snprintf(err, n, "the run id (at most %d characters) or the rendezvous path (at most %d) is too long: %zu, %zu",
+                 RDV_RUN_ID_MAX, RDV_PATH_MAX, strlen(run_id), strlen(path));
+        return -1;
+    }
     RdvFile r;
     memset(&r, 0, sizeof r);
     r.nonce = *nonce = fresh_nonce();
     memcpy(r.magic, RDV_MAGIC, sizeof r.magic);
-    snprintf(r.run_id, sizeof r.run_id, "%s", run_id ? run_id : "");
+    memcpy(r.run_id, run_id, strlen(run_id));
     r.nnodes = nnodes;
     r.gpus = gpus;
     r.written = rdv_wall_s();
     memcpy(r.id, id, RDV_ID_BYTES);
-    char tmp[4200];
+    char tmp[RDV_PATH_MAX + 16];
     snprintf(tmp, sizeof tmp, "%s.partial", path);
-    if (unlink(path) && errno != ENOENT) {
-        snprintf(err, n, "cannot remove the old rendezvous file %s: %s", path, strerror(errno));
+    /* a regular PATH.partial is a node 0's that died before its rename: removed like an old file */
+    if (refuse_symlink(path, err, n) || refuse_symlink(tmp, err, n) || remove_old(path, err, n) ||
+        remove_old(tmp, err, n) || write_new(tmp, &r, err, n))
         return -1;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(&r, sizeof r, 1, f) != 1 || fclose(f)) {
-        snprintf(err, n, "cannot write rendezvous file %s: %s", tmp, strerror(errno));
-        return -1;
-    }
     if (rename(tmp, path)) {
         snprintf(err, n, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
         return -1;
     }
     return 0;
@@ -77,26 +134,51 @@ static int check(const RdvFile *r, const char *run_id, int fresh, int nnodes, in
     return 1;
 }
 
+/* the file at path into *r: 1 read, 0 not there or not to be read (*note says why when it is there),
+ * -1 + message for a symbolic link (never followed: it could name anything) */
+static int read_file(const char *path, RdvFile *r, const char **note, char *err, size_t n) {
+    /* O_NONBLOCK: a FIFO planted at path must not block the open */
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == ELOOP) {
+        snprintf(err, n, "the rendezvous path %s is a symbolic link, which a node never reads through (node 0 writes a "
+                 "file there): remove it", path);
+        return -1;
+    }
+    if (fd < 0) return 0;
+    struct stat st;
+    int ok = !fstat(fd, &st);
+    if (ok && !S_ISREG(st.st_mode)) ok = 0, *note = "something there is not a regular file";
+    else if (ok && st.st_uid != geteuid()) ok = 0, *note = "the file there is another user's";
+    else if (ok && (st.st_mode & 077)) ok = 0, *note = "the file there can be read by group or others";
+    ok = ok && read(fd, r, sizeof *r) == (ssize_t)sizeof *r;
+    close(fd);
+    return ok;
+}
+
 int rdv_await(const char *path, const char *run_id, int fresh, int nnodes, int gpus, double started, double timeout_s,
               void *id, char *err, size_t n) {
+    if (run_id && strlen(run_id) > RDV_RUN_ID_MAX) {
+        snprintf(err, n, "the run id is %zu characters, at most %d: give a shorter --run-id", strlen(run_id), RDV_RUN_ID_MAX);
+        return -1;
+    }
     const double t0 = rdv_wall_s();
+    const char *note = NULL; /* why a file there was not read: not this user's own 0600 file */
     int seen_stale = 0;
     for (;;) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            RdvFile r;
-            const size_t got = fread(&r, sizeof r, 1, f);
-            fclose(f);
-            if (got == 1) {
-                const int ok = check(&r, run_id, fresh, nnodes, gpus, started, err, n);
-                if (ok < 0) return -1;
-                if (ok) { memcpy(id, r.id, RDV_ID_BYTES); return 0; }
-                seen_stale = 1;
-            }
+        RdvFile r;
+        const int got = read_file(path, &r, &note, err, n);
+        if (got < 0) return -1;
+        if (got) {
+            const int ok = check(&r, run_id, fresh, nnodes, gpus, started, err, n);
+            if (ok < 0) return -1;
+            if (ok) { memcpy(id, r.id, RDV_ID_BYTES); return 0; }
+            seen_stale = 1;
         }
         if (rdv_wall_s() - t0 >= timeout_s) {
-            snprintf(err, n, "no rendezvous file of this run at %s after %.0f s%s: is node 0 running%s?", path, timeout_s,
-                     seen_stale ? " (a file from another run is there)" : "",
+            char why[160] = "";
+            if (note) snprintf(why, sizeof why, " (not joined: %s; node 0's is this user's, mode 0600)", note);
+            snprintf(err, n, "no rendezvous file of this run at %s after %.0f s%s%s: is node 0 running%s?", path, timeout_s,
+                     seen_stale ? " (a file from another run is there)" : "", why,
                      run_id && run_id[0] ? " with the same --run-id" : "");
             return -1;
         }
@@ -108,7 +190,7 @@ void rdv_remove(const char *path) { unlink(path); }
 
 void rdv_remove_own(const char *path, uint64_t nonce) {
     RdvFile r;
-    const int fd = open(path, O_RDONLY);
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return;
     const ssize_t got = read(fd, &r, sizeof r);
     close(fd);
@@ -145,19 +227,67 @@ void rdv_signals_restore(void) {
     sig_path = NULL;
 }
 
-const char *rdv_run_id(const char *given, int *from_env) {
-    static char id[64];
+/* the run id into id[n] (cut to fit; the checks use the length returned, the whole one) */
+static size_t run_id_of(const char *given, char *id, size_t n, int *from_env) {
     *from_env = 0;
-    if (given && given[0]) return given;
+    if (given && given[0]) return (size_t)snprintf(id, n, "%s", given);
     const char *env = getenv("LONGCTX_RUN_ID"), *job = getenv("SLURM_JOB_ID"), *st = getenv("SLURM_STEP_ID"),
                *again = getenv("SLURM_RESTART_COUNT");
-    if (env && env[0]) snprintf(id, sizeof id, "%s", env);
+    int len = 0;
+    if (env && env[0]) len = snprintf(id, n, "%s", env);
     else if (job && job[0])
-        snprintf(id, sizeof id, "slurm-%s%s%s%s%s", job, st && st[0] ? "." : "", st ? st : "", again && again[0] ? "r" : "",
-                 again ? again : "");
+        len = snprintf(id, n, "slurm-%s%s%s%s%s", job, st && st[0] ? "." : "", st ? st : "", again && again[0] ? "r" : "",
+                       again ? again : "");
     else id[0] = 0;
-    *from_env = id[0] != 0;
+    *from_env = len > 0;
+    return len > 0 ? (size_t)len : 0;
+}
+
+const char *rdv_run_id(const char *given, int *from_env) {
+    if (given && given[0]) { *from_env = 0; return given; }
+    static char id[256]; /* more than RDV_RUN_ID_MAX: an over-long id is refused, not quietly cut */
+    run_id_of(given, id, sizeof id, from_env);
     return id;
+}
+
+int rdv_run_id_check(const char *given, char *err, size_t n) {
+    char id[80], shown[64];
+    int env;
+    const size_t len = run_id_of(given, id, sizeof id, &env);
+    const char *from = rdv_run_id_from(given);
+    rdv_escape(id, strnlen(id, sizeof id - 1), shown, sizeof shown);
+    size_t bad = 0;
+    while (bad < len && bad < sizeof id - 1 && (unsigned char)id[bad] >= 0x20 && id[bad] != 0x7f) bad++;
+    if (len <= RDV_RUN_ID_MAX && bad == len) return 0;
+    char lead[128], what[64];
+    if (!strcmp(from, "--run-id")) snprintf(lead, sizeof lead, "--run-id \"%s\"", shown);
+    else if (!strcmp(from, "LONGCTX_RUN_ID")) snprintf(lead, sizeof lead, "LONGCTX_RUN_ID=\"%s\"", shown);
+    else snprintf(lead, sizeof lead, "the run id \"%s\" (from %s)", shown, from);
+    if (len > RDV_RUN_ID_MAX) snprintf(what, sizeof what, "%zu characters, at most %d", len, RDV_RUN_ID_MAX);
+    else snprintf(what, sizeof what, "the control character \\x%02x", (unsigned char)id[bad]);
+    snprintf(err, n, "%s has %s (the rendezvous carries a run id whole, never cut): give %s", lead, what,
+             strcmp(from, "--run-id") ? "--run-id NAME, a shorter name all nodes share" : "a shorter one of printable characters");
+    return -1;
+}
+
+const char *rdv_escape(const void *s, size_t len, char *out, size_t n) {
+    const unsigned char *p = s;
+    if (!n) return out;
+    size_t whole = 0; /* the escaped length: all of it when it fits, else a cut marked "..." */
+    for (size_t i = 0; i < len; i++) whole += p[i] >= 0x20 && p[i] < 0x7f ? 1 : 4;
+    const size_t room = whole < n ? n : n > 4 ? n - 3 : 1; /* bytes for the text and its NUL */
+    size_t at = 0;
+    for (size_t i = 0; i < len; i++) {
+        char one[8];
+        const int plain = p[i] >= 0x20 && p[i] < 0x7f; /* escaping twice changes nothing */
+        const size_t k = plain ? (one[0] = (char)p[i], 1) : (size_t)snprintf(one, sizeof one, "\\x%02x", p[i]);
+        if (at + k + 1 > room) break;
+        memcpy(out + at, one, k);
+        at += k;
+    }
+    if (whole >= n && n > 4) memcpy(out + at, "...", 3), at += 3;
+    out[at] = 0;
+    return out;
 }
 
 const char *rdv_run_id_from(const char *given) {
@@ -169,6 +299,70 @@ const char *rdv_run_id_from(const char *given) {
     static const char *names[4] = {"SLURM_JOB_ID", "SLURM_JOB_ID, SLURM_STEP_ID", "SLURM_JOB_ID, SLURM_RESTART_COUNT",
                                    "SLURM_JOB_ID, SLURM_STEP_ID, SLURM_RESTART_COUNT"};
     return names[(st && st[0]) + 2 * (again && again[0])];
+}
+
+/* ---------------------------------------------------------------- the job secret */
+/* LONGCTX_JOB_SECRET_FILE's bytes into s: 0, or -1 + message. The file must be this user's alone:
+ * a secret others can read is no secret, and one others can write is theirs */
+static int secret_file(const char *path, RdvSecret *s, char *err, size_t n) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        snprintf(err, n, "LONGCTX_JOB_SECRET_FILE=%s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    const char *bad = !S_ISREG(st.st_mode) ? "is not a regular file"
+                      : st.st_uid != geteuid() ? "is another user's file: a secret must be your own"
+                      : (st.st_mode & 077) ? "can be read or changed by group or others" : NULL;
+    if (bad) {
+        snprintf(err, n, "LONGCTX_JOB_SECRET_FILE=%s %s (mode %04o): make a new secret in a file only you can read "
+                 "(umask 077; head -c 32 /dev/urandom | base64 > FILE)", path, bad, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof s->key && (r = read(fd, s->key + got, sizeof s->key - got)) > 0) got += (size_t)r;
+    unsigned char more;
+    const int over = got == sizeof s->key && read(fd, &more, 1) == 1;
+    close(fd);
+    s->len = over ? sizeof s->key + 1 : got; /* one past the most: refused as too long by the caller */
+    return 0;
+}
+
+int rdv_secret(RdvSecret *s, char *err, size_t n) {
+    memset(s, 0, sizeof *s);
+    const char *v = getenv("LONGCTX_JOB_SECRET"), *path = getenv("LONGCTX_JOB_SECRET_FILE");
+    if (v && v[0] && path && path[0]) {
+        snprintf(err, n, "LONGCTX_JOB_SECRET and LONGCTX_JOB_SECRET_FILE are both set: set one of them (the file keeps "
+                 "the secret out of the environment)");
+        return -1;
+    }
+    if (path && path[0]) {
+        s->from = "LONGCTX_JOB_SECRET_FILE";
+        if (secret_file(path, s, err, n)) return -1;
+    } else if (v && v[0]) {
+        s->from = "LONGCTX_JOB_SECRET";
+        s->len = strlen(v) > sizeof s->key ? sizeof s->key + 1 : strlen(v);
+        if (s->len <= sizeof s->key) memcpy(s->key, v, s->len);
+    } else return 0;
+    /* a newline at the end is how files and shells end a line, not part of the secret */
+    if (s->len <= sizeof s->key && s->len && s->key[s->len - 1] == '\n') s->len--;
+    if (s->len <= sizeof s->key && s->len && s->key[s->len - 1] == '\r') s->len--;
+    if (s->len < RDV_SECRET_MIN || s->len > RDV_SECRET_MAX) {
+        snprintf(err, n, "%s holds %s%zu bytes; a job secret is %d..%d bytes (head -c 32 /dev/urandom | base64 makes one)",
+                 s->from, s->len > RDV_SECRET_MAX ? "more than " : "", s->len > RDV_SECRET_MAX ? (size_t)RDV_SECRET_MAX : s->len,
+                 RDV_SECRET_MIN, RDV_SECRET_MAX);
+        rdv_secret_wipe(s);
+        return -1;
+    }
+    return 1;
+}
+
+void rdv_secret_wipe(RdvSecret *s) {
+    wipe(s->key, sizeof s->key);
+    s->len = 0;
 }
 
 /* ---------------------------------------------------------------- a node's place */
@@ -235,40 +429,52 @@ static double mono_s(void) {
 /* poll()'s milliseconds for s seconds (INFINITY: -1, wait; capped at an hour: callers loop) */
 static int poll_ms(double s) { return isinf(s) ? -1 : s <= 0 ? 0 : s > 3600 ? 3600000 : (int)(s * 1000) + 1; }
 
+/* a spec for a message: escaped and cut, so that the reason after it always fits */
+static const char *shown(const char *spec, char *buf, size_t n) { return rdv_escape(spec, strlen(spec), buf, n); }
+
 int rdv_parse(const char *spec, RdvTcp *t, char *err, size_t n) {
+    char q[100];
+    shown(spec, q, sizeof q);
     const char *sep = strstr(spec, "://");
-    if (!sep) return 0; /* a file path */
+    if (!sep) { /* a file path */
+        if (strlen(spec) <= RDV_PATH_MAX) return 0;
+        snprintf(err, n, "\"%s\": a rendezvous file path of %zu characters, at most %d: give a shorter one", q, strlen(spec),
+                 RDV_PATH_MAX);
+        return -1;
+    }
     if (strncmp(spec, "tcp://", 6)) {
-        snprintf(err, n, "\"%s\": the only scheme is tcp://HOST:PORT (else a file path)", spec);
+        snprintf(err, n, "\"%s\": the only scheme is tcp://HOST:PORT (else a file path)", q);
         return -1;
     }
     const char *hp = spec + 6, *colon = strrchr(hp, ':');
     if (!colon) {
-        snprintf(err, n, "\"%s\": missing :PORT (tcp://HOST:PORT)", spec);
+        snprintf(err, n, "\"%s\": missing :PORT (tcp://HOST:PORT)", q);
         return -1;
     }
     if (colon == hp) {
-        snprintf(err, n, "\"%s\": empty host (tcp://HOST:PORT, HOST node 0's address)", spec);
+        snprintf(err, n, "\"%s\": empty host (tcp://HOST:PORT, HOST node 0's address)", q);
         return -1;
     }
     if (memchr(hp, ':', (size_t)(colon - hp)) || hp[0] == '[') {
-        snprintf(err, n, "\"%s\": IPv6 is not supported; give node 0's IPv4 address or host name", spec);
+        snprintf(err, n, "\"%s\": IPv6 is not supported; give node 0's IPv4 address or host name", q);
         return -1;
     }
     if ((size_t)(colon - hp) >= sizeof t->host) {
-        snprintf(err, n, "\"%s\": host longer than %zu characters", spec, sizeof t->host - 1);
+        snprintf(err, n, "\"%s\": the host is %zu characters, at most %zu: give node 0's address or a shorter name", q,
+                 (size_t)(colon - hp), sizeof t->host - 1);
         return -1;
     }
     const char *p = colon + 1;
     if (!p[0]) {
-        snprintf(err, n, "\"%s\": missing port after ':' (tcp://HOST:PORT)", spec);
+        snprintf(err, n, "\"%s\": missing port after ':' (tcp://HOST:PORT)", q);
         return -1;
     }
     long port = 0;
-    for (const char *q = p; *q; q++)
-        if (!isdigit((unsigned char)*q) || (port = port * 10 + (*q - '0')) > 65535) { port = -1; break; }
+    for (const char *c = p; *c; c++)
+        if (!isdigit((unsigned char)*c) || (port = port * 10 + (*c - '0')) > 65535) { port = -1; break; }
     if (port < 1) {
-        snprintf(err, n, "\"%s\": port \"%s\" is not in 1..65535", spec, p);
+        char pq[40];
+        snprintf(err, n, "\"%s\": port \"%s\" is not in 1..65535", q, shown(p, pq, sizeof pq));
         return -1;
     }
     memcpy(t->host, hp, (size_t)(colon - hp));
@@ -277,7 +483,71 @@ int rdv_parse(const char *spec, RdvTcp *t, char *err, size_t n) {
     return 1;
 }
 
-int rdv_tcp_listen(int port, char *err, size_t n) {
+/* ---------------------------------------------------------------- node 0's socket */
+static int is_loopback(struct in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+/* 1 when a is an address of one of this machine's interfaces (all of 127/8 is: Linux answers there) */
+static int is_local(struct in_addr a) {
+    if (is_loopback(a)) return 1;
+    struct ifaddrs *all;
+    if (getifaddrs(&all)) return 0;
+    int found = 0;
+    for (struct ifaddrs *i = all; i && !found; i = i->ifa_next)
+        found = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+                ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == a.s_addr;
+    freeifaddrs(all);
+    return found;
+}
+
+/* host's IPv4 addresses (at most max): how many, or -1 + message */
+static int resolve(const char *host, struct in_addr *out, int max, char *err, size_t n) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    const int g = getaddrinfo(host, NULL, &hints, &res);
+    char q[80];
+    if (g) {
+        snprintf(err, n, "the --rendezvous host \"%s\" cannot be resolved here: %s (give node 0's address)",
+                 shown(host, q, sizeof q), g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+        return -1;
+    }
+    int k = 0;
+    for (struct addrinfo *a = res; a && k < max; a = a->ai_next) out[k++] = ((struct sockaddr_in *)a->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return k;
+}
+
+/* which of host's addresses node 0 binds: the first of this machine's that is not loopback; a loopback
+ * one only when the host is spelled so (127.x, localhost): a name that resolves here to 127.0.1.1
+ * (Debian's /etc/hosts) would leave node 0 unreachable from every other node. -1 + message. */
+static int pick_address(const char *host, const struct in_addr *a, int k, char *err, size_t n) {
+    int loop = -1;
+    for (int i = 0; i < k; i++) {
+        if (is_loopback(a[i])) { if (loop < 0) loop = i; }
+        else if (is_local(a[i])) return i;
+    }
+    struct in_addr lit;
+    const int spelled = !strcmp(host, "localhost") || (inet_pton(AF_INET, host, &lit) == 1 && is_loopback(lit));
+    if (loop >= 0 && spelled) return loop;
+    char list[160] = "", q[80], one[INET_ADDRSTRLEN];
+    for (int i = 0; i < k && strlen(list) + 24 < sizeof list; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", inet_ntop(AF_INET, &a[i], one, sizeof one));
+    if (loop >= 0)
+        snprintf(err, n, "the --rendezvous host \"%s\" resolves here to %s, a loopback address the other nodes cannot reach "
+                 "(/etc/hosts): give node 0's network address, tcp://ADDRESS:PORT", shown(host, q, sizeof q), list);
+    else
+        snprintf(err, n, "the --rendezvous host \"%s\" (%s) is not one of this machine's addresses: start node 0 "
+                 "(--node-rank 0, or SLURM_NODEID 0) on that host, or give this machine's address", shown(host, q, sizeof q), list);
+    return -1;
+}
+
+int rdv_tcp_listen(const char *host, int port, char *err, size_t n) {
+    struct in_addr addrs[16];
+    const int k = resolve(host, addrs, 16, err, n);
+    if (k < 0) return -1;
+    const int i = pick_address(host, addrs, k, err, n);
+    if (i < 0) return -1;
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, n, "socket: %s", strerror(errno));
@@ -288,14 +558,13 @@ int rdv_tcp_listen(int port, char *err, size_t n) {
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
-    /* every interface: HOST is how the other nodes reach node 0, a name that may resolve differently
-     * here (to 127.0.1.1 in /etc/hosts, or another network's address); the run id guards the door */
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_addr = addrs[i]; /* HOST's address only: not every interface this machine has */
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) || bind(fd, (struct sockaddr *)&a, sizeof a) ||
-        listen(fd, 128) || fcntl(fd, F_SETFL, O_NONBLOCK)) {
+        listen(fd, RDV_TCP_BACKLOG) || fcntl(fd, F_SETFL, O_NONBLOCK)) {
         const int e = errno;
+        char ip[INET_ADDRSTRLEN];
         close(fd);
-        snprintf(err, n, "cannot listen on port %d: %s%s", port, strerror(e),
+        snprintf(err, n, "cannot listen on %s:%d: %s%s", inet_ntop(AF_INET, &addrs[i], ip, sizeof ip), port, strerror(e),
                  e == EADDRINUSE ? " (another run's node 0 still there, or another program: pick another port)" : "");
         return -1;
     }
@@ -308,11 +577,13 @@ int rdv_tcp_port(int fd) {
     return getsockname(fd, (struct sockaddr *)&a, &len) ? -1 : ntohs(a.sin_port);
 }
 
-/* the fixed messages: big-endian integers at fixed offsets (rendezvous.h) */
-enum { K_HELLO = 1, K_WELCOME = 2, K_REFUSED = 3 };
+/* ---------------------------------------------------------------- the messages (rendezvous.h) */
+enum { K_HELLO = 1, K_WELCOME = 2, K_REFUSED = 3, K_CHALLENGE = 4 };
+enum { AT_NONCE_K = RDV_TCP_HEAD, AT_LAUNCH = RDV_TCP_HEAD, AT_ID = RDV_TCP_HEAD + 8,
+       AT_WHY = RDV_TCP_HEAD + 8 + RDV_ID_BYTES, PROOF = 32 };
 typedef struct {
     uint32_t kind, node_rank, nnodes, gpus;
-    char run_id[64];
+    char run_id[65]; /* the 64 bytes as sent, NUL-terminated here */
 } Head;
 static void put32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (24 - 8 * i));
@@ -324,19 +595,308 @@ static void put_head(unsigned char *b, const Head *h) {
     memset(b, 0, RDV_TCP_HEAD);
     memcpy(b, RDV_TCP_MAGIC, sizeof RDV_TCP_MAGIC);
     put32(b + 8, h->kind), put32(b + 12, h->node_rank), put32(b + 16, h->nnodes), put32(b + 20, h->gpus);
-    memcpy(b + 24, h->run_id, strnlen(h->run_id, 63));
+    memcpy(b + 24, h->run_id, strnlen(h->run_id, RDV_RUN_ID_MAX)); /* callers checked the length */
 }
-/* 0, or -1 when b is not of the protocol (magic and version) */
-static int get_head(const unsigned char *b, Head *h) {
-    if (memcmp(b, RDV_TCP_MAGIC, sizeof RDV_TCP_MAGIC)) return -1;
+static void get_head(const unsigned char *b, Head *h) {
     h->kind = get32(b + 8), h->node_rank = get32(b + 12), h->nnodes = get32(b + 16), h->gpus = get32(b + 20);
-    memcpy(h->run_id, b + 24, 63);
-    h->run_id[63] = 0;
+    memcpy(h->run_id, b + 24, 64);
+    h->run_id[64] = 0;
+}
+/* 1 when the 64-byte run id field b + 24 holds exactly run_id, NUL-padded */
+static int same_run(const unsigned char *b, const char *run_id) {
+    unsigned char want[64] = {0};
+    memcpy(want, run_id, strnlen(run_id, RDV_RUN_ID_MAX));
+    return !memcmp(b + 24, want, sizeof want);
+}
+static const char *run_shown(const Head *h, char *buf, size_t n) { return rdv_escape(h->run_id, strnlen(h->run_id, 64), buf, n); }
+
+static const char *const LABEL[3] = {"LCRDT02 hello", "LCRDT02 answer", "LCRDT02 id"};
+static void keyed(const RdvSecret *key, int which, const unsigned char *n0, const unsigned char *nk, const void *msg,
+                  size_t len, unsigned char out[PROOF]) {
+    HmacSha256 h;
+    hmac_sha256_init(&h, key->key, key->len);
+    hmac_sha256_update(&h, LABEL[which], strlen(LABEL[which]));
+    hmac_sha256_update(&h, n0, RDV_TCP_NONCE);
+    hmac_sha256_update(&h, nk, RDV_TCP_NONCE);
+    hmac_sha256_update(&h, msg, len);
+    hmac_sha256_final(&h, out);
+}
+void rdv_tcp_proof(const RdvSecret *key, int which, const unsigned char *n0, const unsigned char *nk, const void *msg,
+                   size_t len, unsigned char out[32]) {
+    keyed(key, which == RDV_PROOF_ANSWER, n0, nk, msg, len, out);
+}
+/* the id XOR a keystream only the secret's holders can make: one on the wire learns nothing of it */
+static void mask_id(const RdvSecret *key, const unsigned char *n0, const unsigned char *nk, unsigned char *id) {
+    for (unsigned char i = 0; i < RDV_ID_BYTES / PROOF; i++) {
+        unsigned char ks[PROOF];
+        keyed(key, 2, n0, nk, &i, 1, ks);
+        for (int j = 0; j < PROOF; j++) id[i * PROOF + j] ^= ks[j];
+        wipe(ks, sizeof ks);
+    }
+}
+/* the key is usable: 0, or -1 + how to set one */
+static int need_key(const RdvSecret *key, char *err, size_t n) {
+    if (key && key->len >= RDV_SECRET_MIN && key->len <= RDV_SECRET_MAX) return 0;
+    snprintf(err, n, "%s", RDV_SECRET_HOWTO);
+    return -1;
+}
+static int need_run_id(const char *run_id, char *err, size_t n) {
+    if (strlen(run_id) <= RDV_RUN_ID_MAX) return 0;
+    snprintf(err, n, "the run id is %zu characters, at most %d: give a shorter --run-id", strlen(run_id), RDV_RUN_ID_MAX);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- node 0: many connections at once */
+double rdv_tcp_conn_s = RDV_TCP_CONN_S;
+
+enum { C_FREE, C_CHALLENGE, C_HELLO, C_ANSWER }; /* a connection's phase: what moves next */
+typedef struct {
+    int fd, phase;
+    int rank;          /* the node its welcome serves once written whole; -1 otherwise */
+    size_t at;         /* bytes of this phase's message moved */
+    double opened;     /* when accepted: dropped at opened + rdv_tcp_conn_s */
+    char who[32];      /* ADDRESS:PORT */
+    unsigned char n0[RDV_TCP_NONCE];
+    unsigned char b[RDV_TCP_ANSWER]; /* the challenge, the hello, then the answer */
+} Conn;
+
+typedef struct {
+    const RdvSecret *key;
+    const char *run_id;
+    int nnodes, gpus;
+    const unsigned char *id;
+    uint64_t launch;
+    unsigned char *state; /* per node rank: 0 waiting, 1 its welcome being written, 2 served */
+    int left, logged;
+    Conn conn[RDV_TCP_MAX_CONN];
+} Server;
+
+/* one line "node 0: ..." to stderr, whole in one write (other threads may write there too) */
+static void log_line(Server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(Server *s, const char *fmt, ...) {
+    if (s->logged++ >= RDV_TCP_LOG) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "node 0: %s\n", line);
+}
+
+static void drop(Server *s, Conn *c, const char *why) {
+    if (why) log_line(s, "dropped the connection from %s: %s", c->who, why);
+    if (c->rank >= 0 && s->state[c->rank] == 1) s->state[c->rank] = 0; /* its welcome never went out whole */
+    close(c->fd);
+    c->fd = -1, c->phase = C_FREE, c->rank = -1;
+}
+
+/* a slot for a new connection: a free one, else the oldest that has not said its hello (then the
+ * oldest of all): idle connections make room, so they never lock the real node out */
+static Conn *slot(Server *s) {
+    Conn *old = NULL;
+    for (int i = 0; i < RDV_TCP_MAX_CONN; i++) {
+        Conn *c = &s->conn[i];
+        if (c->phase == C_FREE) return c;
+        const int idle = c->phase != C_ANSWER, old_idle = old && old->phase != C_ANSWER;
+        if (!old || (idle && !old_idle) || (idle == old_idle && c->opened < old->opened)) old = c;
+    }
+    char why[96];
+    snprintf(why, sizeof why, "the oldest idle of %d open (the most node 0 holds), to make room", RDV_TCP_MAX_CONN);
+    drop(s, old, why);
+    return old;
+}
+
+static void open_conn(Server *s, int fd, const struct sockaddr_in *from) {
+    Conn *c = slot(s);
+    char ip[INET_ADDRSTRLEN];
+    snprintf(c->who, sizeof c->who, "%s:%d", inet_ntop(AF_INET, &from->sin_addr, ip, sizeof ip), ntohs(from->sin_port));
+    c->fd = fd, c->rank = -1, c->at = 0, c->opened = mono_s();
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    memset(c->b, 0, RDV_TCP_CHALLENGE);
+    memcpy(c->b, RDV_TCP_MAGIC, sizeof RDV_TCP_MAGIC);
+    put32(c->b + 8, K_CHALLENGE);
+    c->phase = C_CHALLENGE;
+    if (random_bytes(c->n0, RDV_TCP_NONCE)) { drop(s, c, "no random bytes for its nonce (getrandom)"); return; }
+    memcpy(c->b + 16, c->n0, RDV_TCP_NONCE); /* fresh for every connection: a recorded hello never passes again */
+}
+
+/* why a hello (c->b) is refused, "" when it is welcome (*rank then its node) */
+static void judge(Server *s, const Conn *c, const Head *h, char *why, size_t n) {
+    unsigned char proof[PROOF];
+    keyed(s->key, RDV_PROOF_HELLO, c->n0, c->b + AT_NONCE_K, c->b, RDV_TCP_HELLO - PROOF, proof);
+    char theirs[48], ours[48];
+    rdv_escape(s->run_id, strlen(s->run_id), ours, sizeof ours);
+    run_shown(h, theirs, sizeof theirs);
+    why[0] = 0;
+    if (!same_bytes(proof, c->b + RDV_TCP_HELLO - PROOF, PROOF))
+        snprintf(why, n, "the hello does not prove this job's secret (LONGCTX_JOB_SECRET or LONGCTX_JOB_SECRET_FILE): "
+                 "a process outside the job, or a node given another secret");
+    else if (!same_run(c->b, s->run_id))
+        snprintf(why, n, "node 0 serves run \"%s\", this node is of run \"%s\" (--run-id)", ours, theirs);
+    else if ((int)h->nnodes != s->nnodes || (int)h->gpus != s->gpus)
+        snprintf(why, n, "node 0 was given --nnodes %d --gpus %d, this node --nnodes %u --gpus %u", s->nnodes, s->gpus,
+                 h->nnodes, h->gpus);
+    else if (h->node_rank < 1 || h->node_rank >= (uint32_t)s->nnodes) /* unsigned: 2^31 must not pass as negative */
+        snprintf(why, n, "node rank %u is not in 1..%d", h->node_rank, s->nnodes - 1);
+    else if (s->state[h->node_rank])
+        snprintf(why, n, "node rank %u has already joined: two nodes were given the same --node-rank (or SLURM_NODEID)",
+                 h->node_rank);
+}
+
+/* the hello in c->b read whole: the answer in its place (a welcome claims its node) */
+static void answer(Server *s, Conn *c) {
+    Head h;
+    if (memcmp(c->b, RDV_TCP_MAGIC, sizeof RDV_TCP_MAGIC) || get32(c->b + 8) != K_HELLO) {
+        drop(s, c, "not a longctx rendezvous hello (protocol " RDV_TCP_MAGIC ")");
+        return;
+    }
+    get_head(c->b, &h);
+    unsigned char nk[RDV_TCP_NONCE];
+    memcpy(nk, c->b + AT_NONCE_K, sizeof nk);
+    char why[RDV_TCP_WHY], theirs[4 * 64 + 4]; /* the log shows the run id whole, escaped */
+    judge(s, c, &h, why, sizeof why);
+    if (why[0]) log_line(s, "refused a hello from %s (node %u of run \"%s\"): %s", c->who, h.node_rank, run_shown(&h, theirs, sizeof theirs), why);
+    Head a = {why[0] ? K_REFUSED : K_WELCOME, h.node_rank, (uint32_t)s->nnodes, (uint32_t)s->gpus, ""};
+    memcpy(a.run_id, s->run_id, strlen(s->run_id) + 1);
+    unsigned char *b = c->b;
+    put_head(b, &a);
+    memset(b + RDV_TCP_HEAD, 0, RDV_TCP_ANSWER - RDV_TCP_HEAD);
+    for (int i = 0; i < 8; i++) b[AT_LAUNCH + i] = (unsigned char)(s->launch >> (56 - 8 * i));
+    if (!why[0]) {
+        memcpy(b + AT_ID, s->id, RDV_ID_BYTES);
+        mask_id(s->key, c->n0, nk, b + AT_ID);
+        c->rank = (int)h.node_rank;
+        s->state[c->rank] = 1; /* a second hello of this node is refused while this welcome goes out */
+    }
+    memcpy(b + AT_WHY, why, strnlen(why, RDV_TCP_WHY - 1));
+    keyed(s->key, RDV_PROOF_ANSWER, c->n0, nk, b, RDV_TCP_ANSWER - PROOF, b + RDV_TCP_ANSWER - PROOF);
+    c->phase = C_ANSWER, c->at = 0;
+}
+
+/* move c's bytes as far as the socket lets them, phase after phase */
+static void step(Server *s, Conn *c) {
+    while (c->phase != C_FREE) {
+        const int out = c->phase != C_HELLO;
+        const size_t len = c->phase == C_CHALLENGE ? RDV_TCP_CHALLENGE : c->phase == C_HELLO ? RDV_TCP_HELLO : RDV_TCP_ANSWER;
+        while (c->at < len) {
+            const ssize_t r = out ? send(c->fd, c->b + c->at, len - c->at, MSG_NOSIGNAL) : recv(c->fd, c->b + c->at, len - c->at, 0);
+            if (r > 0) { c->at += (size_t)r; continue; }
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+            drop(s, c, c->phase == C_ANSWER ? "closed before its answer was written whole" : c->at ? "closed in mid-message"
+                       : c->phase == C_HELLO ? "closed without a hello" : "closed at once");
+            return;
+        }
+        if (c->phase == C_CHALLENGE) c->phase = C_HELLO, c->at = 0;
+        else if (c->phase == C_HELLO) answer(s, c);
+        else {
+            if (c->rank >= 0) s->state[c->rank] = 2, s->left--; /* proved, and its welcome written whole */
+            drop(s, c, NULL);
+        }
+    }
+}
+
+/* "2, 4-7, 9": the ranks in 1..nnodes-1 not yet served */
+static void missing(const unsigned char *state, int nnodes, char *s, size_t n) {
+    size_t at = 0;
+    s[0] = 0;
+    for (int a = 1; a < nnodes && at + 16 < n; a++) {
+        if (state[a] == 2) continue;
+        int b = a;
+        while (b + 1 < nnodes && state[b + 1] != 2) b++;
+        at += (size_t)snprintf(s + at, n - at, at ? ", %d" : "%d", a);
+        if (b > a) at += (size_t)snprintf(s + at, n - at, "-%d", b);
+        a = b;
+    }
+    if (at + 16 >= n) snprintf(s + at, n - at, ", ...");
+}
+
+/* drop the connections past their time; the earliest time one of the others runs out */
+static double expire(Server *s, double now, double wake) {
+    for (int i = 0; i < RDV_TCP_MAX_CONN; i++) {
+        Conn *c = &s->conn[i];
+        if (c->phase == C_FREE) continue;
+        const double by = c->opened + rdv_tcp_conn_s;
+        if (now < by) { wake = fmin(wake, by); continue; }
+        char why[96];
+        snprintf(why, sizeof why, "%s within %g s", c->phase == C_ANSWER ? "did not take its answer" : "no whole hello",
+                 rdv_tcp_conn_s);
+        drop(s, c, why);
+    }
+    return wake;
+}
+
+static void accept_some(Server *s, int fd) {
+    for (int k = 0; k < RDV_TCP_MAX_CONN / 4; k++) { /* a few at a time: the open ones get their turn too */
+        struct sockaddr_in from;
+        socklen_t len = sizeof from;
+        const int c = accept(fd, (struct sockaddr *)&from, &len);
+        if (c < 0) return; /* EAGAIN: none left; ECONNABORTED, EMFILE: the next round */
+        fcntl(c, F_SETFD, FD_CLOEXEC);
+        open_conn(s, c, &from);
+    }
+}
+
+static int serve_loop(Server *s, int fd, double timeout_s, char *err, size_t n) {
+    const double deadline = timeout_s > 0 ? mono_s() + timeout_s : INFINITY;
+    struct pollfd p[RDV_TCP_MAX_CONN + 1];
+    Conn *who[RDV_TCP_MAX_CONN + 1];
+    while (s->left > 0) {
+        const double now = mono_s();
+        if (now >= deadline) {
+            char list[256];
+            missing(s->state, s->nnodes, list, sizeof list);
+            snprintf(err, n, "%d of the %d other node(s) never came within %g s (--comm-timeout), node rank(s): %s; "
+                     "is each started with --nnodes %d, this --rendezvous and the same job secret, and can it reach "
+                     "port %d here?", s->left, s->nnodes - 1, timeout_s, list, s->nnodes, rdv_tcp_port(fd));
+            return -1;
+        }
+        const double wake = expire(s, now, deadline);
+        int k = 0;
+        p[k++] = (struct pollfd){fd, POLLIN, 0};
+        for (int i = 0; i < RDV_TCP_MAX_CONN; i++) {
+            Conn *c = &s->conn[i];
+            if (c->phase == C_FREE) continue;
+            who[k] = c;
+            p[k++] = (struct pollfd){c->fd, (short)(c->phase == C_HELLO ? POLLIN : POLLOUT), 0};
+        }
+        if (poll(p, (nfds_t)k, poll_ms(wake - now)) <= 0) continue; /* a deadline, or EINTR */
+        for (int i = 1; i < k; i++)
+            if (p[i].revents) step(s, who[i]);
+        if (p[0].revents & POLLIN) accept_some(s, fd);
+    }
     return 0;
 }
 
-/* move len bytes over a nonblocking socket by the deadline (mono_s; INFINITY: none): the bytes moved
- * (len, or fewer at EOF, an error or the deadline) */
+int rdv_tcp_serve(int fd, const RdvSecret *key, const char *run_id, int nnodes, int gpus, const void *id,
+                  uint64_t *nonce, double timeout_s, char *err, size_t n) {
+    if (!run_id) run_id = "";
+    if (need_key(key, err, n) || need_run_id(run_id, err, n)) return -1;
+    Server *s = calloc(1, sizeof *s);
+    unsigned char *state = calloc((size_t)nnodes, 1);
+    if (!s || !state) {
+        free(s), free(state);
+        snprintf(err, n, "out of memory");
+        return -1;
+    }
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK); /* accept_some takes what is there, never waits */
+    *nonce = fresh_nonce();
+    *s = (Server){key, run_id, nnodes, gpus, id, *nonce, state, nnodes - 1, 0, {{0}}};
+    for (int i = 0; i < RDV_TCP_MAX_CONN; i++) s->conn[i].fd = -1, s->conn[i].rank = -1;
+    const int rc = serve_loop(s, fd, timeout_s, err, n);
+    for (int i = 0; i < RDV_TCP_MAX_CONN; i++)
+        if (s->conn[i].phase != C_FREE) close(s->conn[i].fd);
+    if (s->logged > RDV_TCP_LOG)
+        fprintf(stderr, "node 0: %d more refusals and drops, not logged one by one\n", s->logged - RDV_TCP_LOG);
+    wipe(s, sizeof *s); /* the id and the masks were here */
+    free(s), free(state);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- a node */
+/* move len bytes over a nonblocking socket by the deadline (mono_s): the bytes moved (len, or fewer
+ * at EOF, an error or the deadline) */
 static size_t xfer(int fd, void *buf, size_t len, int out, double deadline) {
     size_t done = 0;
     while (done < len) {
@@ -350,91 +910,6 @@ static size_t xfer(int fd, void *buf, size_t len, int out, double deadline) {
         if (poll(&p, 1, poll_ms(left)) < 0 && errno != EINTR) break;
     }
     return done;
-}
-
-/* "2, 4-7, 9": the ranks in 1..nnodes-1 not yet served */
-static void missing(const unsigned char *served, int nnodes, char *s, size_t n) {
-    size_t at = 0;
-    s[0] = 0;
-    for (int a = 1; a < nnodes && at + 16 < n; a++) {
-        if (served[a]) continue;
-        int b = a;
-        while (b + 1 < nnodes && !served[b + 1]) b++;
-        at += (size_t)snprintf(s + at, n - at, at ? ", %d" : "%d", a);
-        if (b > a) at += (size_t)snprintf(s + at, n - at, "-%d", b);
-        a = b;
-    }
-    if (at + 16 >= n) snprintf(s + at, n - at, ", ...");
-}
-
-/* one connection: read the hello, answer a welcome or a refusal (logged); 1 when a node was served */
-static int serve_one(int c, const char *who, const char *run_id, int nnodes, int gpus, const void *id, uint64_t nonce,
-                     unsigned char *served, double deadline) {
-    unsigned char b[RDV_TCP_ANSWER];
-    Head h;
-    const double hello_by = fmin(deadline, mono_s() + RDV_TCP_HELLO_S);
-    if (xfer(c, b, RDV_TCP_HEAD, 0, hello_by) < RDV_TCP_HEAD || get_head(b, &h) || h.kind != K_HELLO) {
-        fprintf(stderr, "node 0: a connection from %s did not say a longctx rendezvous hello: dropped\n", who);
-        return 0;
-    }
-    char why[RDV_TCP_WHY] = "";
-    if (strncmp(h.run_id, run_id, sizeof h.run_id - 1))
-        snprintf(why, sizeof why, "node 0 serves run \"%s\", this node is of run \"%s\" (--run-id)", run_id, h.run_id);
-    else if ((int)h.nnodes != nnodes || (int)h.gpus != gpus)
-        snprintf(why, sizeof why, "node 0 was given --nnodes %d --gpus %d, this node --nnodes %u --gpus %u", nnodes, gpus,
-                 h.nnodes, h.gpus);
-    else if (h.node_rank < 1 || h.node_rank >= (uint32_t)nnodes) /* unsigned: 2^31 must not pass as negative */
-        snprintf(why, sizeof why, "node rank %u is not in 1..%d", h.node_rank, nnodes - 1);
-    else if (served[h.node_rank])
-        snprintf(why, sizeof why, "node rank %u has already joined: two nodes were given the same --node-rank (or SLURM_NODEID)",
-                 h.node_rank);
-    Head a = {why[0] ? K_REFUSED : K_WELCOME, h.node_rank, (uint32_t)nnodes, (uint32_t)gpus, ""};
-    snprintf(a.run_id, sizeof a.run_id, "%s", run_id);
-    put_head(b, &a);
-    for (int i = 0; i < 8; i++) b[RDV_TCP_HEAD + i] = (unsigned char)(nonce >> (56 - 8 * i));
-    if (!why[0]) memcpy(b + RDV_TCP_HEAD + 8, id, RDV_ID_BYTES);
-    memcpy(b + RDV_TCP_ANSWER - RDV_TCP_WHY, why, sizeof why);
-    const int sent = xfer(c, b, RDV_TCP_ANSWER, 1, fmin(deadline, mono_s() + RDV_TCP_HELLO_S)) == RDV_TCP_ANSWER;
-    if (why[0]) fprintf(stderr, "node 0: refused node %u from %s: %s\n", h.node_rank, who, why);
-    else if (!sent) fprintf(stderr, "node 0: node %u from %s left before the id was sent\n", h.node_rank, who);
-    if (why[0] || !sent) return 0;
-    served[h.node_rank] = 1;
-    return 1;
-}
-
-int rdv_tcp_serve(int fd, const char *run_id, int nnodes, int gpus, const void *id, uint64_t *nonce, double timeout_s,
-                  char *err, size_t n) {
-    *nonce = fresh_nonce();
-    if (!run_id) run_id = "";
-    unsigned char *served = calloc((size_t)nnodes, 1);
-    if (!served) { snprintf(err, n, "out of memory"); return -1; }
-    const double deadline = timeout_s > 0 ? mono_s() + timeout_s : INFINITY;
-    int left = nnodes - 1;
-    while (left > 0) {
-        const double wait = deadline - mono_s();
-        if (wait <= 0) {
-            char list[256];
-            missing(served, nnodes, list, sizeof list);
-            snprintf(err, n, "%d of the %d other node(s) never came within %g s (--comm-timeout), node rank(s): %s; "
-                     "is each started with --nnodes %d and this --rendezvous, and can it reach port %d here?", left,
-                     nnodes - 1, timeout_s, list, nnodes, rdv_tcp_port(fd));
-            free(served);
-            return -1;
-        }
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, poll_ms(wait)) <= 0) continue; /* the deadline, or EINTR */
-        struct sockaddr_in from;
-        socklen_t len = sizeof from;
-        const int c = accept(fd, (struct sockaddr *)&from, &len);
-        if (c < 0) continue; /* EAGAIN, ECONNABORTED: the next one */
-        char who[64];
-        snprintf(who, sizeof who, "%s:%d", inet_ntoa(from.sin_addr), ntohs(from.sin_port));
-        fcntl(c, F_SETFL, O_NONBLOCK);
-        left -= serve_one(c, who, run_id, nnodes, gpus, id, *nonce, served, deadline);
-        close(c);
-    }
-    free(served);
-    return 0;
 }
 
 /* a connection to t by the deadline: the fd, -1 to try again (*why says why), -2 when the host
@@ -468,56 +943,144 @@ static int dial(const RdvTcp *t, double deadline, char *why, size_t n) {
     return fd;
 }
 
-int rdv_tcp_await(const RdvTcp *t, const char *run_id, int node_rank, int nnodes, int gpus, double timeout_s, void *id,
-                  uint64_t *nonce, char *err, size_t n) {
-    const double deadline = timeout_s > 0 ? mono_s() + timeout_s : INFINITY;
-    char why[160] = "";
+typedef struct { /* what a node says and what it gets */
+    const RdvTcp *t;
+    const RdvSecret *key;
+    const char *run_id;
+    int node_rank, nnodes, gpus;
+    void *id;
+    uint64_t *nonce;
+} Node;
+
+/* -1 + message: what answered at HOST:PORT is not of this protocol (b: its first 8 or more bytes) */
+static int not_protocol(const Node *k, const unsigned char *b, char *err, size_t n) {
+    char said[40];
+    rdv_escape(b, 8, said, sizeof said);
+    const int older = !memcmp(b, "LCRDT01", 8);
+    snprintf(err, n, "%s:%d answered \"%s\": not a longctx node 0 of this version (protocol %s); %s", k->t->host, k->t->port,
+             said, RDV_TCP_MAGIC, older ? "node 0 runs an older build: run the same build on every node"
+                                        : "is the port another program's?");
+    return -1;
+}
+
+/* the welcome in b (proved): 0 with the id and nonce out, or -1 + message when it is another run's */
+static int take(const Node *k, const unsigned char *b, const unsigned char *n0, const unsigned char *nk, char *err, size_t n) {
+    Head h;
+    get_head(b, &h);
+    if (!same_run(b, k->run_id) || (int)h.nnodes != k->nnodes || (int)h.gpus != k->gpus || (int)h.node_rank != k->node_rank) {
+        char theirs[48], ours[48];
+        snprintf(err, n, "node 0 at %s:%d serves run \"%s\" of %u node(s) x %u GPU(s) (to node %u); this node is of run "
+                 "\"%s\", %d x %d, node %d: not joined", k->t->host, k->t->port, run_shown(&h, theirs, sizeof theirs), h.nnodes,
+                 h.gpus, h.node_rank, rdv_escape(k->run_id, strlen(k->run_id), ours, sizeof ours), k->nnodes, k->gpus, k->node_rank);
+        return -1;
+    }
+    *k->nonce = 0;
+    for (int i = 0; i < 8; i++) *k->nonce = *k->nonce << 8 | b[AT_LAUNCH + i];
+    unsigned char id[RDV_ID_BYTES];
+    memcpy(id, b + AT_ID, sizeof id);
+    mask_id(k->key, n0, nk, id);
+    memcpy(k->id, id, sizeof id);
+    wipe(id, sizeof id);
+    return 0;
+}
+
+/* node 0's answer in b, read whole: 0 joined, -1 + message */
+static int judge_answer(const Node *k, const unsigned char *b, const unsigned char *n0, const unsigned char *nk, char *err,
+                        size_t n) {
+    const uint32_t kind = get32(b + 8);
+    if (kind != K_WELCOME && kind != K_REFUSED) return not_protocol(k, b, err, n);
+    unsigned char proof[PROOF];
+    keyed(k->key, RDV_PROOF_ANSWER, n0, nk, b, RDV_TCP_ANSWER - PROOF, proof);
+    const int proved = same_bytes(proof, b + RDV_TCP_ANSWER - PROOF, PROOF);
+    if (kind == K_REFUSED) {
+        char why[RDV_TCP_WHY * 4];
+        rdv_escape(b + AT_WHY, strnlen((const char *)b + AT_WHY, RDV_TCP_WHY), why, sizeof why);
+        snprintf(err, n, "%s at %s:%d refused node %d: %s", proved ? "node 0" : "a server that does not prove this job's "
+                 "secret (node 0 with another secret, or not node 0)", k->t->host, k->t->port, k->node_rank, why);
+        return -1;
+    }
+    if (!proved) {
+        snprintf(err, n, "%s:%d answered a welcome that does not prove this job's secret: not node 0 of this job (another "
+                 "program, or a node 0 given another LONGCTX_JOB_SECRET): not joined", k->t->host, k->t->port);
+        return -1;
+    }
+    return take(k, b, n0, nk, err, n);
+}
+
+/* one try on an open connection: 0 joined, -1 stop (err), 1 try again (why says what happened) */
+static int exchange(const Node *k, int fd, double by, char *why, size_t wn, char *err, size_t n) {
+    unsigned char b[RDV_TCP_ANSWER], n0[RDV_TCP_NONCE], nk[RDV_TCP_NONCE];
+    size_t got = xfer(fd, b, RDV_TCP_CHALLENGE, 0, by);
+    if (got >= 8 && memcmp(b, RDV_TCP_MAGIC, 8)) return not_protocol(k, b, err, n);
+    if (got < RDV_TCP_CHALLENGE) {
+        snprintf(why, wn, "accepted the connection, then %s", got ? "closed it in mid-challenge"
+                 : "closed it or sent no challenge (node 0 busy, or not node 0)");
+        return 1;
+    }
+    if (get32(b + 8) != K_CHALLENGE) return not_protocol(k, b, err, n);
+    memcpy(n0, b + 16, sizeof n0);
+    if (random_bytes(nk, sizeof nk)) {
+        snprintf(err, n, "no random bytes for this node's nonce (getrandom): %s", strerror(errno));
+        return -1;
+    }
+    Head h = {K_HELLO, (uint32_t)k->node_rank, (uint32_t)k->nnodes, (uint32_t)k->gpus, ""};
+    memcpy(h.run_id, k->run_id, strlen(k->run_id) + 1);
+    put_head(b, &h);
+    memcpy(b + AT_NONCE_K, nk, sizeof nk);
+    keyed(k->key, RDV_PROOF_HELLO, n0, nk, b, RDV_TCP_HELLO - PROOF, b + RDV_TCP_HELLO - PROOF);
+    if (xfer(fd, b, RDV_TCP_HELLO, 1, by) < RDV_TCP_HELLO) {
+        snprintf(why, wn, "node 0 closed the connection before the hello was sent");
+        return 1;
+    }
+    got = xfer(fd, b, RDV_TCP_ANSWER, 0, by);
+    if (got >= 8 && memcmp(b, RDV_TCP_MAGIC, 8)) return not_protocol(k, b, err, n);
+    if (got < RDV_TCP_ANSWER) { /* node 0 drops what it cannot serve in time, and the oldest when crowded */
+        snprintf(why, wn, "node 0 took the hello but %s", got ? "closed in mid-answer" : "dropped the connection unanswered");
+        return 1;
+    }
+    return judge_answer(k, b, n0, nk, err, n);
+}
+
+/* dial, then the exchange, by the deadline: 0 joined, -1 stop (err), 1 try again (why) */
+static int try_once(const Node *k, double by, char *why, size_t wn, char *err, size_t n) {
+    const int fd = dial(k->t, by, why, wn);
+    if (fd == -2) {
+        char q[80];
+        snprintf(err, n, "cannot resolve node 0's host \"%s\" (--rendezvous tcp://HOST:%d): %s", shown(k->t->host, q, sizeof q),
+                 k->t->port, why);
+        return -1;
+    }
+    if (fd < 0) return 1;
+    const int rc = exchange(k, fd, by, why, wn, err, n);
+    close(fd);
+    return rc;
+}
+
+int rdv_tcp_try(const RdvTcp *t, const RdvSecret *key, const char *run_id, int node_rank, int nnodes, int gpus,
+                double limit_s, void *id, uint64_t *nonce, char *err, size_t n) {
     if (!run_id) run_id = "";
+    if (need_key(key, err, n) || need_run_id(run_id, err, n)) return -1;
+    const Node k = {t, key, run_id, node_rank, nnodes, gpus, id, nonce};
+    return try_once(&k, mono_s() + limit_s, err, n, err, n); /* a retry's reason or a stop's message, never both */
+}
+
+int rdv_tcp_await(const RdvTcp *t, const RdvSecret *key, const char *run_id, int node_rank, int nnodes, int gpus,
+                  double timeout_s, void *id, uint64_t *nonce, char *err, size_t n) {
+    if (!run_id) run_id = "";
+    if (need_key(key, err, n) || need_run_id(run_id, err, n)) return -1;
+    const Node k = {t, key, run_id, node_rank, nnodes, gpus, id, nonce};
+    const double deadline = timeout_s > 0 ? mono_s() + timeout_s : INFINITY; /* 0: forever, every try included */
+    char why[200] = "nothing tried";
     for (;;) {
-        const int fd = dial(t, deadline, why, sizeof why);
-        if (fd == -2) {
-            snprintf(err, n, "cannot resolve node 0's host \"%s\" (tcp://%s:%d): %s", t->host, t->host, t->port, why);
-            return -1;
-        }
-        if (fd >= 0) { /* something answers: node 0 of this run, or a refusal */
-            unsigned char b[RDV_TCP_ANSWER];
-            Head h = {K_HELLO, (uint32_t)node_rank, (uint32_t)nnodes, (uint32_t)gpus, ""};
-            snprintf(h.run_id, sizeof h.run_id, "%s", run_id);
-            put_head(b, &h);
-            const double by = fmin(deadline, mono_s() + RDV_TCP_ANSWER_S);
-            const size_t got = xfer(fd, b, RDV_TCP_HEAD, 1, by) == RDV_TCP_HEAD ? xfer(fd, b, RDV_TCP_ANSWER, 0, by) : 0;
-            close(fd);
-            if (got < RDV_TCP_ANSWER || get_head(b, &h) || (h.kind != K_WELCOME && h.kind != K_REFUSED)) {
-                snprintf(err, n, "%s:%d %s: not a longctx node 0 (protocol %s), or one that stopped; is the port "
-                         "another program's?", t->host, t->port,
-                         got == 0 ? "accepted the connection but answered nothing (closed it, or kept silent)"
-                         : got < RDV_TCP_ANSWER ? "answered a short message" : "answered in another protocol",
-                         RDV_TCP_MAGIC);
-                return -1;
-            }
-            if (h.kind == K_REFUSED) {
-                b[RDV_TCP_ANSWER - 1] = 0;
-                snprintf(err, n, "node 0 at %s:%d refused node %d: %s", t->host, t->port, node_rank,
-                         (char *)b + RDV_TCP_ANSWER - RDV_TCP_WHY);
-                return -1;
-            }
-            /* a welcome from a server that skipped its checks (another version, a bug): check it here */
-            if (strncmp(h.run_id, run_id, sizeof h.run_id - 1) || (int)h.nnodes != nnodes || (int)h.gpus != gpus) {
-                snprintf(err, n, "node 0 at %s:%d serves run \"%s\" of %u node(s) x %u GPU(s); this node is of run "
-                         "\"%s\", %d x %d: not joined", t->host, t->port, h.run_id, h.nnodes, h.gpus, run_id, nnodes, gpus);
-                return -1;
-            }
-            *nonce = 0;
-            for (int i = 0; i < 8; i++) *nonce = *nonce << 8 | b[RDV_TCP_HEAD + i];
-            memcpy(id, b + RDV_TCP_HEAD + 8, RDV_ID_BYTES);
-            return 0;
-        }
-        if (mono_s() >= deadline) {
+        const int rc = try_once(&k, fmin(deadline, mono_s() + RDV_TCP_TRY_S), why, sizeof why, err, n);
+        if (rc <= 0) return rc;
+        const double left = deadline - mono_s();
+        if (left <= 0) {
             snprintf(err, n, "no node 0 at %s:%d after %g s (--comm-timeout; last try: %s): is node 0 running, with "
-                     "--rendezvous tcp://%s:%d, and is the port open between the nodes?", t->host, t->port, timeout_s, why,
-                     t->host, t->port);
+                     "--rendezvous tcp://%s:%d and the same job secret, and is the port open between the nodes?", t->host,
+                     t->port, timeout_s, why, t->host, t->port);
             return -1;
         }
-        usleep(200000);
+        usleep((useconds_t)(fmin(left, 0.25) * 1e6));
     }
 }

@@ -190,6 +190,25 @@ for run in "stage1" "stage3 --local-ranks 2"; do
     refuse $1 "a fused release missing a layer's down_proj" 'and so is the fused "model.layers.1.mlp.experts.down_proj"' \
         --model "$T/fused_bad" --data "$T/fused.tok" --seq 112 --steps 1 ${2:-} ${3:-}
 done
+# several nodes: the rendezvous's job secret, node 0's address and the run id, refused by name before
+# the GPU (stages 2-4 reach their ranks without one; stage 5 stops at its advice first)
+printf 'a-secret-of-this-test-job-0123456789\n' > "$T/secret" && chmod 600 "$T/secret"
+printf 'a-secret-anyone-may-read-0123456789\n' > "$T/secret644" && chmod 644 "$T/secret644"
+LONG=$(printf 'r%.0s' $(seq 70))
+NODES="--gpus 1 --nnodes 2 --rendezvous tcp://127.0.0.1:29500"
+for n in 2 3 4; do
+    LONGCTX_JOB_SECRET= LONGCTX_JOB_SECRET_FILE= refuse stage$n "several nodes over TCP without a job secret" \
+        "need a job secret that only this job's nodes hold: on every node export LONGCTX_JOB_SECRET_FILE" $good $NODES --node-rank 1
+    LONGCTX_JOB_SECRET= LONGCTX_JOB_SECRET_FILE="$T/secret644" refuse stage$n "a job secret file others can read" \
+        "can be read or changed by group or others (mode 0644)" $good $NODES --node-rank 1
+    LONGCTX_JOB_SECRET= LONGCTX_JOB_SECRET_FILE="$T/secret" refuse stage$n "node 0 given another machine's address" \
+        "(192.0.2.1) is not one of this machine's addresses" $good --gpus 1 --nnodes 2 --node-rank 0 --rendezvous tcp://192.0.2.1:29500
+    LONGCTX_RUN_ID= refuse stage$n "a --run-id of 70 characters" "has 70 characters, at most 63" $good --local-ranks 2 --run-id "$LONG"
+    LONGCTX_RUN_ID="$LONG" LONGCTX_JOB_SECRET_FILE="$T/secret" refuse stage$n "a LONGCTX_RUN_ID of 70 characters" \
+        "LONGCTX_RUN_ID=\"rrrr" $good $NODES --node-rank 1
+    refuse stage$n "a --rendezvous host of 5000 characters" "the host is 5000 characters, at most 255" $good \
+        --gpus 1 --nnodes 2 --rendezvous "tcp://$(printf 'h%.0s' $(seq 5000)):29500"
+done
 # the tools beside the stages: build/gdn_rate's options (before any CUDA call) and tests/fuse_experts.py's
 # inputs, each refused by name on its last line, exit 2, no source line
 tool_refuses() { # WHAT WORDS PROG CMD...: CMD exits 2 and its last line holds WORDS and no source line

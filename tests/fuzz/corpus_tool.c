@@ -15,9 +15,10 @@
  *       that stopped between its renames)
  *   corpus_tool rdv-file OUT RUN_ID NNODES GPUS          rdv_publish
  *   corpus_tool rdv-hello OUT RUN_ID NODE_RANK NNODES GPUS
- *       the hello rdv_tcp_await says (caught by a listener on 127.0.0.1)
+ *       the hello rdv_tcp_await says (caught by a listener on 127.0.0.1 that sent it a challenge)
  *   corpus_tool rdv-answer OUT HELLO RUN_ID NNODES GPUS
- *       what rdv_tcp_serve (node 0 of RUN_ID, NNODES x GPUS) answers the hello in the file HELLO */
+ *       node 0's challenge and what rdv_tcp_serve (node 0 of RUN_ID, NNODES x GPUS) answers the hello in
+ *       the file HELLO, proved anew for that challenge (both sides hold the tool's secret) */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -99,6 +100,13 @@ static void save(const char *path, const void *p, size_t n) {
     if (!f || fwrite(p, 1, n, f) != n || fclose(f)) DIE("cannot write %s", path);
 }
 
+static const RdvSecret *key(void) { /* the secret both sides of the tool hold (the harness proves anew) */
+    static RdvSecret k;
+    static const char s[] = "the-corpus-tool-job-secret";
+    memcpy(k.key, s, sizeof s - 1), k.len = sizeof s - 1;
+    return &k;
+}
+
 typedef struct {
     RdvTcp t;
     const char *run_id;
@@ -110,7 +118,7 @@ static void *await_thread(void *arg) {
     unsigned char id[RDV_ID_BYTES];
     uint64_t nonce;
     char err[512];
-    rdv_tcp_await(&j->t, j->run_id, j->node_rank, j->nnodes, j->gpus, 2.0, id, &nonce, err, sizeof err);
+    rdv_tcp_try(&j->t, key(), j->run_id, j->node_rank, j->nnodes, j->gpus, 2.0, id, &nonce, err, sizeof err);
     return NULL;
 }
 static void *serve_thread(void *arg) {
@@ -119,7 +127,7 @@ static void *serve_thread(void *arg) {
     for (int i = 0; i < RDV_ID_BYTES; i++) id[i] = (unsigned char)(i * 37 + 11);
     uint64_t nonce;
     char err[512];
-    rdv_tcp_serve(j->fd, j->run_id, j->nnodes, j->gpus, id, &nonce, 1.0, err, sizeof err);
+    rdv_tcp_serve(j->fd, key(), j->run_id, j->nnodes, j->gpus, id, &nonce, 1.0, err, sizeof err);
     return NULL;
 }
 
@@ -194,8 +202,10 @@ int main(int argc, char **argv) {
         pthread_t th;
         pthread_create(&th, NULL, await_thread, &j);
         const int c = accept(fd, NULL, NULL);
-        unsigned char b[RDV_TCP_HEAD];
-        if (c < 0 || xfer(c, b, sizeof b, 0) != sizeof b) DIE("no hello from rdv_tcp_await");
+        unsigned char ch[RDV_TCP_CHALLENGE] = "LCRDT02", b[RDV_TCP_HELLO];
+        ch[11] = 4; /* kind: challenge; its nonce all zero */
+        if (c < 0 || xfer(c, ch, sizeof ch, 1) != sizeof ch || xfer(c, b, sizeof b, 0) != sizeof b)
+            DIE("no hello from rdv_tcp_try");
         close(c);
         pthread_join(th, NULL);
         save(argv[2], b, sizeof b);
@@ -203,12 +213,12 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "rdv-answer") && argc == 7) {
         Job j = {{"", 0}, argv[4], 0, atoi(argv[5]), atoi(argv[6]), -1};
-        j.fd = rdv_tcp_listen(0, err, sizeof err);
+        j.fd = rdv_tcp_listen("127.0.0.1", 0, err, sizeof err);
         if (j.fd < 0) DIE("%s", err);
         const int port = rdv_tcp_port(j.fd);
         pthread_t th;
         pthread_create(&th, NULL, serve_thread, &j);
-        unsigned char hello[RDV_TCP_HEAD], b[RDV_TCP_ANSWER];
+        unsigned char hello[RDV_TCP_HELLO], b[RDV_TCP_CHALLENGE + RDV_TCP_ANSWER];
         FILE *f = fopen(argv[3], "rb");
         if (!f || fread(hello, 1, sizeof hello, f) != sizeof hello) DIE("cannot read the hello %s", argv[3]);
         fclose(f);
@@ -219,8 +229,11 @@ int main(int argc, char **argv) {
         a.sin_port = htons((uint16_t)port);
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a)) DIE("connect: %s", strerror(errno));
+        if (xfer(c, b, RDV_TCP_CHALLENGE, 0) != RDV_TCP_CHALLENGE) DIE("no challenge from rdv_tcp_serve");
+        rdv_tcp_proof(key(), RDV_PROOF_HELLO, b + 16, hello + RDV_TCP_HEAD, hello, RDV_TCP_HELLO - 32,
+                      hello + RDV_TCP_HELLO - 32);
         xfer(c, hello, sizeof hello, 1);
-        if (xfer(c, b, sizeof b, 0) != sizeof b) DIE("no answer from rdv_tcp_serve");
+        if (xfer(c, b + RDV_TCP_CHALLENGE, RDV_TCP_ANSWER, 0) != RDV_TCP_ANSWER) DIE("no answer from rdv_tcp_serve");
         close(c);
         pthread_join(th, NULL); /* served, or its 1 s timeout after a refusal */
         close(j.fd);

@@ -111,7 +111,7 @@ def main():
 def make(tmp):
     T = os.path.join(tmp, "corpus_tool")
     cc = os.environ.get("CC", "cc")
-    host = [f"common/{s}.c" for s in ("tensor", "files", "json", "config", "safetensors", "model", "ckpt", "rendezvous")]
+    host = [f"common/{s}.c" for s in ("tensor", "files", "json", "config", "safetensors", "model", "ckpt", "sha256", "rendezvous")]
     run(cc, "-std=c11", "-D_DEFAULT_SOURCE", "-O1", "-Icommon", "-o", T, "tests/fuzz/corpus_tool.c", *host, "-lm",
         "-lpthread")
     if not os.access(os.path.join(ROOT, "build", "check_stage"), os.X_OK):
@@ -254,7 +254,11 @@ def make(tmp):
     put("ckpt", "written-latest-absolute", ckpt_seed(r, 1, b"\nastep-12"))
     put("ckpt", "written-older-layout", ckpt_seed(r, 0, b"\nr"))
 
-    # ---- rendezvous: byte 0 the reader (fuzz_rendezvous.c)
+    rendezvous_seeds(T, tmp)
+
+
+def rendezvous_seeds(T, tmp):
+    """fuzz_rendezvous's seeds: byte 0 the reader; for TCP, byte 1 bit 0: the harness proves the message"""
     p = os.path.join(tmp, "r")
     for name, run_id, nn, g in (("ours", "fuzz-run", 2, 8), ("other-run", "another", 2, 8),
                                 ("other-shape", "fuzz-run", 4, 8), ("no-run-id", "", 2, 8)):
@@ -264,6 +268,7 @@ def make(tmp):
     f = read(p)
     put("rendezvous", "file-fresh-no-id", b"\0" + f + b"\x03")
     put("rendezvous", "file-fresh-given-id", b"\0" + f + b"\x05fuzz-run")
+    put("rendezvous", "file-open-to-all", b"\0" + f + b"\x08")
     put("rendezvous", "file-truncated", b"\0" + f[:100])
     specs = ["tcp://10.0.0.1:29500", "tcp://node-a17.cluster:65535", "/shared/run7/rdv", "rdv"]
     specs += re.findall(r'\{"((?:tcp|udp)://[^"]*)", "', read(os.path.join(ROOT, "tests", "test_rendezvous.c")).decode())
@@ -276,9 +281,10 @@ def make(tmp):
         run(T, "rdv-hello", p, run_id, rank, nn, g)
         hello[name] = read(p)
     for name in ("n1of3", "n2of3", "n5of3", "other-run", "other-shape"):
-        put("rendezvous", f"hello-{name}", b"\3" + hello[name])
-    put("rendezvous", "hello-n1of3-twice", b"\3" + hello["n1of3"] * 2)
-    put("rendezvous", "hello-short", b"\3" + hello["n1of3"][:40])
+        put("rendezvous", f"hello-{name}", b"\3\1" + hello[name])
+    put("rendezvous", "hello-n1of3-twice", b"\3\1" + hello["n1of3"] * 2)
+    put("rendezvous", "hello-n1of3-unproved", b"\3\0" + hello["n1of3"])
+    put("rendezvous", "hello-short", b"\3\1" + hello["n1of3"][:40])
     hp = os.path.join(tmp, "h")
     for name, hname, run_id, nn, g in (("welcome", "n1of2", "fuzz-run", 2, 8), ("refused-run", "n1of2", "another", 2, 8),
                                        ("refused-shape", "n1of2", "fuzz-run", 3, 8),
@@ -286,9 +292,10 @@ def make(tmp):
         with open(hp, "wb") as fh:
             fh.write(hello[hname])
         run(T, "rdv-answer", p, hp, run_id, nn, g, stderr=subprocess.DEVNULL)  # node 0 logs its refusals
-        put("rendezvous", f"answer-{name}", b"\2" + read(p))
-    put("rendezvous", "answer-short", b"\2" + read(p)[:100])
-
+        put("rendezvous", f"answer-{name}", b"\2\1" + read(p))
+    put("rendezvous", "answer-welcome-unproved", b"\2\0" + read(os.path.join(OUT, "rendezvous", "answer-welcome"))[2:])
+    put("rendezvous", "answer-short", b"\2\1" + read(p)[:100])
+    put("rendezvous", "answer-older-node0", b"\2\0" + b"LCRDT01\0" + bytes(80))
 
 if __name__ == "__main__":
     if len(sys.argv) != 1:
