@@ -30,6 +30,8 @@ echo "== every figure the README quotes, from the command beside it (tests/readm
 bash tests/readme_figures.sh | tee "$log/m.txt"; count "$log/m.txt" readme_figures
 echo "== bad input refused by name before the GPU, every stage (tests/refusals.sh)"
 bash tests/refusals.sh | tee "$log/f.txt"; count "$log/f.txt" refusals
+echo "== every rank's collectives, fences and allocations, stages 2-5 on the faked GPU and NCCL (tests/calls/comm_calls.sh)"
+bash tests/calls/comm_calls.sh | tee "$log/n.txt"; count "$log/n.txt" comm_calls
 echo "== the input readers under libFuzzer + ASan/UBSan: the corpus replayed, then each fuzzed briefly (tests/fuzz/ci.sh)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash tests/fuzz/ci.sh | tee "$log/z.txt"; count "$log/z.txt" fuzz
 rm -rf "$log"
