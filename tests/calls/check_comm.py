@@ -9,8 +9,10 @@ says what a line holds): prints what is wrong, exits 1 if anything is.
     rank against the same rank of local ranks (what the rehearsal stands for);
   - the allocation rule (common/comm.h), unless --no-order (a rehearsal is one thread): a rank thread
     allocates or frees (A) only before its first collective, or after a fence (F) with no collective
-    (C) between; and a fence comes between every allocation and the rank's next collective. The
-    record "C comm warm-up" is the call, not a collective: NCCL's own are recorded in it.
+    (C) between; a fence comes between every allocation and the rank's next collective; and that
+    next collective is the job-wide barrier ("C barrier"), so the ranks' drift through set-up
+    (pinning, loading) never runs on --comm-timeout's clock. The record "C comm warm-up" is the
+    call, not a collective: NCCL's own are recorded in it.
 """
 import glob
 import os
@@ -37,7 +39,7 @@ def api(lines):
 
 def order(lines):
     """the allocation rule's breaches in one rank's record: (line number, message)"""
-    bad, last_c, fenced, pending = [], None, False, None
+    bad, last_c, fenced, pending, allocated = [], None, False, None, None
     for i, l in enumerate(lines, 1):
         kind = l[:2]
         if kind == "X ":
@@ -50,11 +52,15 @@ def order(lines):
                                "between: another rank thread's collective may be in flight"))
             if not pending:
                 pending = (i, l[2:])
+            allocated = allocated or (i, l[2:])
         elif kind == "C " and l != "C comm warm-up":
             if pending:
                 bad.append((i, f"the collective '{l[2:]}' follows '{pending[1]}' (line {pending[0]}) with no fence "
                                "between: another rank thread may still be allocating"))
-            last_c, fenced, pending = (i, l[2:]), False, None
+            if allocated and not l.startswith("C barrier"):
+                bad.append((i, f"the first collective after the allocation '{allocated[1]}' (line {allocated[0]}) is "
+                               f"'{l[2:]}', not the job-wide barrier: a rank's set-up would run on its clock"))
+            last_c, fenced, pending, allocated = (i, l[2:]), False, None, None
     return bad
 
 
