@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/layout_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe
+all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/layout_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/alloc_order_gpu $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -113,6 +113,12 @@ clean:
 
 $(B)/test_comm: $(B)/tests/test_comm.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+# a kernel in flight in one thread while another allocates, with and without allocation phases (GPU)
+$(B)/alloc_order_gpu: $(B)/tests/alloc_order_gpu.o $(B)/tests/alloc_order_spin.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+$(B)/tests/%.o: tests/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(GPU_INC) -c -o $@ $<
 
 $(B)/ring_blocks: $(B)/bench/ring_blocks.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++

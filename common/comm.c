@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +16,32 @@
 #include "rendezvous.h"
 #include "train.h"
 
-#define MAX_LOCAL 16
+#define MAX_LOCAL COMM_MAX_HERE /* rank threads of one process */
 #define LOCAL_SCRATCH 1024 /* doubles per rank for all-reduce (MoE statistics: one per expert) */
 #define PENDING 1024     /* NCCL collectives in flight that a rank's watchdog follows */
 
 const char *COLL_NAMES[C_KINDS] = {"all-gather", "reduce-scatter", "all-reduce", "send/recv"};
 
-/* The local ranks meet here for every collective: a barrier with a timeout that also checks that
- * they are all at the same collective (same sequence number and kind). */
+/* What a rank brings to a meeting of the process's rank threads: a local collective, a barrier or
+ * a fence. The meeting checks that every rank brings the same one, as NCCL would need them to (it
+ * cannot check: it hangs, or moves the wrong bytes). */
+typedef struct {
+    int64_t seq;           /* collectives this rank issued before this one */
+    const char *what;      /* "all-gather", ..., "barrier", "the fence opening an allocation phase" */
+    int64_t count;         /* elements a rank (send/recv: bytes); 0 for a barrier or fence */
+    const char *dtype;     /* "bf16", "f32", "f64", "bytes", "" */
+    int to, from;          /* send/recv: the global ranks it sends to and receives from; else -1 */
+} Call;
+#define CALL(c, w, n, t) ((Call){(c)->seq, (w), (n), (t), -1, -1})
+
+/* The rank threads of this process meet here for every local collective, every barrier and every
+ * fence: a barrier with a timeout that also checks that they all bring the same call. */
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n, arrived;
     int64_t generation;
-    int64_t seq[MAX_LOCAL];
-    const char *what[MAX_LOCAL];
+    Call call[MAX_LOCAL];
     int here[MAX_LOCAL];
 } Sync;
 
@@ -61,6 +73,7 @@ struct Comm {
     CommWorld *w;
     int local, rank, size, device;
     int64_t seq;           /* collectives issued by this rank */
+    int phase;             /* 1: in an allocation phase (comm.h); its next collective ends it */
     ncclComm_t nccl;
     size_t free_before;    /* device memory free before the communicator existed */
     pthread_t watchdog;
@@ -69,9 +82,10 @@ struct Comm {
     Pending pend[PENDING];
     int64_t head, tail;    /* pend[head % PENDING] is the oldest unfinished one */
     CommStats stats;
-    double *mins, *mins_h;  /* [size] comm_min_i64's slots on the device and the host: taken once, as it
-                             * runs every step under --save (cudaFree would synchronize the device) */
+    double *mins, *mins_h;  /* [2 size] comm_min_i64's slots on the device and the host */
+    double *word;           /* the barrier's device word; all three taken with the communicator (comm.h) */
 };
+static _Thread_local Comm *this_thread; /* comm_of_thread() */
 
 /* ---------------------------------------------------------------- accounting */
 static int64_t wire_bytes(const Comm *c, CollKind k, int64_t bytes) { /* what this rank sends over its links */
@@ -149,20 +163,53 @@ static void sync_init(Sync *s, int n) {
     s->n = n;
 }
 
-/* Wait for every local rank at collective (seq, what). timeout_s <= 0: forever. */
-static void sync_wait(Comm *c, const char *what, double timeout_s) {
+/* "all-gather of 4096 bf16 a rank", "send/recv of 800 bytes to rank 1 from rank 3", "barrier" */
+static const char *describe(const Call *k, char *buf, size_t n) {
+    if (k->to >= 0)
+        snprintf(buf, n, "%s of %lld bytes to rank %d from rank %d", k->what, (long long)k->count, k->to, k->from);
+    else if (k->dtype[0])
+        snprintf(buf, n, "%s of %lld %s%s", k->what, (long long)k->count, k->dtype,
+                 strcmp(k->what, "all-reduce") ? " a rank" : "");
+    else snprintf(buf, n, "%s", k->what);
+    return buf;
+}
+
+/* the rank threads' calls, all arrived: the same one everywhere, send/recv pairing up (0), else the
+ * first disagreement in msg, naming both ranks and both calls (-1) */
+static int calls_agree(const Sync *s, int base, char *msg, size_t n) {
+    char a[160], b[160];
+    for (int q = 1; q < s->n; q++) {
+        const Call *x = &s->call[0], *y = &s->call[q];
+        if (x->seq == y->seq && !strcmp(x->what, y->what) && (x->to >= 0 || (x->count == y->count && !strcmp(x->dtype, y->dtype))))
+            continue;
+        snprintf(msg, n, "the ranks disagree on the collectives: rank %d is at collective #%lld, %s; rank %d at #%lld, %s",
+                 base + q, (long long)y->seq, describe(y, a, sizeof a), base, (long long)x->seq, describe(x, b, sizeof b));
+        return -1;
+    }
+    for (int q = 0; q < s->n; q++) { /* send/recv: q's message is what its receiver expects from q */
+        const Call *x = &s->call[q];
+        const int t = x->to - base;
+        if (x->to < 0 || t < 0 || t >= s->n) continue; /* not a send/recv, or its peer is on another node */
+        const Call *y = &s->call[t];
+        if (y->from == base + q && y->count == x->count) continue;
+        snprintf(msg, n, "the ranks disagree on the collectives: rank %d is at collective #%lld, %s; rank %d at #%lld, %s",
+                 base + q, (long long)x->seq, describe(x, a, sizeof a), base + t, (long long)y->seq, describe(y, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+/* Wait for every rank thread of the process at the same call k. timeout_s <= 0: forever. */
+static void sync_wait(Comm *c, const Call *k, double timeout_s) {
     Sync *s = &c->w->sync;
+    const char *what = k->what;
     pthread_mutex_lock(&s->mu);
     const int64_t gen = s->generation;
-    s->seq[c->local] = c->seq;
-    s->what[c->local] = what;
+    s->call[c->local] = *k;
     s->here[c->local] = 1;
     if (++s->arrived == s->n) {
-        for (int q = 0; q < s->n; q++)
-            if (s->seq[q] != s->seq[0] || strcmp(s->what[q], s->what[0]))
-                DIE("the ranks disagree on the collectives: rank %d is at collective #%lld (%s), rank %d at #%lld (%s)",
-                    c->w->node_rank * c->w->P + q, (long long)s->seq[q], s->what[q], c->w->node_rank * c->w->P,
-                    (long long)s->seq[0], s->what[0]);
+        char msg[512];
+        if (calls_agree(s, c->w->node_rank * c->w->P, msg, sizeof msg)) DIE("%s", msg);
         s->arrived = 0;
         memset(s->here, 0, sizeof s->here);
         s->generation++;
@@ -312,6 +359,8 @@ static void nccl_end(Comm *c, int64_t slot, cudaStream_t st) {
 
 /* ---------------------------------------------------------------- worlds */
 static CommWorld *world_new(CommKind kind, int P, int size, const CommOpts *o) {
+    /* ranks_check_opts refuses more by name, before any GPU call */
+    if (P < 1 || P > MAX_LOCAL) DIE("internal: %d rank threads in one process, at most %d", P, MAX_LOCAL);
     CommWorld *w = xcalloc(1, sizeof *w);
     w->kind = kind;
     w->P = P;
@@ -460,11 +509,20 @@ Comm *comm_rank(CommWorld *w, int local_rank) {
     c->local = local_rank;
     c->size = w->size;
     c->rank = w->kind == COMM_REHEARSE ? w->rehearse_rank : w->node_rank * w->P + local_rank;
+    c->phase = 1; /* until the first collective, which first meets the others: NCCL's join allocates too */
     CUDA_CHECK(cudaGetDevice(&c->device));
     longctx_rank = c->rank;
+    this_thread = c;
+    if (c->size > 1) { /* everything the collectives use, now (comm.h: nothing is allocated later) */
+        c->mins = gpu_malloc(16 * (int64_t)c->size, "comm_min_i64");
+        c->mins_h = xcalloc(2 * (size_t)c->size, sizeof(double));
+    }
+    c->word = gpu_malloc(8, "the barrier's word");
     if (w->kind == COMM_NCCL) nccl_join(c);
     return c;
 }
+
+Comm *comm_of_thread(void) { return this_thread; }
 
 /* NCCL's teardown for a nonblocking communicator: finalize (flushes its last operations; answers
  * ncclInProgress), poll it to completion within the timeout, then destroy. A communicator the fatal
@@ -485,14 +543,17 @@ static void nccl_leave(Comm *c) {
 }
 
 void comm_rank_free(Comm *c) {
+    comm_alloc_begin(c); /* every rank thread is here: what any of them issued, this one did too */
     if (c->w->kind == COMM_NCCL) {
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
         pthread_join(c->watchdog, NULL);
         nccl_leave(c);
         for (int i = 0; i < PENDING; i++) { cudaEventDestroy(c->pend[i].start); cudaEventDestroy(c->pend[i].end); }
     }
-    if (c->mins) cudaFree(c->mins);
+    if (c->mins) CUDA_CHECK(cudaFree(c->mins));
+    CUDA_CHECK(cudaFree(c->word));
     free(c->mins_h);
+    if (this_thread == c) this_thread = NULL;
     free(c);
 }
 
@@ -508,22 +569,62 @@ int comm_rank_id(const Comm *c) { return c->rank; }
 int comm_size(const Comm *c) { return c->size; }
 CommKind comm_kind(const Comm *c) { return c->w->kind; }
 
+/* ---------------------------------------------------------------- allocation phases */
+static void note(const Comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(const Comm *c, const char *fmt, ...) {
+    if (!comm_calls_note) return; /* the trainers: nobody records */
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    comm_calls_note(line);
+}
+
+/* The barrier's limit: ranks may reach it minutes apart (checkpoint I/O, pinning hundreds of GiB
+ * before the first step), so it is BARRIER_FACTOR times --comm-timeout (an hour at the default 600
+ * s), still finite: a peer that hangs without failing must not hold the job forever. */
+#define BARRIER_FACTOR 6
+static double barrier_limit(const Comm *c) { return c->w->opt.timeout_s > 0 ? BARRIER_FACTOR * c->w->opt.timeout_s : 0; }
+
+/* every rank thread of this process here (host only: no GPU work, nothing allocated) */
+static void node_fence(Comm *c, const char *why) {
+    note(c, "fence #%lld %s", (long long)c->seq, why);
+    if (c->w->kind != COMM_REHEARSE) sync_wait(c, &CALL(c, why, 0, ""), barrier_limit(c));
+}
+
+void comm_alloc_begin(Comm *c) {
+    node_fence(c, "the fence opening an allocation phase");
+    c->phase = 1;
+}
+
+static void job_barrier(Comm *c, cudaStream_t st);
+/* Every collective's first act: an allocation phase ends here, once every rank thread of the
+ * process has done allocating, and every rank of the job has arrived (the barrier's own limit). */
+static void phase_end(Comm *c, cudaStream_t st) {
+    if (!c->phase) return;
+    c->phase = 0;
+    node_fence(c, "the fence closing an allocation phase");
+    job_barrier(c, st);
+}
+
 /* ---------------------------------------------------------------- local backend */
-/* Post this rank's input, wait until every rank has, and make this stream wait for their data. */
-static void local_enter(Comm *c, const char *what, const void *in, cudaStream_t st) {
+/* Post this rank's input, wait until every rank has (at the same call), and make this stream wait
+ * for their data. */
+static void local_enter(Comm *c, const Call *k, const void *in, cudaStream_t st) {
     CommWorld *w = c->w;
     w->in[c->local] = in;
     CUDA_CHECK(cudaEventRecord(w->ready[c->local], st));
-    sync_wait(c, what, w->opt.timeout_s);
+    sync_wait(c, k, w->opt.timeout_s);
     for (int q = 0; q < w->P; q++) CUDA_CHECK(cudaStreamWaitEvent(st, w->ready[q], 0));
 }
 /* Nobody may overwrite an input (or re-post) until every rank's reads of it are done. */
-static void local_leave(Comm *c, const char *what, cudaStream_t st) {
+static void local_leave(Comm *c, const Call *k, cudaStream_t st) {
     CommWorld *w = c->w;
     CUDA_CHECK(cudaEventRecord(w->done[c->local], st));
-    sync_wait(c, what, w->opt.timeout_s);
+    sync_wait(c, k, w->opt.timeout_s);
     for (int q = 0; q < w->P; q++) CUDA_CHECK(cudaStreamWaitEvent(st, w->done[q], 0));
-    sync_wait(c, what, w->opt.timeout_s); /* the slots of this collective are read; the next may post */
+    sync_wait(c, k, w->opt.timeout_s); /* the slots of this collective are read; the next may post */
 }
 
 static SlicePtrs slices(const CommWorld *w) {
@@ -543,6 +644,7 @@ static SlicePtrs one_slice(const void *p) {
 
 /* ---------------------------------------------------------------- collectives */
 void comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cudaStream_t st) {
+    phase_end(c, st);
     const char *what = "all-gather";
     trace("all_gather bf16 n=%lld", (long long)n);
     account(c, C_ALL_GATHER, 2 * n);
@@ -556,16 +658,18 @@ void comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cud
         for (int q = 0; q < c->size; q++)
             CUDA_CHECK(cudaMemcpyAsync(out + (int64_t)q * n, in, (size_t)n * 2, cudaMemcpyDeviceToDevice, st));
     } else {
-        local_enter(c, what, in, st);
+        const Call k = CALL(c, what, n, "bf16");
+        local_enter(c, &k, in, st);
         for (int q = 0; q < w->P; q++)
             CUDA_CHECK(cudaMemcpyAsync(out + (int64_t)q * n, w->in[q], (size_t)n * 2, cudaMemcpyDeviceToDevice, st));
-        local_leave(c, what, st);
+        local_leave(c, &k, st);
     }
     tl_end(tl, st);
     c->seq++;
 }
 
 void comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, float scale, cudaStream_t st) {
+    phase_end(c, st);
     const char *what = "reduce-scatter";
     trace("reduce_scatter f32 n=%lld", (long long)n);
     account(c, C_REDUCE_SCATTER, 4 * n);
@@ -579,15 +683,17 @@ void comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, fl
     } else if (w->kind == COMM_REHEARSE) { /* P copies of this rank's own slice, summed */
         sum_slices_f32(out, one_slice(in), (int64_t)c->rank * n, n, scale * (float)c->size, st);
     } else {
-        local_enter(c, what, in, st);
+        const Call k = CALL(c, what, n, "f32");
+        local_enter(c, &k, in, st);
         sum_slices_f32(out, slices(w), (int64_t)c->local * n, n, scale, st);
-        local_leave(c, what, st);
+        local_leave(c, &k, st);
     }
     tl_end(tl, st);
     c->seq++;
 }
 
 void comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st) {
+    phase_end(c, st);
     const char *what = "all-reduce";
     trace("all_reduce f64 n=%lld", (long long)n);
     account(c, C_ALL_REDUCE, 8 * n);
@@ -599,22 +705,24 @@ void comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st) {
         c->seq++;
         return;
     }
-    if (n > LOCAL_SCRATCH) DIE("local all-reduce of %lld doubles: at most %d", (long long)n, LOCAL_SCRATCH);
     if (w->kind == COMM_REHEARSE) { /* P ranks holding this rank's values */
         scale_f64(buf, n, (double)c->size, st);
         c->seq++;
         return;
     }
+    if (n > LOCAL_SCRATCH) DIE("local all-reduce of %lld doubles: at most %d", (long long)n, LOCAL_SCRATCH);
     /* in place: copy to this rank's scratch first, so nobody reads a buffer its owner overwrites */
     double *mine = w->scratch + (int64_t)c->local * LOCAL_SCRATCH;
     CUDA_CHECK(cudaMemcpyAsync(mine, buf, (size_t)n * 8, cudaMemcpyDeviceToDevice, st));
-    local_enter(c, what, mine, st);
+    const Call k = CALL(c, what, n, "f64");
+    local_enter(c, &k, mine, st);
     sum_slices_f64(buf, slices(w), n, st);
-    local_leave(c, what, st);
+    local_leave(c, &k, st);
     c->seq++;
 }
 
 void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st) {
+    phase_end(c, st);
     const char *what = "send/recv";
     trace("sendrecv bytes=%lld to=+%d from=-%d", (long long)bytes, (to - c->rank + c->size) % c->size,
           (c->rank - from + c->size) % c->size);
@@ -631,19 +739,14 @@ void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int6
     } else if (w->kind == COMM_REHEARSE) { /* this rank's own message arrives */
         CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)bytes, cudaMemcpyDeviceToDevice, st));
     } else { /* every rank posts what it sends; each copies from the rank it receives from */
-        local_enter(c, what, send, st);
+        const Call k = {c->seq, what, bytes, "bytes", to, from};
+        local_enter(c, &k, send, st);
         CUDA_CHECK(cudaMemcpyAsync(recv, w->in[from], (size_t)bytes, cudaMemcpyDeviceToDevice, st));
-        local_leave(c, what, st);
+        local_leave(c, &k, st);
     }
     tl_end(tl, st);
     c->seq++;
 }
-
-/* The barrier's limit: ranks may reach it minutes apart (checkpoint I/O, pinning hundreds of GiB
- * before the first step), so it is BARRIER_FACTOR times --comm-timeout (an hour at the default 600
- * s), still finite: a peer that hangs without failing must not hold the job forever. */
-#define BARRIER_FACTOR 6
-static double barrier_limit(const Comm *c) { return c->w->opt.timeout_s > 0 ? BARRIER_FACTOR * c->w->opt.timeout_s : 0; }
 
 /* wait for stream work that a peer's arrival completes, at most limit s (0: forever) */
 static void await_stream(Comm *c, cudaStream_t st, double limit, const char *what) {
@@ -659,18 +762,23 @@ static void await_stream(Comm *c, cudaStream_t st, double limit, const char *wha
     }
 }
 
-void comm_barrier(Comm *c, cudaStream_t st) {
+/* comm_barrier's work: the job's ranks (NCCL: a one-word all-reduce on the word taken with the
+ * communicator), then this process's rank threads, each with its stream drained */
+static void job_barrier(Comm *c, cudaStream_t st) {
+    note(c, "barrier #%lld", (long long)c->seq);
     CUDA_CHECK(cudaStreamSynchronize(st));
     CommWorld *w = c->w;
     if (w->kind == COMM_NCCL) { /* untracked by the watchdog: its own, longer limit */
-        double *d;
-        CUDA_CHECK(cudaMalloc((void **)&d, 8));
-        CUDA_CHECK(cudaMemsetAsync(d, 0, 8, st));
-        NCCL_DO(c, ncclAllReduce(d, d, 1, ncclFloat64, ncclSum, c->nccl, st));
+        CUDA_CHECK(cudaMemsetAsync(c->word, 0, 8, st));
+        NCCL_DO(c, ncclAllReduce(c->word, c->word, 1, ncclFloat64, ncclSum, c->nccl, st));
         await_stream(c, st, barrier_limit(c), "barrier");
-        cudaFree(d);
     }
-    if (w->kind != COMM_REHEARSE) sync_wait(c, "barrier", barrier_limit(c));
+    if (w->kind != COMM_REHEARSE) sync_wait(c, &CALL(c, "barrier", 0, ""), barrier_limit(c));
+}
+
+void comm_barrier(Comm *c, cudaStream_t st) {
+    if (c->phase) phase_end(c, st); /* which is a barrier */
+    else job_barrier(c, st);
 }
 
 /* ---------------------------------------------------------------- setup */
@@ -679,13 +787,17 @@ void comm_barrier(Comm *c, cudaStream_t st) {
  * large, in the ring's direction, right after the join and before the arenas are allocated, so that
  * NCCL's memory is taken (and measured) now rather than inside the first step, after the plan's
  * arenas, and under the watchdog's clock. Its limit is the barrier's (the ranks left the join
- * together; connecting may take a while); an async error still stops it. Returns NCCL's device bytes: the
- * device's free memory before the join less after the warm-up (0 for the other backends). */
+ * together; connecting may take a while); an async error still stops it. Its buffer is taken in an
+ * allocation phase and given back in another (comm.h), which stays open for the arenas. Returns
+ * NCCL's device bytes: the device's free memory before the join less after the warm-up (0 for the
+ * other backends). */
 int64_t comm_warm_up(Comm *c, cudaStream_t st) {
     if (c->w->kind != COMM_NCCL || c->size < 2) return 0;
     /* stage 2 never issues send/recv; its warm-up connects it anyway, as the plan's estimate counts */
     const int64_t P = c->size, big = 2 << 20; /* elements per rank: 4 MiB bf16, 8 MiB fp32 shards */
+    if (!c->phase) comm_alloc_begin(c);
     char *buf = gpu_malloc(P * big * 4 + big * 4, "NCCL warm-up");
+    phase_end(c, st);
     const int to = (c->rank + 1) % c->size, from = (c->rank + c->size - 1) % c->size;
     for (int k = 0; k < 2; k++) {
         const int64_t n = k ? big : 64;
@@ -698,31 +810,44 @@ int64_t comm_warm_up(Comm *c, cudaStream_t st) {
         NCCL_DO(c, ncclGroupEnd());
     }
     await_stream(c, st, barrier_limit(c), "NCCL warm-up");
+    comm_alloc_begin(c);
     CUDA_CHECK(cudaFree(buf));
     size_t free_now, total;
     CUDA_CHECK(cudaMemGetInfo(&free_now, &total));
     return c->free_before > free_now ? (int64_t)(c->free_before - free_now) : 0;
 }
 
-/* the smallest v over the ranks: each rank's value in its own slot of a [size] vector, summed (one
- * non-zero per slot: exact in fp64 below 2^53), the minimum read off on the host */
-int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st) {
+/* The smallest v and the smallest -v over the ranks, in one all-reduce whatever v is (a rank must
+ * never skip a collective that another issues because its value differed): each rank's value in its
+ * own slot of a [2 size] vector, summed (one non-zero per slot: exact in fp64 below 2^53), read off
+ * on the host. The rehearsal issues the all-reduce (the job's rank does) but is every rank: v. */
+static void extremes(Comm *c, int64_t v, int64_t *lo, int64_t *hi, cudaStream_t st) {
     if (v > (1ll << 53) || v < -(1ll << 53)) /* the all-reduce carries doubles: larger values would round */
         DIE("comm_min_i64: %lld is past 2^53, which a double does not hold exactly", (long long)v);
-    if (c->size < 2) return v;
+    *lo = *hi = v;
+    if (c->size < 2) return;
     const int64_t P = c->size;
-    if (!c->mins) c->mins = gpu_malloc(8 * P, "comm_min_i64"), c->mins_h = xcalloc((size_t)P, sizeof(double));
     double *h = c->mins_h, *d = c->mins;
-    memset(h, 0, (size_t)(8 * P));
+    memset(h, 0, (size_t)(16 * P));
     h[c->rank] = (double)v;
-    gpu_upload(d, h, 8 * P, st);
-    comm_all_reduce_f64(c, d, P, st);
-    gpu_download(h, d, 8 * P, st);
-    int64_t m = v; /* the rehearsal issues the all-reduce (the job's rank does) but is every rank: v */
-    for (int64_t q = 0; q < P && c->w->kind != COMM_REHEARSE; q++) m = (int64_t)h[q] < m ? (int64_t)h[q] : m;
-    return m;
+    h[P + c->rank] = -(double)v;
+    gpu_upload(d, h, 16 * P, st);
+    comm_all_reduce_f64(c, d, 2 * P, st);
+    gpu_download(h, d, 16 * P, st);
+    for (int64_t q = 0; q < P && c->w->kind != COMM_REHEARSE; q++) {
+        if ((int64_t)h[q] < *lo) *lo = (int64_t)h[q];
+        if (-(int64_t)h[P + q] > *hi) *hi = -(int64_t)h[P + q];
+    }
+}
+
+int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st) {
+    int64_t lo, hi;
+    extremes(c, v, &lo, &hi, st);
+    return lo;
 }
 
 int comm_same_i64(Comm *c, int64_t v, cudaStream_t st) {
-    return comm_min_i64(c, v, st) == v && -comm_min_i64(c, -v, st) == v;
+    int64_t lo, hi;
+    extremes(c, v, &lo, &hi, st);
+    return lo == v && hi == v;
 }

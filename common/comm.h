@@ -13,9 +13,31 @@
  *              time at a stated link bandwidth is modelled (comm_stats).
  * Collectives are issued on the stream given and are asynchronous like NCCL's; a rank's inputs
  * must stay valid until the call's stream work is done. Every rank calls every collective in the
- * same order. A collective that does not complete within CommOpts.timeout_s (a peer stopped, or
- * the ranks disagree on the collectives) aborts the communicator and exits, naming the rank and
- * the collective; the local backend also checks that every rank is at the same collective. */
+ * same order, with the same sizes, whatever its own values. A collective that does not complete
+ * within CommOpts.timeout_s (a peer stopped, or the ranks disagree on the collectives) aborts the
+ * communicator and exits, naming the rank and the collective; the local backend also checks that
+ * every rank is at the same collective, of the same kind and size, with send/recv peers that pair
+ * up (what NCCL needs and cannot check: it hangs), and stops naming both ranks and both calls.
+ *
+ * Allocation phases. With one thread per GPU (NCCL), a cudaMalloc, cudaFree, cudaMallocHost or
+ * cudaFreeHost in one rank thread can wait for kernels in flight on the node's GPUs, another rank
+ * thread's included: cudaFree synchronizes, and with the peer access NCCL enables between the
+ * node's GPUs the driver's updates of the mappings they share can wait too (a known pitfall of NCCL
+ * with a thread per GPU). A collective's kernel waits in turn until every rank has launched its
+ * part, so if one rank is the thread stuck in the allocation, neither moves: the job hangs. (The
+ * stream-ordered cudaMallocAsync / cudaFreeAsync are left out: they do not synchronize, and the
+ * packed documents' block lists grow with them inside a step; tests/alloc_order_gpu.sh shows, on a
+ * GPU, which calls wait for another thread's kernel.)
+ * Hence the rule every rank thread keeps: it allocates and frees only inside an allocation phase,
+ * which lasts from the making of its communicator (comm_rank), or from comm_alloc_begin, until its
+ * next collective. comm_alloc_begin, and the collective that ends a phase, first meet every rank
+ * thread of the process (a host barrier, no GPU work): at the first, every collective another
+ * thread issued, this one issued too, so none waits for it; at the second, every thread has done
+ * allocating before any issues a collective. The collective ending a phase is also preceded by a
+ * job-wide barrier under the barrier's own long limit (comm_barrier): the phases are where ranks
+ * drift apart (pinning host memory, loading weights, node start-up), and the first collective
+ * under the --comm-timeout clock must not start counting on the fastest rank. Every rank calls
+ * comm_alloc_begin at the same point of its collectives (checked like a collective). */
 #ifndef LONGCTX_COMM_H
 #define LONGCTX_COMM_H
 
@@ -49,10 +71,22 @@ CommWorld *comm_world_local(int P, const CommOpts *o);
 CommWorld *comm_world_nccl(int gpus, int nnodes, int node_rank, const char *rendezvous, const CommOpts *o);
 /* rehearse: rank `rank` of a job of nnodes x gpus ranks, alone in this process. */
 CommWorld *comm_world_rehearse(int gpus, int nnodes, int rank, const CommOpts *o);
-/* Called once by each rank's thread (after cudaSetDevice): its handle. For NCCL this creates the
- * communicator (every rank of the job must call it; a join that cannot complete times out). */
+/* Called once by each rank's thread (after cudaSetDevice): its handle, with every buffer its
+ * collectives use (none is allocated later). For NCCL this creates the communicator (every rank of
+ * the job must call it; a join that cannot complete times out). An allocation phase is open from
+ * here until the rank's first collective. */
 Comm *comm_rank(CommWorld *w, int local_rank);
+/* Every rank thread of the process calls it at the end (an allocation phase: it frees). */
 void comm_rank_free(Comm *c);
+/* The rank threads of one process: at most this many (the local backend's reduction takes one
+ * input per rank, kernels.h; NCCL's threads meet in arrays of this size). */
+#define COMM_MAX_HERE MAX_SLICES
+/* Begin an allocation phase (see above): every rank thread of the process calls it at the same
+ * point; it returns once all have arrived. The phase ends at this rank's next collective. */
+void comm_alloc_begin(Comm *c);
+/* The calling thread's handle (comm_rank made it on this thread), else NULL: common/ code that
+ * allocates for a rank (arenas_allocate) opens its allocation phase through it. */
+Comm *comm_of_thread(void);
 void comm_world_free(CommWorld *w);
 
 int comm_rank_id(const Comm *c);   /* global rank */
@@ -70,7 +104,8 @@ void comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st);
 void comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st);
 /* Every rank of the job here (host) with its stream drained. Outside the per-collective clock:
  * ranks may arrive minutes apart around checkpoint I/O and set-up; its own limit is 6 x
- * --comm-timeout (an hour at the default; 0: forever), after which the job stops naming it. */
+ * --comm-timeout (an hour at the default; 0: forever), after which the job stops naming it. The
+ * collective that ends an allocation phase runs one first, with the same limit (above). */
 void comm_barrier(Comm *c, cudaStream_t st);
 
 /* What this rank's collectives moved since the last reset: calls and bytes sent over its links per
@@ -92,10 +127,15 @@ void comm_step_report(Comm *c, double step_s);
  * holds (measured; 0 for the local and rehearsal backends) */
 int64_t comm_warm_up(Comm *c, cudaStream_t st);
 /* the smallest v over every rank of the job (a choice that shapes the collectives, made from a
- * node's own facts, must come out the same everywhere); the rehearsal returns v */
+ * node's own facts, must come out the same everywhere); the rehearsal returns v. |v| <= 2^53. */
 int64_t comm_min_i64(Comm *c, int64_t v, cudaStream_t st);
-/* every rank holds v (two comm_min_i64: of v and of -v) */
+/* every rank holds v: one all-reduce carrying the smallest v and the smallest -v, which every rank
+ * issues whatever its own v (never a second collective that only some ranks would issue) */
 int comm_same_i64(Comm *c, int64_t v, cudaStream_t st);
+/* A recorder of each rank's fences and phase-ending barriers: tests/calls defines it (line: what
+ * happened, on the calling rank thread) to check the allocation rule on a CPU; the trainers leave
+ * it undefined (a weak symbol: NULL) */
+extern void comm_calls_note(const char *line) __attribute__((weak));
 /* NCCL's own GPU memory for one rank of a job of P ranks over nnodes nodes: an estimate from its
  * documented buffer sizes and channel counts (README: NCCL buffers), until several GPUs measure it */
 int64_t nccl_buffers_estimate(int P, int64_t nnodes);

@@ -15,6 +15,9 @@
 void gemm_init(Gemm *g, void *workspace, int64_t ws_bytes) {
     memset(g, 0, sizeof *g);
     CUBLAS_CHECK(cublasLtCreate(&g->lt));
+    /* cuBLAS's handle (--moe-gemm grouped) now, in the rank's set-up: creating it allocates on the
+     * GPU, which inside a step could wait for another rank thread's collective (common/comm.h) */
+    CUBLAS_CHECK(cublasCreate(&g->blas));
     g->ws = workspace;
     g->ws_bytes = ws_bytes;
 }
@@ -167,7 +170,6 @@ void linear_dw(Gemm *g, float *dW, const bf16_t *dy, const bf16_t *x, int64_t S,
  * D_j device pointers that segment_ptrs writes on the stream from r_dev */
 static void gemm_grouped(Gemm *g, int ta, int64_t m, int64_t k, const int32_t *r, int64_t E, int64_t lda,
                          int64_t ldb, int64_t ldd, float beta, void **ptrs, cudaStream_t st) {
-    if (!g->blas) CUBLAS_CHECK(cublasCreate(&g->blas));
     CUBLAS_CHECK(cublasSetStream(g->blas, st)); /* resets the workspace to cuBLAS's own pool: ours again */
     CUBLAS_CHECK(cublasSetWorkspace(g->blas, g->ws, (size_t)g->ws_bytes));
     if (g->group_cap < E) { /* the call's host arrays, grown as needed */

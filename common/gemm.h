@@ -28,7 +28,7 @@ typedef struct {
 
 typedef struct {
     cublasLtHandle_t lt;
-    cublasHandle_t blas;  /* for the grouped GEMM (created on first use) */
+    cublasHandle_t blas;  /* for the grouped GEMM (created with the Lt handle: never inside a step) */
     void *ws;             /* workspace (device) */
     int64_t ws_bytes;
     GemmAlgo cache[GEMM_CACHE];

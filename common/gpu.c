@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm.h"
 #include "numa.h"
 #include "train.h"
 
@@ -84,6 +85,8 @@ void gpu_download(void *dst, const void *src, int64_t bytes, cudaStream_t st) {
 }
 
 void arenas_allocate(Arena *a, int n) {
+    Comm *c = comm_of_thread(); /* a rank of several: its allocation phase (comm.h), which its next collective ends */
+    if (c) comm_alloc_begin(c);
     for (int i = 0; i < n; i++) {
         const int64_t bytes = a[i].high;
         void *p = NULL;

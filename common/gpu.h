@@ -28,7 +28,9 @@ int64_t gpu_plan_bytes(double cap_gib, int plan_only, int ngpus);
 int64_t gpu_used_bytes(void);
 void *gpu_malloc(int64_t bytes, const char *what);
 /* Allocate every arena's planned bytes (its high-water mark) in its place -- GPU memory, or pinned
- * host memory (cudaHostAlloc: the copy engines reach it at full speed) -- and rewind it for carving. */
+ * host memory (cudaHostAlloc: the copy engines reach it at full speed) -- and rewind it for carving.
+ * On a rank thread of several (common/comm.h) it begins an allocation phase first: the rank's set-up
+ * allocates until its next collective, which meets the other ranks before it starts. */
 void arenas_allocate(Arena *a, int n);
 /* Does a plan fit this GPU (share ranks on it, each with the plan) and, if it has host rows, the
  * host (host_share ranks in this process)? cap_gib > 0 caps the GPU (--gpu-gib: rehearse an 80 GB

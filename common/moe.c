@@ -56,6 +56,10 @@ void moe_carve_step(MoeTile *m, Arena *a, const Qwen3Config *c) {
     m->psum = arena_take(a, 8 * c->experts, "expert probabilities");
     m->aux_grad = arena_take(a, F32(c->experts), "load-balancing gradient");
     m->ptrs = arena_take(a, 3 * 8 * c->experts, "grouped GEMM pointers");
+    /* carved for real (the arenas exist: the rank's set-up, an allocation phase, common/comm.h): the
+     * experts' row offsets the host reads each layer, pinned, now -- never in a step, where another
+     * rank thread's collective may be in flight */
+    if (a->base && !m->rows) CUDA_CHECK(cudaMallocHost((void **)&m->rows, (size_t)(4 * (c->experts + 1))));
 }
 
 int64_t moe_tile_row_bytes(const Qwen3Config *c) {
@@ -77,7 +81,7 @@ int moe_rows_ok(const Qwen3Config *c, int64_t T, char *err, size_t errlen) {
 void moe_step_begin(MoeTile *m, const Qwen3Config *c, cudaStream_t st) {
     CUDA_CHECK(cudaMemsetAsync(m->choices, 0, (size_t)(8 * c->experts), st));
     CUDA_CHECK(cudaMemsetAsync(m->psum, 0, (size_t)(8 * c->experts), st));
-    if (!m->rows) CUDA_CHECK(cudaMallocHost((void **)&m->rows, (size_t)(4 * (c->experts + 1))));
+    if (!m->rows) DIE("internal: moe_carve_step takes the experts' row offsets with the arenas");
 }
 
 /* ---- the experts' GEMMs over their rows r[e]..r[e+1] (m->rows, from moe_forward), weight e at

@@ -1,25 +1,100 @@
 /* ranks.c -- one thread per rank, the fit check before any communicator, the communicator. */
 #include "ranks.h"
 
+#include <errno.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "gpu.h"
 #include "rendezvous.h"
 
-/* this node's place in the job, once: the flags, else Slurm's variables (rdv_place), else 1 node */
+/* a Slurm variable as an integer in [lo, hi]: 1 (into *v), 0 when unset or empty, or STOP naming it */
+static int slurm_var(const char *name, int64_t lo, int64_t hi, int64_t *v) {
+    const char *s = getenv(name);
+    if (!s || !s[0]) return 0;
+    char *end;
+    errno = 0;
+    const long long x = strtoll(s, &end, 10);
+    if (errno || *end || end == s || x < lo || x > hi)
+        STOP("%s=%s: Slurm's variable must be an integer in [%lld, %lld]", name, s, (long long)lo, (long long)hi);
+    *v = x;
+    return 1;
+}
+
+/* this node's place in the job, once: the flags, else Slurm's variables (rdv_place), else 1 node.
+ * Inside a job step (srun), the step's node count (SLURM_STEP_NUM_NODES) is the job's: the
+ * allocation's (SLURM_NNODES) may hold more nodes than the step runs on. One task per node: a
+ * task's SLURM_PROCID must be its node's index and the step's SLURM_NTASKS the node count, else
+ * several processes would drive one node's GPUs, or a node would wait for ranks nobody runs. */
 static void place(RankOpts *o) {
     if (o->placed) return;
     char err[512];
     /* --local-ranks and --rehearse are one process on one GPU, not a node of the Slurm job */
     const int slurm = !o->local_ranks && o->rehearse < 0;
+    int64_t v;
+    const int step_nodes = slurm && o->nnodes <= 0 && slurm_var("SLURM_STEP_NUM_NODES", 1, 65536, &v);
+    if (step_nodes) o->nnodes = v;
     if (rdv_place(&o->nnodes, &o->node_rank, slurm, &o->nnodes_from, &o->node_rank_from, err, sizeof err)) STOP("%s", err);
+    if (step_nodes) o->nnodes_from = "SLURM_STEP_NUM_NODES";
+    if (slurm && !strcmp(o->node_rank_from, "SLURM_NODEID")) {
+        if (slurm_var("SLURM_PROCID", 0, INT64_MAX, &v) && v != o->node_rank)
+            STOP("Slurm's task %lld (SLURM_PROCID) runs on node %lld (SLURM_NODEID): this program is one process per "
+                 "node, driving each of its GPUs; launch it with srun --ntasks-per-node=1", (long long)v,
+                 (long long)o->node_rank);
+        const int in_step = getenv("SLURM_STEP_ID") || getenv("SLURM_STEP_NUM_NODES"); /* srun's, not the batch script's */
+        if (in_step && slurm_var("SLURM_NTASKS", 1, INT64_MAX, &v) && v != o->nnodes)
+            STOP("Slurm's step runs %lld task(s) (SLURM_NTASKS) on %lld node(s) (%s): this program is one process per "
+                 "node, driving each of its GPUs; launch it with srun --ntasks-per-node=1", (long long)v,
+                 (long long)o->nnodes, o->nnodes_from);
+    }
     if (!o->gpus_from && o->gpus > 0) o->gpus_from = "--gpus";
     o->placed = 1;
+}
+
+/* --rendezvous, as node `node_rank` will use it, refused now (before any GPU call) when it cannot
+ * work: tcp://HOST:PORT whose HOST does not resolve here (a transient failure, EAI_AGAIN, is left to
+ * the rendezvous, which retries); node 0's FILE that is a directory, or whose directory is missing
+ * or not writable (node 0 writes it; the others wait for it to appear, so theirs is not checked) */
+static void check_rendezvous(const char *spec, int64_t node_rank) {
+    RdvTcp tcp;
+    char err[512];
+    const int is_tcp = rdv_parse(spec, &tcp, err, sizeof err);
+    if (is_tcp < 0) STOP("--rendezvous %s", err);
+    if (is_tcp) {
+        struct addrinfo hints, *res = NULL;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = AF_INET; /* as the rendezvous dials it */
+        hints.ai_socktype = SOCK_STREAM;
+        const int g = getaddrinfo(tcp.host, NULL, &hints, &res);
+        if (res) freeaddrinfo(res);
+        if (g && g != EAI_AGAIN && g != EAI_SYSTEM)
+            STOP("--rendezvous %s: the host \"%s\" does not resolve (%s): give node 0's address as every node reaches it",
+                 spec, tcp.host, gai_strerror(g));
+        return;
+    }
+    if (node_rank != 0) return;
+    struct stat sb;
+    if (!stat(spec, &sb) && S_ISDIR(sb.st_mode))
+        STOP("--rendezvous %s is a directory: give a file's path (node 0 writes it, every node reads it)", spec);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", spec);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0; /* "/name" */
+    else *slash = 0;
+    if (stat(dir, &sb))
+        STOP("--rendezvous %s: its directory %s %s: node 0 writes the file there, on a filesystem every node reads",
+             spec, dir, errno == ENOENT ? "does not exist" : strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) STOP("--rendezvous %s: %s is not a directory", spec, dir);
+    if (access(dir, W_OK | X_OK))
+        STOP("--rendezvous %s: node 0 cannot write in %s (%s)", spec, dir, strerror(errno));
 }
 
 void ranks_check_opts(RankOpts *o, int saves) {
@@ -36,19 +111,29 @@ void ranks_check_opts(RankOpts *o, int saves) {
         STOP("--rehearse computes one rank of the job with values that are not the job's: no --save, --resume or "
             "--dump-grads");
     if (o->comm.timeout_s < 0) STOP("--comm-timeout must be >= 0 (0: wait forever)");
-    RdvTcp tcp;
+    /* a process runs one thread per GPU of its node (a rehearsal runs one, and may plan larger nodes) */
+    if (o->rehearse < 0 && o->gpus > COMM_MAX_HERE)
+        STOP("--gpus %lld: at most %d GPUs a node, one rank thread each in one process (--rehearse R plans a "
+             "rank of larger nodes)", (long long)o->gpus, COMM_MAX_HERE);
+    const int nodes = o->nnodes > 1 && o->rehearse < 0 && !o->local_ranks; /* processes that meet */
+    if (nodes && !o->rendezvous)
+        STOP("%lld nodes (from %s) need --rendezvous tcp://HOST:PORT (node 0's address) or FILE (a path every node "
+             "reads)", (long long)o->nnodes, o->nnodes_from);
     char err[512];
-    if (o->rendezvous && rdv_parse(o->rendezvous, &tcp, err, sizeof err) < 0) STOP("--rendezvous %s", err);
+    if (o->rendezvous) {
+        RdvTcp tcp;
+        if (rdv_parse(o->rendezvous, &tcp, err, sizeof err) < 0) STOP("--rendezvous %s", err);
+        if (nodes) check_rendezvous(o->rendezvous, o->node_rank);
+    }
     /* a run id binds the rendezvous whole: one too long is refused, not cut (LONGCTX_RUN_ID and
      * Slurm's only matter between nodes) */
-    const int nodes = o->nnodes > 1 && !o->local_ranks && o->rehearse < 0;
     if (((o->comm.run_id && o->comm.run_id[0]) || nodes) && rdv_run_id_check(o->comm.run_id, err, sizeof err))
         STOP("%s", err);
 }
 
 /* Several nodes over TCP, before the GPU is touched: every node holds the job secret, and node 0's
  * HOST is this machine with PORT free (a trial listen), so neither is found out after a model loads */
-static void check_rendezvous(const RankOpts *o) {
+static void check_job_secret(const RankOpts *o) {
     RdvTcp t;
     char err[512];
     if (o->local_ranks > 0 || o->rehearse >= 0 || o->nnodes < 2 || !o->rendezvous ||
@@ -102,6 +187,10 @@ int ranks_in_job(RankOpts *o) {
     if (o->gpus <= 0) o->gpus = ranks_device_count(), o->gpus_from = "all visible"; /* a dry-run's: plan_machine */
     else if (!o->gpus_from) o->gpus_from = "planned"; /* set since the options were read (stage 5's advice) */
     if (o->gpus <= 0) STOP("no GPU visible (--dry-run plans without one)");
+    if (o->rehearse < 0 && o->gpus > COMM_MAX_HERE) /* --gpus 0 on a node of more: ranks_check_opts saw the others */
+        STOP("%lld GPUs %s: at most %d GPUs a node, one rank thread each in one process; choose them with --gpus N "
+             "or CUDA_VISIBLE_DEVICES", (long long)o->gpus, o->gpus_from && !strcmp(o->gpus_from, "all visible") ?
+             "visible" : "planned", COMM_MAX_HERE);
     char line[1024];
     if (ranks_place_line(o, line, sizeof line)[0]) printf("%s\n", line); /* the run's first line: where it stands */
     return (int)(o->gpus * o->nnodes);
@@ -190,7 +279,7 @@ int ranks_per_node(const RankOpts *o) {
 }
 
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
-    check_rendezvous(o);
+    check_job_secret(o);
     ranks_need_gpu();
     const int here = ranks_here(o);
     CommWorld *world;

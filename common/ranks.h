@@ -5,10 +5,11 @@
  *   --gpus N [--nnodes M --node-rank i --rendezvous tcp://HOST:PORT|FILE]   NCCL, one process per node
  *   --local-ranks P                                         P ranks as threads on GPU 0 (tests)
  *   --gpus N [--nnodes M] --rehearse R                      rank R of that job, alone on GPU 0
- * Under Slurm (srun, one task per node) --nnodes and --node-rank default to its SLURM_NNODES and
- * SLURM_NODEID, and the run id to its job and step (common/rendezvous.h); flags given win. Several
- * nodes over TCP need a job secret on every node (LONGCTX_JOB_SECRET_FILE; rendezvous.h), checked
- * with node 0's address before the GPU (ranks_run). */
+ * Under Slurm (srun, one task per node) --nnodes and --node-rank default to its step's node count
+ * (SLURM_STEP_NUM_NODES; outside a step SLURM_NNODES) and SLURM_NODEID, and the run id to its job and
+ * step (common/rendezvous.h); flags given win. A node runs at most COMM_MAX_HERE GPUs. Several nodes
+ * over TCP need a job secret on every node (LONGCTX_JOB_SECRET_FILE; rendezvous.h), checked with
+ * node 0's address before the GPU (ranks_run). */
 #ifndef LONGCTX_RANKS_H
 #define LONGCTX_RANKS_H
 
@@ -61,8 +62,12 @@ void ranks_run_one(const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, 
 void ranks_need_gpu(void);
 
 /* Take this node's place (--nnodes 0 / --node-rank -1, not given: Slurm's variables, else 1 / 0;
- * never for --local-ranks or --rehearse, one process on one GPU), then refuse contradictory
- * options or a malformed --rendezvous (a message naming the flag or variable) */
+ * never for --local-ranks or --rehearse, one process on one GPU), then refuse, naming the flag or
+ * variable, before any GPU call (a --dry-run refuses the same): contradictory options; more GPUs a
+ * node than COMM_MAX_HERE; several nodes without --rendezvous; a --rendezvous that is malformed,
+ * whose host does not resolve, or (node 0) whose file is a directory or lies in a directory that
+ * is missing or not writable; Slurm running other than one task per node (SLURM_PROCID not the
+ * node's index, SLURM_NTASKS not the step's node count) */
 void ranks_check_opts(RankOpts *o, int saves);
 /* ranks in the job. Resolves --gpus 0 (every visible GPU; a --dry-run's was resolved by
  * plan_machine) into o->gpus: call it once before ranks_here / ranks_per_node, which read it. A node of
@@ -93,7 +98,7 @@ void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(
      .comm = {.timeout_s = 600, .link_gbps = LINK_GBPS, .net_gbps = NET_GBPS}}
 #define RANK_OPTIONS(r)                                                                                                \
     {"--gpus", OPT_INT, &(r).gpus, "ranks on this node, one per GPU (0: all visible; --dry-run without a GPU: 8)", "[0,1K]"},        \
-    {"--local-ranks", OPT_INT, &(r).local_ranks, "run this many ranks as threads on GPU 0 (tests)", "[0,64]"},         \
+    {"--local-ranks", OPT_INT, &(r).local_ranks, "run this many ranks as threads on GPU 0 (tests)", "[0,16]"},         \
     {"--nnodes", OPT_INT, &(r).nnodes, "nodes, the same command on each (0: Slurm's SLURM_NNODES, else 1)",            \
      "[0,64K]"},                                                                                                       \
     {"--node-rank", OPT_INT, &(r).node_rank, "this node's index, 0..nnodes-1 (-1: Slurm's SLURM_NODEID, else 0)",      \

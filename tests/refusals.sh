@@ -109,7 +109,21 @@ for n in 1 2 3 4 5; do
     refuse $bin "--yarn-factor 0.5" "0 (as the config says) or at least 1" $good $R --yarn-factor 0.5
     if [ $n -ge 2 ]; then
         refuse $bin "--gpus 4294967304" "is outside [0,1K]" $good --gpus 4294967304
-        refuse $bin "--local-ranks 100" "is outside [0,64]" $good --local-ranks 100
+        refuse $bin "--local-ranks 100" "is outside [0,16]" $good --local-ranks 100
+        # several GPUs and nodes: what cannot run is refused before the GPU, not once a node waits
+        refuse $bin "--gpus 17 (one rank thread a GPU, 16 at most)" "--gpus 17: at most 16 GPUs a node" $good --gpus 17
+        refuse $bin "--local-ranks 17" "is outside [0,16]" $good --local-ranks 17
+        N2="--gpus 2 --nnodes 2 --node-rank 0"
+        refuse $bin "two nodes without --rendezvous" "2 nodes (from --nnodes) need --rendezvous" $good $N2
+        refuse $bin "node 0's rendezvous file in a missing directory" "$T/none/rdv: its directory $T/none does not exist" \
+            $good $N2 --rendezvous "$T/none/rdv"
+        refuse $bin "a rendezvous path that is a directory" "--rendezvous $T/dir.tok is a directory" $good $N2 --rendezvous "$T/dir.tok"
+        refuse $bin "a rendezvous host that does not resolve" 'the host "node..0" does not resolve' $good $N2 --rendezvous tcp://node..0:29500
+        SLURM_NNODES=2 SLURM_NODEID=1 SLURM_PROCID=0 refuse $bin "two Slurm tasks on one node (SLURM_PROCID 0 on node 1)" \
+            "Slurm's task 0 (SLURM_PROCID) runs on node 1" $good --gpus 2 --rendezvous tcp://127.0.0.1:29500
+        SLURM_STEP_NUM_NODES=2 SLURM_NNODES=3 SLURM_NODEID=1 SLURM_PROCID=1 SLURM_NTASKS=4 SLURM_STEP_ID=0 refuse $bin \
+            "a step of 4 tasks on 2 nodes" "runs 4 task(s) (SLURM_NTASKS) on 2 node(s) (SLURM_STEP_NUM_NODES)" $good --gpus 2 \
+            --rendezvous tcp://127.0.0.1:29500
     fi
 done
 # the commands a user would type: stage 5 on the books at 2M, one GPU, a rehearsal, two nodes

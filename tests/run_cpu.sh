@@ -34,6 +34,8 @@ echo "== bad input refused by name before the GPU, every stage (tests/refusals.s
 bash tests/refusals.sh | tee "$log/f.txt"; count "$log/f.txt" refusals
 echo "== the front door without a GPU or matplotlib: make test-gpu, the workshop, the SFT demo, the plots (tests/no_gpu.sh)"
 bash tests/no_gpu.sh | tee "$log/g.txt"; count "$log/g.txt" no_gpu
+echo "== every rank's collectives, fences and allocations, stages 2-5 on the faked GPU and NCCL (tests/calls/comm_calls.sh)"
+bash tests/calls/comm_calls.sh | tee "$log/n.txt"; count "$log/n.txt" comm_calls
 echo "== the input readers under libFuzzer + ASan/UBSan: the corpus replayed, then each fuzzed briefly (tests/fuzz/ci.sh)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash tests/fuzz/ci.sh | tee "$log/z.txt"; count "$log/z.txt" fuzz
 rm -rf "$log"

@@ -32,6 +32,8 @@ echo "== kernels, GEMM, attention"
 ./build/test_gpu ${QUICK:+--quick} 2>&1 | tee "$tmp/unit.txt"; count "$tmp/unit.txt" test_gpu
 echo "== communicator: local backend (2-4 ranks on one GPU) and NCCL"
 $T ./build/test_comm 2>&1 | tee "$tmp/comm.txt"; count "$tmp/comm.txt" test_comm
+echo "== a kernel in flight while another rank thread allocates, with and without allocation phases (tests/alloc_order_gpu.sh)"
+bash tests/alloc_order_gpu.sh 2>&1 | tee "$tmp/ao.txt"; count "$tmp/ao.txt" alloc_order_gpu
 fi
 
 # one AdamW step: constant lr, no warmup, the hyper-parameters check_stage replays

@@ -82,12 +82,19 @@ static void *rank_main(void *arg) {
            "comm_warm_up measures NCCL's own memory", P, r);
     if (r == 0 && comm_kind(c) == COMM_NCCL) printf("  NCCL at %d rank(s): %.3f GiB after the warm-up\n", P, nccl / (double)(1 << 30));
     const int64_t n = 1000003; /* odd: no size happens to line up */
+    /* every buffer now, in the allocation phase the warm-up leaves open (common/comm.h: with a
+     * thread per GPU, an allocation while another thread's collective is in flight can hang) */
+    bf16_t *in, *out;
+    float *fin, *fout;
+    double *dd;
+    CUDA_CHECK(cudaMalloc((void **)&in, (size_t)n * 2));
+    CUDA_CHECK(cudaMalloc((void **)&out, (size_t)(n * P) * 2));
+    CUDA_CHECK(cudaMalloc((void **)&fin, (size_t)(n * P) * 4));
+    CUDA_CHECK(cudaMalloc((void **)&fout, (size_t)n * 4));
+    CUDA_CHECK(cudaMalloc((void **)&dd, 3 * sizeof(double)));
     /* all-gather (bf16) */
     uint16_t *h = xmalloc((size_t)(n * P) * 2);
     for (int64_t i = 0; i < n; i++) h[i] = f32_to_bf16(val(r, i));
-    bf16_t *in, *out;
-    CUDA_CHECK(cudaMalloc((void **)&in, (size_t)n * 2));
-    CUDA_CHECK(cudaMalloc((void **)&out, (size_t)(n * P) * 2));
     upload(in, h, (size_t)n * 2);
     CUDA_CHECK(cudaMemsetAsync(out, 0xFF, (size_t)(n * P) * 2, st));
     comm_all_gather_bf16(c, out, in, n, st);
@@ -98,10 +105,8 @@ static void *rank_main(void *arg) {
         for (int64_t i = 0; i < n; i++) ok &= bf16_to_f32(h[q * n + i]) == val(q, i);
     record(ok, "all-gather bf16", P, r);
     /* reduce-scatter (fp32, scaled by 1/P): rank r gets the mean of every rank's slice r */
-    float *f = xmalloc((size_t)(n * P) * 4), *fin, *fout;
+    float *f = xmalloc((size_t)(n * P) * 4);
     for (int64_t i = 0; i < n * P; i++) f[i] = val(r, i);
-    CUDA_CHECK(cudaMalloc((void **)&fin, (size_t)(n * P) * 4));
-    CUDA_CHECK(cudaMalloc((void **)&fout, (size_t)n * 4));
     upload(fin, f, (size_t)(n * P) * 4);
     CUDA_CHECK(cudaMemsetAsync(fout, 0xFF, (size_t)n * 4, st));
     comm_reduce_scatter_f32(c, fout, fin, n, 1.f / (float)P, st);
@@ -116,8 +121,7 @@ static void *rank_main(void *arg) {
     }
     record(ok, "reduce-scatter fp32 (mean)", P, r);
     /* all-reduce (fp64, in place) */
-    double d[3] = {r + 1.0, 0.5 * r, -1.0}, *dd;
-    CUDA_CHECK(cudaMalloc((void **)&dd, sizeof d));
+    double d[3] = {r + 1.0, 0.5 * r, -1.0};
     upload(dd, d, sizeof d);
     comm_all_reduce_f64(c, dd, 3, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -141,6 +145,7 @@ static void *rank_main(void *arg) {
     const int64_t m = comm_min_i64(c, mine, st);
     record(m == (P > 1 ? least : mine), "comm_min_i64: every rank gets the smallest value", P, r);
     comm_barrier(c, st);
+    comm_alloc_begin(c); /* the frees: every rank thread is past its last collective */
     cudaFree(in); cudaFree(out); cudaFree(fin); cudaFree(fout); cudaFree(dd);
     free(h); free(f);
     comm_rank_free(c);

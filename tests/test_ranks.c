@@ -1,20 +1,140 @@
 /* test_ranks.c -- how the several-GPU stages count their ranks, with the device count stubbed (no
  * GPU needed; CI runs it): --gpus omitted on an 8-GPU node is 8 ranks here and 8 per node, so the
  * host plan divides the node's memory by 8 (it once counted 1 and gave every rank the whole node).
+ * Then what the options check refuses before any GPU call (each in a child process: a refusal
+ * exits): more GPUs a node than its rank threads can be, several nodes without a rendezvous, a
+ * rendezvous that cannot work, Slurm running other than one task per node; and Slurm's step
+ * node count preferred to its allocation's.
  * Run from the repository root: ./build/test_ranks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../common/check.h"
 #include "../common/ranks.h"
 #include "test.h"
 
 static int eight(void) { return 8; }
+static int seventeen(void) { return 17; }
 static int calls;
 static int counted(void) { calls++; return 4; }
 
+static const char *const SLURM_VARS[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_STEP_NUM_NODES", "SLURM_NODEID",
+                                         "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_ID",
+                                         "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "LONGCTX_RUN_ID"};
+static void slurm_clear(void) {
+    for (size_t i = 0; i < sizeof SLURM_VARS / sizeof *SLURM_VARS; i++) unsetenv(SLURM_VARS[i]);
+}
+
+/* the options check, then the rank count, in a child: its exit status (0: accepted; a refusal's is
+ * 2) and the last line it printed, in last */
+static int check_in_child(RankOpts o, char *last, size_t n) {
+    int fd[2];
+    if (pipe(fd)) return -1;
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 1), dup2(fd[1], 2);
+        ranks_check_opts(&o, 0);
+        ranks_in_job(&o);
+        fflush(stdout);
+        _exit(0);
+    }
+    close(fd[1]);
+    char out[8192];
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof out - 1 && (k = read(fd[0], out + got, sizeof out - 1 - got)) > 0) got += (size_t)k;
+    out[got] = 0;
+    close(fd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    while (got && out[got - 1] == '\n') out[--got] = 0;
+    const char *b = strrchr(out, '\n');
+    snprintf(last, n, "%.1000s", b ? b + 1 : out);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+#define REFUSES(o, words, ...)                                                                                         \
+    do {                                                                                                               \
+        char last_[1024];                                                                                              \
+        const int rc_ = check_in_child((o), last_, sizeof last_);                                                      \
+        EXPECT(rc_ == 2 && strstr(last_, (words)) && !strncmp(last_, "longctx: ", 9), __VA_ARGS__);                    \
+        printf("  -> %s\n", last_);                                                                                    \
+    } while (0)
+#define ACCEPTS(o, ...)                                                                                                \
+    do {                                                                                                               \
+        char last_[1024];                                                                                              \
+        const int rc_ = check_in_child((o), last_, sizeof last_);                                                      \
+        EXPECT(rc_ == 0, __VA_ARGS__);                                                                                 \
+        if (rc_) printf("  -> %s\n", last_);                                                                           \
+    } while (0)
+
+static void refusals(void) {
+    ranks_device_count = eight;
+    RankOpts o = RANK_DEFAULTS;
+    o.gpus = 17;
+    REFUSES(o, "--gpus 17: at most 16 GPUs a node", "--gpus 17 is refused by name (one rank thread a GPU, 16 at most)");
+    o.rehearse = 3;
+    ACCEPTS(o, "--gpus 17 --rehearse 3: a rehearsal plans a rank of a larger node");
+    ranks_device_count = seventeen;
+    RankOpts all = RANK_DEFAULTS;
+    REFUSES(all, "17 GPUs visible: at most 16 GPUs a node", "--gpus omitted on a 17-GPU node is refused by name");
+    all.gpus = 16;
+    ACCEPTS(all, "--gpus 16 on a 17-GPU node runs 16 ranks");
+    ranks_device_count = eight;
+    RankOpts two = RANK_DEFAULTS;
+    two.gpus = 8, two.nnodes = 2, two.node_rank = 0;
+    REFUSES(two, "2 nodes (from --nnodes) need --rendezvous", "two nodes without --rendezvous are refused");
+    two.rehearse = 9;
+    ACCEPTS(two, "a rehearsal of two nodes needs no rendezvous");
+    two.rehearse = -1;
+    char dir[] = "/tmp/test_ranks_XXXXXX", path[256];
+    if (!mkdtemp(dir)) { EXPECT(0, "mkdtemp"); return; }
+    snprintf(path, sizeof path, "%s/missing/rdv", dir);
+    two.rendezvous = path;
+    REFUSES(two, "does not exist", "node 0's rendezvous file in a missing directory is refused (%s)", path);
+    two.node_rank = 1;
+    ACCEPTS(two, "node 1 waits for the file: its directory may appear (a shared filesystem)");
+    two.node_rank = 0, two.rendezvous = dir;
+    REFUSES(two, "is a directory", "a rendezvous path that is a directory is refused");
+    snprintf(path, sizeof path, "%s/rdv", dir);
+    two.rendezvous = path;
+    ACCEPTS(two, "node 0's rendezvous file in an existing directory");
+    rmdir(dir);
+    two.rendezvous = "tcp://node..0:29500";
+    REFUSES(two, "does not resolve", "a rendezvous host that does not resolve is refused");
+    two.node_rank = 1;
+    REFUSES(two, "does not resolve", "... on every node");
+    two.rendezvous = "tcp://127.0.0.1:29500";
+    ACCEPTS(two, "a rendezvous address that resolves");
+    /* Slurm: one task per node, the step's node count */
+    RankOpts sl = RANK_DEFAULTS;
+    sl.gpus = 8, sl.rendezvous = "tcp://127.0.0.1:29500";
+    setenv("SLURM_NNODES", "4", 1), setenv("SLURM_STEP_NUM_NODES", "2", 1), setenv("SLURM_NODEID", "1", 1);
+    setenv("SLURM_JOB_ID", "77", 1), setenv("SLURM_STEP_ID", "0", 1);
+    RankOpts st = sl;
+    ranks_check_opts(&st, 0);
+    EXPECT(st.nnodes == 2 && st.node_rank == 1 && !strcmp(st.nnodes_from, "SLURM_STEP_NUM_NODES"),
+           "inside a step of 2 nodes of a 4-node allocation: node 1 of 2 (SLURM_STEP_NUM_NODES), got %lld of %lld (%s)",
+           (long long)st.node_rank, (long long)st.nnodes, st.nnodes_from);
+    setenv("SLURM_PROCID", "1", 1), setenv("SLURM_NTASKS", "2", 1);
+    ACCEPTS(sl, "srun --ntasks-per-node=1: task 1 on node 1, 2 tasks on 2 nodes");
+    setenv("SLURM_PROCID", "3", 1);
+    REFUSES(sl, "SLURM_PROCID", "a task whose SLURM_PROCID is not its node's index is refused");
+    setenv("SLURM_PROCID", "1", 1), setenv("SLURM_NTASKS", "16", 1);
+    REFUSES(sl, "SLURM_NTASKS", "a step of 16 tasks on 2 nodes is refused");
+    slurm_clear();
+    setenv("SLURM_NNODES", "1", 1), setenv("SLURM_NODEID", "0", 1), setenv("SLURM_NTASKS", "8", 1);
+    ACCEPTS(sl, "a batch script (no step) of a one-node job with 8 tasks: one process, accepted");
+    slurm_clear();
+}
+
 int main(void) {
+    slurm_clear(); /* a test run inside a Slurm job sees only what it sets */
     ranks_device_count = eight;
     RankOpts o = {.gpus = 0, .nnodes = 1, .rehearse = -1};
     EXPECT(ranks_in_job(&o) == 8, "--gpus omitted on an 8-GPU node: 8 ranks in the job");
@@ -66,5 +186,6 @@ int main(void) {
     ranks_check_opts(&one, 0);
     EXPECT(ranks_in_job(&one) == 8 && !ranks_place_line(&one, line, sizeof line)[0],
            "one node without Slurm prints no such line");
+    refusals();
     return test_summary();
 }

@@ -7,7 +7,8 @@
  * in (arena_take's name) and its offset there, so a refactor that moves a buffer but passes the
  * same tensor logs the same line.
  *
- * One log per rank (the thread's longctx_rank; -1 the main thread): $CALLS_DIR/rank<R>.log. */
+ * One log per rank (the thread's longctx_rank; -1 the main thread): $CALLS_DIR/rank<R>.log; beside
+ * it rank<R>.comm, the rank's collectives, fences and allocations in its order (fake_nccl.c). */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -24,23 +25,37 @@ extern _Thread_local int longctx_rank;
 /* ---------------------------------------------------------------- the logs */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 #define MAX_LOGS 72
-static FILE *logs[MAX_LOGS];
+static FILE *logs[2][MAX_LOGS]; /* rank<R>.log, rank<R>.comm */
 
-static FILE *log_of_rank(void) {
+static FILE *log_of_rank(int which) {
     const int r = longctx_rank + 1;
     if (r < 0 || r >= MAX_LOGS) return NULL;
-    if (!logs[r]) {
+    if (!logs[which][r]) {
         const char *dir = getenv("CALLS_DIR");
         char path[4096];
-        snprintf(path, sizeof path, "%s/rank%d.log", dir ? dir : ".", r - 1);
-        logs[r] = fopen(path, "w");
+        snprintf(path, sizeof path, "%s/rank%d.%s", dir ? dir : ".", r - 1, which ? "comm" : "log");
+        logs[which][r] = fopen(path, "w");
     }
-    return logs[r];
+    return logs[which][r];
+}
+
+void calls_comm(const char *fmt, ...) {
+    pthread_mutex_lock(&lock);
+    FILE *f = log_of_rank(1);
+    if (f) {
+        va_list ap;
+        va_start(ap, fmt);
+        vfprintf(f, fmt, ap);
+        va_end(ap);
+        fputc('\n', f);
+        fflush(f);
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 void calls_log(const char *fmt, ...) {
     pthread_mutex_lock(&lock);
-    FILE *f = log_of_rank();
+    FILE *f = log_of_rank(0);
     if (f) {
         va_list ap;
         va_start(ap, fmt);
@@ -181,13 +196,15 @@ cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t e) { return e ? "fake error" : "no error"; }
 const char *cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorFake" : "cudaSuccess"; }
 
-cudaError_t cudaMalloc(void **p, size_t bytes) { *p = dev_alloc(bytes, "malloc"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
-cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s) { *p = dev_alloc(bytes, "malloc async"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
-cudaError_t cudaMallocHost(void **p, size_t bytes) { *p = dev_alloc(bytes, "malloc host"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
-cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) { *p = dev_alloc(bytes, "host alloc"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
-cudaError_t cudaFree(void *p) { calls_log("free"); return cudaSuccess; } /* kept: its name stays valid */
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { calls_log("free async"); return cudaSuccess; }
-cudaError_t cudaFreeHost(void *p) { calls_log("free host"); return cudaSuccess; }
+/* the record's A lines: the calls that can wait for the GPU's work in flight (common/comm.h); the
+ * stream-ordered ones (S) wait for nothing and are listed only */
+cudaError_t cudaMalloc(void **p, size_t bytes) { calls_comm("A malloc %zu", bytes); *p = dev_alloc(bytes, "malloc"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s) { calls_comm("S malloc async %zu", bytes); *p = dev_alloc(bytes, "malloc async"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaMallocHost(void **p, size_t bytes) { calls_comm("A malloc host %zu", bytes); *p = dev_alloc(bytes, "malloc host"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) { calls_comm("A host alloc %zu", bytes); *p = dev_alloc(bytes, "host alloc"); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaFree(void *p) { calls_comm("A free"); calls_log("free"); return cudaSuccess; } /* kept: its name stays valid */
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { calls_comm("S free async"); calls_log("free async"); return cudaSuccess; }
+cudaError_t cudaFreeHost(void *p) { calls_comm("A free host"); calls_log("free host"); return cudaSuccess; }
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
     memset(a, 0, sizeof *a);
     char b[64];

@@ -13,6 +13,7 @@ set -u
 cd "$(dirname "$0")/../.."
 old=${1:?usage: same_calls.sh OLD_TREE}
 out=${CALLS_OUT:-build/calls}
+mkdir -p "$out" && out=$(cd "$out" && pwd) # the cases run elsewhere
 bash tests/calls/build.sh . "$out/new" > "$out.new.log" 2>&1 || { mkdir -p "$out"; cat "$out.new.log"; exit 1; }
 bash tests/calls/build.sh "$old" "$out/old" > "$out.old.log" 2>&1 || { cat "$out.old.log"; exit 1; }
 [ -x build/check_stage ] || { echo "same_calls: build/check_stage is missing: run make all first"; exit 1; }
@@ -24,9 +25,9 @@ case_() {
     local name=$1 st=$2; shift 2
     local a="$tmp/$name.old" b="$tmp/$name.new"
     mkdir -p "$a" "$b" "$a.save" "$b.save"
-    (cd "$tmp" && CALLS_DIR="$a" timeout 120 "$OLDPWD/$out/old/$st" "$@" ${SAVE:+--save "$a.save"} > "$a.out" 2>&1)
+    (cd "$tmp" && CALLS_DIR="$a" timeout 120 "$out/old/$st" "$@" ${SAVE:+--save "$a.save"} > "$a.out" 2>&1)
     local ra=$?
-    (cd "$tmp" && CALLS_DIR="$b" timeout 120 "$OLDPWD/$out/new/$st" "$@" ${SAVE:+--save "$b.save"} > "$b.out" 2>&1)
+    (cd "$tmp" && CALLS_DIR="$b" timeout 120 "$out/new/$st" "$@" ${SAVE:+--save "$b.save"} > "$b.out" 2>&1)
     local rb=$?
     local bad=
     [ $ra -eq $rb ] || bad="exit $ra vs $rb"
@@ -38,7 +39,7 @@ case_() {
         [ -f "$f" ] || { bad="${bad:+$bad; }no calls logged"; break; }
         cmp -s "$f" "$b/$(basename "$f")" || bad="${bad:+$bad; }$(basename "$f") differs"
     done
-    [ "$(ls "$a" | wc -l)" = "$(ls "$b" | wc -l)" ] || bad="${bad:+$bad; }ranks logged differ"
+    [ "$(ls "$a"/*.log | wc -l)" = "$(ls "$b"/*.log | wc -l)" ] || bad="${bad:+$bad; }ranks logged differ"
     if [ -z "$bad" ]; then
         same=$((same + 1)); echo "same    $name ($(cat "$a"/*.log | wc -l) calls)"
     else
