@@ -2,7 +2,8 @@
 # Behaviour unchanged by a refactor, on the GPU: every stage, built from this tree and from an older
 # one (OLD: a directory holding that tree's built ./stage1..5), runs the golden configs (stage 1
 # plain and --keep-attn; stages 2-5 on 2 local ranks, stages 4-5 with O kept on the GPU and on the
-# host, stage 5 in MLP tiles of 7 rows; the MoE config in stage 5) and a 2-layer 0.6B slice at 16K. Step 1's loss must be
+# host, stage 5 in MLP tiles of 7 rows; the MoE config in stage 5; the Qwen3.5 hybrids in stages 1, 3 and
+# 5; the packed documents in stages 1 and 3-5) and a 2-layer 0.6B slice at 16K. Step 1's loss must be
 # bit for bit the old build's (the same weights, a deterministic forward) and step 1's gradients
 # as close as two runs of one build are (fp32 atomics in the embedding and norm backward: cosine
 # >= 0.99999). ONLY=REGEX runs just the stages it matches. Prints "N passed, M failed".
@@ -35,7 +36,17 @@ for g in tests/golden/*/; do
     A="--model $g --data $tmp/$name.tok --seq $S --loss-chunk 7 $HP"
     case $name in
     moe*) same "$name P=1" stage5 --local-ranks 1 $A; continue ;;
-    q35*) continue ;; # Qwen3.5: tests/hybrid_gpu.sh checks them
+    q35*) # Qwen3.5 hybrids keep no attention: one rank, and the state passed over two
+        same "$name" stage1 $A
+        same "$name P=2" stage3 --local-ranks 2 $A --merge fp32
+        same "$name P=2" stage5 --local-ranks 2 $A --mlp-tile 7
+        continue ;;
+    packed*) # documents end at token 7
+        same "$name" stage1 $A --packing 7
+        same "$name P=2" stage3 --local-ranks 2 $A --packing 7
+        same "$name P=2 gpu:1,host:1" stage4 --local-ranks 2 $A --packing 7 --keep-attn gpu:1,host:1
+        same "$name P=2" stage5 --local-ranks 2 $A --packing 7 --mlp-tile 7
+        continue ;;
     esac
     same "$name" stage1 $A
     same "$name keep" stage1 $A --keep-attn
