@@ -73,10 +73,15 @@ int64_t state_load(StateIO *s, const char *model, const char *resume, double ini
         }
         st_close(&st);
         /* each node resolved DIR/latest on its own (a shared filesystem's caches may lag): every rank
-         * must hold the same step, else its shards would come from another save */
-        if (s->comm && (comm_min_i64(s->comm, step, s->st) != step || -comm_min_i64(s->comm, -step, s->st) != step))
-            DIE("--resume %s: the ranks resumed from different steps (this rank: %lld) -- a node saw another DIR/latest; "
-                "resume from DIR/step-N", resume, (long long)step);
+         * must hold the same step, else its shards would come from another save. Both collectives run
+         * on every rank, whatever the first one says: a rank that skipped the second would pair its
+         * next collective with the others' second one. */
+        if (s->comm) {
+            const int64_t lo = comm_min_i64(s->comm, step, s->st), hi = -comm_min_i64(s->comm, -step, s->st);
+            if (lo != step || hi != step)
+                DIE("--resume %s: the ranks resumed from different steps (this rank: %lld; steps %lld to %lld) -- a node "
+                    "saw another DIR/latest; resume from DIR/step-N", resume, (long long)step, (long long)lo, (long long)hi);
+        }
         if (s->rank == 0) printf("resumed from %s after step %lld\n", resume, (long long)step);
     } else if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) {
         if (s->rank == 0) printf("loading weights from %s\n", model);
