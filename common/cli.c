@@ -160,8 +160,10 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
             *(int *)o->dst = 1;
             continue;
         }
-        if (o->type == OPT_OPTSTR) { /* the next word is its value unless it is the next option */
-            *(const char **)o->dst = eq ? eq + 1 : i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "";
+        if (o->type == OPT_OPTSTR) { /* the next word is its value unless it is the next option (a negative
+                                        * number is a value: --packing -1 is refused by its own name) */
+            const char *nx = i + 1 < argc ? argv[i + 1] : NULL;
+            *(const char **)o->dst = eq ? eq + 1 : nx && (nx[0] != '-' || (nx[1] >= '0' && nx[1] <= '9')) ? argv[++i] : "";
             continue;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);

@@ -11,7 +11,8 @@
 #include <stdio.h>
 
 /* OPT_OPTSTR: a flag that may take a word (const char**): alone it sets "", "--flag W" sets W
- * unless W starts with '-' (the next option). */
+ * unless W starts with '-' (the next option) -- but a negative number ("-1") is its value, for the
+ * option to refuse by name. */
 typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG, OPT_OPTSTR } OptType;
 
 typedef struct {

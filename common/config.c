@@ -409,8 +409,13 @@ int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen)
     size_t len;
     char *text = file_read_all(path, "config.json", 16 << 20, &len, err, errlen);
     if (!text) return -1;
-    int rc = config_from_json_text(text, len, c, err, errlen);
+    char why[1024];
+    int rc = config_from_json_text(text, len, c, why, sizeof why);
     free(text);
+    if (rc) { /* the file it is about: "DIR/config.json: field ..." (its reasons say "config.json: " or "JSON: ") */
+        const char *r = !strncmp(why, "config.json: ", 13) ? why + 13 : why;
+        snprintf(err, errlen, "%s: %s", short_name(path), r);
+    }
     if (!rc) snprintf(c->name, sizeof c->name, "%.63s", path);
     return rc;
 }
@@ -420,7 +425,7 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
     struct stat sb;
     if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) {
         snprintf(err, errlen, "--model %s: neither a size (0.6B 1.7B 4B 8B 14B 32B 30B-A3B, or Qwen3-32B and the like; "
-                 "Qwen3.5-0.8B, -2B, -4B, -9B, -27B, -35B-A3B) nor a directory holding config.json", model);
+                 "Qwen3.5-0.8B, -2B, -4B, -9B, -27B, -35B-A3B) nor a directory holding config.json", short_name(model));
         return -1;
     }
     char path[4096];

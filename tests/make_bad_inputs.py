@@ -89,6 +89,7 @@ def main(out):
     config(P("cfg_eps_neg"), rms_norm_eps=-1e-6)
     config(P("cfg_head_dim_0"), head_dim=0)
     os.makedirs(P("cfg_is_dir", "config.json"))                     # config.json a directory
+    raw_config(P("cfg_syntax"), '{\n  "model_type": "qwen3",\n  "rope_scaling": {"factor": 4x},\n  "vocab_size": 8\n}')
     # model directories: the tiny config and weights wrong in one way each
     good = weights()
     config(P("m_good")); safetensors(P("m_good", "model.safetensors"), good)

@@ -30,6 +30,8 @@ refuse() {
 }
 
 good="--model $T/m_good --data $T/tiny.tok --seq 64 --steps 2"
+LONG="$T/$(printf 'x%.0s' $(seq 1 5000))"
+LONG_TAIL="xxxxxxxxxx: " # the end of the name, shown, and the reason after it
 for n in 1 2 3 4 5; do
     bin=stage$n
     [ -x "$BIN/$bin" ] || { fail=$((fail + 1)); echo "FAIL $BIN/$bin not built"; continue; }
@@ -93,6 +95,14 @@ for n in 1 2 3 4 5; do
     refuse $bin "--timeline under a missing directory" "--timeline $T/none/t.tsv: its directory" $good $R --timeline "$T/none/t.tsv"
     refuse $bin "--dump-grads under a missing directory" "--dump-grads $T/none/g: its directory" $good $R --dump-grads "$T/none/g"
     refuse $bin "a FIFO as the safetensors index" "model.safetensors.index.json: a FIFO" $good $R --model "$T/m_fifo_index"
+    refuse $bin "a config.json that is not JSON (the file, line, column and field)" \
+        "$T/cfg_syntax/config.json: JSON: expected ',' or '}' at line 3, column 31 (byte 57), in \"rope_scaling\".\"factor\"" \
+        $good $R --model "$T/cfg_syntax"
+    refuse $bin "--packing -1 (a negative id, by name)" "--packing -1: the end-of-text token id" $good $R --packing -1
+    # a name of 5000 bytes leaves the reason room: its head and tail, the reason after them
+    for f in --data --model --resume --save --log; do
+        refuse $bin "a 5000-byte $f" "$LONG_TAIL" $good $R $f "$LONG"
+    done
     out=$("$BIN/$bin" $good $R --log /dev/null --trace "$T/tr_$n.txt" --timeline "$T/tl_$n.tsv" --dry-run 2>&1); rc=$?
     ok "$bin plans with --log /dev/null, and its dry-run creates no --trace or --timeline file (exit $rc)" \
         "[ $rc -eq 0 ] && [ ! -e '$T/tr_$n.txt' ] && [ ! -e '$T/tl_$n.tsv' ]"

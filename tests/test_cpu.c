@@ -792,6 +792,65 @@ static void test_cli(void) {
     EXPECT(cli_parse(2, a4, opts, 4, err, sizeof err) == -1 && strstr(err, "needs a value"), "missing value: %s", err);
     char *a5[] = {"x", "--help"};
     EXPECT(cli_parse(2, a5, opts, 4, err, sizeof err) == 1, "--help");
+    /* an optional word takes a negative number (for the option to refuse by name), not another option */
+    const char *pk = NULL;
+    Opt po[] = {{"--packing", OPT_OPTSTR, &pk, "p"}, {"--seq", OPT_INT, &seq, "tokens", "[2,4G]"}};
+    char *p1[] = {"x", "--packing", "-1"}, *p2[] = {"x", "--packing", "--seq", "8"}, *p3[] = {"x", "--packing"};
+    EXPECT(!cli_parse(3, p1, po, 2, err, sizeof err) && pk && !strcmp(pk, "-1"), "--packing -1 takes -1: %s", err);
+    EXPECT(!cli_parse(4, p2, po, 2, err, sizeof err) && pk && !pk[0] && seq == 8, "--packing --seq 8: alone: %s", err);
+    EXPECT(!cli_parse(2, p3, po, 2, err, sizeof err) && pk && !pk[0], "--packing last: alone: %s", err);
+}
+
+/* ------------------------------------------------------------------ where a refusal points */
+static void test_messages(void) {
+    JsonValue v;
+    char err[512];
+    const char *cfg = "{\n  \"model_type\": \"qwen3\",\n  \"rope_scaling\": {\"factor\": 4x},\n  \"vocab_size\": 8\n}";
+    EXPECT(json_parse(cfg, strlen(cfg), &v, err, sizeof err) &&
+               strstr(err, "at line 3, column 31 (byte 57), in \"rope_scaling\".\"factor\""),
+           "a JSON refusal says line, column and the member it is in: %s", err);
+    const char *arr = "{\"layer_types\": [\"a\", \"b\", 7x]}";
+    EXPECT(json_parse(arr, strlen(arr), &v, err, sizeof err) && strstr(err, "in \"layer_types\"[2]"),
+           "... or the element of an array: %s", err);
+    /* config.json's refusals name the file */
+    char dir[1024], file[1100];
+    snprintf(dir, sizeof dir, "%s/cfg_syntax", tmpdir);
+    mkdir(dir, 0755);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    FILE *f = fopen(file, "w");
+    fputs(cfg, f);
+    fclose(f);
+    Qwen3Config c;
+    EXPECT(config_load(dir, &c, err, sizeof err) && strstr(err, file) && strstr(err, ": JSON: ") &&
+               strstr(err, "line 3, column 31"),
+           "a config.json that is not JSON: the file, line and column: %s", err);
+    f = fopen(file, "w");
+    fputs("{\"model_type\": \"qwen3\", \"vocab_size\": 0}", f);
+    fclose(f);
+    EXPECT(config_load(dir, &c, err, sizeof err) && !strncmp(err, file, strlen(file)) && strstr(err, "vocab_size"),
+           "a field past its bounds: the file and the field: %s", err);
+    /* long names: head ... tail, cut on UTF-8 characters, the rest of a message kept */
+    char name[5001];
+    for (int k = 0; k < 5000; k++) name[k] = k < 2500 ? 'a' : 'b';
+    name[5000] = 0;
+    const char *sh = short_name(name);
+    EXPECT(strlen(sh) <= NAME_SHOWN && strstr(sh, "a...b") && sh[0] == 'a' && sh[strlen(sh) - 1] == 'b',
+           "a 5000-byte name is shown as its head and tail (%zu bytes)", strlen(sh));
+    EXPECT(short_name("short") && !strcmp(short_name("short"), "short"), "a short name is itself");
+    char u[400] = "", out[40];
+    for (int k = 0; k < 100; k++) strcat(u, "\xc3\xa9"); /* e-acute, 2 bytes each */
+    shorten_into(out, sizeof out, u, strlen(u));
+    int whole = 1;
+    for (size_t k = 0; out[k]; k++)
+        if (out[k] == '.') continue;
+        else if ((unsigned char)out[k] == 0xc3) whole &= (unsigned char)out[k + 1] == 0xa9, k++;
+        else whole = 0;
+    EXPECT(whole && strlen(out) < sizeof out, "a name is cut between characters, never inside one: %s", out);
+    TokenFile tf;
+    char longpath[5100];
+    snprintf(longpath, sizeof longpath, "/tmp/%s", name);
+    EXPECT(tokens_open_file(longpath, 100, 1, &tf, err, sizeof err) && strlen(err) < 400 && strstr(err, "too long"),
+           "a 5000-byte path leaves the reason room: %s", err);
 }
 
 /* ------------------------------------------------------------------ bounds on what is read */
@@ -2114,6 +2173,7 @@ int main(int argc, char **argv) {
     printf("[cli]\n");
     test_cli();
     test_bounds();
+    test_messages();
     printf("[init]\n");
     test_init();
     printf("[shards]\n");
