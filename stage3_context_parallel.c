@@ -1142,7 +1142,7 @@ int main(int argc, char **argv) {
     memplan_print(&M.mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
     /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
-    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, M.eot, &M.job, &M.c, &M.p.table);
     if (M.o.dry_run) return 0;
     run_instruments(&M.o.run); /* --profile, --trace, --timeline */
     ranks_run(&M.o.ranks, &M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: a rank per GPU, each from a copy of M */

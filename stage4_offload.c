@@ -1347,7 +1347,7 @@ int main(int argc, char **argv) {
                         host_budget_whence(argc, argv, M.o.dry_run)); /* stage 4: this node's ranks (a rehearsal: its one) */
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.job.P); /* stage 4 */
     /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
-    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, M.eot, &M.job, &M.c, &M.p.table);
     if (M.o.dry_run) return 0;
     run_instruments(&M.o.run); /* --profile, --trace, --timeline */
     ranks_run(&M.o.ranks, &M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: a rank per GPU, each from a copy of M */

@@ -1487,7 +1487,7 @@ int main(int argc, char **argv) {
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.job.P); /* stage 4 */
     tiling_report(M, memplan_peak(&M.mp)); /* stage 5 */
     /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
-    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, M.eot, &M.job, &M.c, &M.p.table);
     advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, /* stage 5 */
                                  .layers = M.o.layers, .P = M.job.P, .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib,
                                  .host_budget = host_budget(&M), .dry_run = M.o.dry_run, .argc = argc, .argv = argv},

@@ -263,3 +263,70 @@ const JsonValue *json_get(const JsonValue *v, const char *key) {
         if (!strcmp(v->keys[i], key)) return &v->items[i];
     return NULL;
 }
+
+/* ---------------------------------------------------------------- writing */
+static void put(JsonOut *o, const char *b, size_t n) {
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap : 256;
+        while (o->len + n + 1 > cap) cap *= 2;
+        char *s = realloc(o->s, cap);
+        if (!s) { fprintf(stderr, "JSON writer: out of memory (%zu bytes)\n", cap); abort(); }
+        o->s = s, o->cap = cap;
+    }
+    memcpy(o->s + o->len, b, n);
+    o->len += n;
+    o->s[o->len] = 0;
+}
+
+void json_out_raw(JsonOut *o, const char *text) { put(o, text, strlen(text)); }
+
+/* bytes of the valid UTF-8 sequence at s (1..4), or 0: not one (overlong, a surrogate, past U+10FFFF) */
+static int utf8_len(const unsigned char *s) {
+    const unsigned c = s[0];
+    int n;
+    unsigned cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+    else return 0;
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp < 0xE000)) return 0;
+    return n;
+}
+
+void json_out_string(JsonOut *o, const char *s) {
+    put(o, "\"", 1);
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        const unsigned char c = *u;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\', esc[1] = (char)c; put(o, esc, 2); u++; continue; }
+        if (c < 0x20 || c == 0x7F) {
+            const char *named = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+            if (named) put(o, named, 2);
+            else { snprintf(esc, sizeof esc, "\\u%04x", c); put(o, esc, 6); }
+            u++;
+            continue;
+        }
+        const int n = utf8_len(u);
+        if (n) { put(o, (const char *)u, (size_t)n); u += n; }
+        else { put(o, "\\ufffd", 6); u++; }
+    }
+    put(o, "\"", 1);
+}
+
+void json_out_member(JsonOut *o, const char *key, const char *value) {
+    if (o->len > 1) put(o, ",", 1);
+    json_out_string(o, key);
+    put(o, ":", 1);
+    json_out_string(o, value);
+}
+
+void json_out_free(JsonOut *o) {
+    free(o->s);
+    memset(o, 0, sizeof *o);
+}

@@ -10,6 +10,15 @@
 
 void run_opts_check(RunOpts *r, const char **model, int model_given, int64_t steps) {
     if (steps == 0 && !r->save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
+    if (r->resume_changes) {
+        static const char *const names[4] = RESUME_CHANGE_NAMES;
+        int f[4];
+        int *const flags[4] = {&f[0], &f[1], &f[2], &f[3]};
+        char err[256];
+        if (!r->resume) STOP("--resume-changes says what a resumed run may change: give --resume DIR too");
+        if (cli_parse_set(r->resume_changes, names, flags, 4, err, sizeof err)) STOP("--resume-changes: %s", err);
+        for (int k = 0; k < 4; k++) r->resume_allow |= f[k] ? 1u << k : 0;
+    }
     const char *asked = r->resume;
     if (r->resume) r->resume = ckpt_resume_dir(r->resume); /* DIR/latest, or a step directory; never a partial one */
     if (r->resume && (!model_given || !strcmp(*model, asked))) *model = r->resume; /* its own model */
@@ -22,13 +31,15 @@ void run_instruments(const RunOpts *r) {
     timeline_open(r->timeline);
 }
 
-void run_open_inputs(Inputs *in, const RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
-                     const Job *j, const Qwen3Config *c, const ParamTable *t) {
+void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
+                     int64_t eot, const Job *j, const Qwen3Config *c, const ParamTable *t) {
     inputs_open(in, &(InputsAsk){.data = data, .eval_data = r->eval_data, .model = model, .resume = r->resume,
                                  .save = r->save, .log = r->log, .trace = r->trace, .timeline = r->timeline,
                                  .dump_grads = r->dump_grads, .window = seq, .world = j->dp,
-                                 .eval_steps = run_eval_passes(r, j), .steps = steps},
+                                 .eval_steps = run_eval_passes(r, j), .steps = steps, .eot = eot,
+                                 .resume_changes = r->resume_allow},
                 c, t);
+    r->data_tokens = in->data.count, r->data_digest = in->data_digest, r->eot = eot;
 }
 
 void job_same_inputs(const Job *j, uint64_t digest, const char *path, int64_t tokens, int64_t counted,
@@ -64,9 +75,18 @@ static EvalResult eval_after(Run *r, int64_t step) {
     if (!r->o->eval_data || !eval_due(r->o->eval_every, step, r->steps)) return (EvalResult){0};
     return evaluate(r);
 }
+/* what a save records of the run (common/inputs.h: SaveMeta) */
+static SaveMeta save_meta(const Run *r, int64_t step) {
+    const Qwen3Config *c = r->c;
+    return (SaveMeta){.step = step, .seq = r->seq, .data = r->data, .data_tokens = r->o->data_tokens,
+                      .data_digest = r->o->data_digest, .eot = r->o->eot, .model = c->name, .layers = c->layers,
+                      .yarn_factor = c->yarn ? c->yarn_factor : 0, .yarn_original = c->yarn ? c->yarn_original_max : 0,
+                      .model_digest = config_run_digest(c)};
+}
 static void save(Run *r, int64_t step) {
     StateIO io = r->h.state(r->h.model);
-    state_save(&io, r->o->save, step, r->S, r->data, r->o->save_keep);
+    const SaveMeta m = save_meta(r, step);
+    state_save(&io, r->o->save, &m, r->o->save_keep);
 }
 static void save_if_due(Run *r, int64_t step) {
     if (r->o->save && save_due(r->o->save_every, step, r->steps)) save(r, step);

@@ -30,6 +30,8 @@ typedef struct {
     int64_t save_every;      /* also every N steps (0: at the end only) */
     int64_t save_keep;       /* newest saves kept (0: all) */
     const char *resume;      /* the save to continue from (resolved to its step directory) */
+    const char *resume_changes; /* what may differ from the save's run: seq,data,packing,model (all, none) */
+    unsigned resume_allow;   /* its RESUME_* bits (common/inputs.h), set by run_opts_check */
     const char *log;         /* JSON lines, one per step */
     const char *eval_data;   /* held-out token file (forward only) */
     int64_t eval_every;      /* evaluate every N steps too (0: before the first and after the last) */
@@ -38,6 +40,8 @@ typedef struct {
     int profile;             /* GPU time by kernel class, per step */
     const char *trace;       /* tests: every GEMM, attention call and collective, in order */
     const char *timeline;    /* step 2's spans of work on each stream */
+    /* what run_open_inputs found, for the saves' record of the run (SaveMeta) */
+    int64_t data_tokens, data_digest, eot;
 } RunOpts;
 
 #define RUN_DEFAULTS {.save_keep = 1, .eval_windows = 4}
@@ -45,7 +49,8 @@ typedef struct {
     {"--save", OPT_STRING, &(r).save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"}, \
     {"--save-every", OPT_INT, &(r).save_every, "also save every N steps (0: only at the end)", "[0,1G]"},              \
     {"--save-keep", OPT_INT, &(r).save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},    \
-    {"--resume", OPT_STRING, &(r).resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},    \
+    {"--resume", OPT_STRING, &(r).resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N; a run with another --seq, --data (its tokens), --packing or model than the save's is refused, naming each"}, \
+    {"--resume-changes", OPT_STRING, &(r).resume_changes, "with --resume: what may differ from the save's run, a comma list of seq, data, packing, model (or all): the run goes on by step number (step N+1 reads its window of the new data or length)"}, \
     {"--log", OPT_STRING, &(r).log, "append one JSON line per step to this file"},                                    \
     {"--eval-data", OPT_STRING, &(r).eval_data, "held-out token file: its loss (forward only) before the first step and after the last"}, \
     {"--eval-every", OPT_INT, &(r).eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},            \
@@ -56,15 +61,16 @@ typedef struct {
     {"--timeline", OPT_STRING, &(r).timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"}
 
 /* After the options are parsed: --resume resolved to its step directory (and the model it holds,
- * unless --model names another), the options that need one another checked. */
+ * unless --model names another), --resume-changes read, the options that need one another checked. */
 void run_opts_check(RunOpts *r, const char **model, int model_given, int64_t steps);
 
 /* --profile, --trace, --timeline: armed once the plan is made and the run will go ahead */
 void run_instruments(const RunOpts *r);
 
-/* every file the run reads, checked before the GPU is touched (and by --dry-run): common/inputs.h */
-void run_open_inputs(Inputs *in, const RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
-                     const Job *j, const Qwen3Config *c, const ParamTable *t);
+/* every file the run reads, checked before the GPU is touched (and by --dry-run): common/inputs.h.
+ * eot: --packing's end of text (-1: not packed). Records in r what the saves will say of the run. */
+void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
+                     int64_t eot, const Job *j, const Qwen3Config *c, const ParamTable *t);
 
 /* ---------------------------------------------------------------- the job (common/ranks.h) */
 /* Every rank must read the same token file and model: each counts every rank's labels in its own

@@ -249,6 +249,12 @@ void st_close(SafeTensors *st) {
     memset(st, 0, sizeof *st);
 }
 
+const char *st_meta(const SafeTensors *st, const char *key) {
+    for (int64_t i = 0; i < st->nmeta; i++)
+        if (!strcmp(st->meta[2 * i], key)) return st->meta[2 * i + 1];
+    return NULL;
+}
+
 int st_metadata(const SafeTensors *st, const char *key, char *out, size_t outlen) {
     for (int64_t i = 0; i < st->nmeta; i++)
         if (!strcmp(st->meta[2 * i], key)) { snprintf(out, outlen, "%s", st->meta[2 * i + 1]); return 0; }

@@ -144,15 +144,15 @@ static void fill_files(const StateIO *s, const StPlan *pm, const StPlan *ps) {
 /* A save is DIR/step-N (common/ckpt.h): rank 0 makes DIR/step-N.partial and lays out its files,
  * every rank fills and fsyncs its pieces, and only then does rank 0 rename it to step-N and point
  * DIR/latest at it. A crash at any moment leaves the previous complete save as it was. */
-void state_save(StateIO *s, const char *root, int64_t step, int64_t seq, const char *data, int64_t keep) {
+void state_save(StateIO *s, const char *root, const SaveMeta *m, int64_t keep) {
     const ParamTable *t = s->t;
+    const int64_t step = m->step;
     settle();
-    char dir[CKPT_PATH], path[CKPT_PATH + 64], err[CKPT_PATH + 512], meta[1200];
+    char dir[CKPT_PATH], path[CKPT_PATH + 64], err[CKPT_PATH + 512];
     StWrite *mw = xcalloc((size_t)t->n, sizeof(StWrite)), *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
     char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
     specs(s, mw, sw, names);
-    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step, (long long)seq,
-             data);
+    char *meta = inputs_save_meta_json(m); /* escaped: any --data path round-trips */
     ckpt_partial_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
     StPlan pm, ps;
@@ -179,6 +179,7 @@ void state_save(StateIO *s, const char *root, int64_t step, int64_t seq, const c
     barrier(s);
     st_plan_free(&pm);
     st_plan_free(&ps);
+    free(meta);
     free(mw); free(sw); free(names);
 }
 

@@ -99,6 +99,11 @@ int64_t loader_skipped_before(const Loader *ld, int64_t steps);
 /* a 52-bit digest of what decides a step's denominator and its skip: the token count, the labels
  * that count and every weight. Ranks compare it, since each reads its own copy of the file. */
 int64_t tokens_digest(const TokenFile *tf);
+/* A 52-bit digest of what a run reads from the file: the token count, every id and every loss
+ * weight (not the header: a file tagged again trains the same). A save records it and --resume
+ * compares it, so a resumed run reads the windows the saved one would have. One pass over the
+ * file at memory speed (four independent lanes), done only when a run saves or resumes. */
+int64_t tokens_content_digest(const TokenFile *tf);
 /* the same for a loader: with --packing also where the end-of-text tokens are (they decide which
  * labels count), so ranks that compare it divide by the same counts and skip the same steps */
 int64_t loader_digest(const Loader *ld);

@@ -72,6 +72,7 @@ def main(out):
     tokens(P("tiny.tok"), [i % V for i in range(9000)])           # 9000 tokens, ids below V
     tokens(P("short.tok"), list(range(100)))                        # shorter than any window tested
     os.mkdir(P("dir.tok"))                                          # a directory given as a token file
+    tokens(P("other.tok"), [(7 * i) % V for i in range(9000)])      # as long as tiny.tok, other ids
     # config.json past its bounds (each a model directory of its own)
     config(P("cfg_vocab_2p62"), vocab_size=2 ** 62)
     raw_config(P("cfg_int_past_int64"), json.dumps({"model_type": "qwen3"})[:-1] +
@@ -117,8 +118,11 @@ def main(out):
     config(P("m_index_dir")); os.makedirs(P("m_index_dir", "model.safetensors.index.json"))
     # saves (--resume DIR/step-N): the tiny model's config, a trainer state wrong in one way each
     state = weights("master.") + weights("adam_m.") + weights("adam_v.")
+    # r_meta: stamped by tests/refusals.sh (build/check_stage stamp) with what a run of m_good on tiny.tok
+    # at --seq 64 records, which --resume compares
     for name, step, cfg in (("r_step_neg", "-3", {}), ("r_step_abc", "abc", {}), ("r_step_late", "7", {}),
-                            ("r_good", "1", {}), ("r_other_model", "1", {"hidden_size": 128, "head_dim": 128})):
+                            ("r_good", "1", {}), ("r_other_model", "1", {"hidden_size": 128, "head_dim": 128}),
+                            ("r_meta", "1", {})):
         d = P(name, "step-1")
         config(d, **cfg)
         safetensors(P(name, "step-1", "trainer_state.safetensors"), state, metadata={"step": step, "seq": "64"})

@@ -30,6 +30,7 @@ refuse() {
 }
 
 good="--model $T/m_good --data $T/tiny.tok --seq 64 --steps 2"
+./build/check_stage stamp "$T/r_meta/step-1" "$T/m_good" "$T/tiny.tok" 64 -1 || { echo "0 passed, 1 failed"; exit 1; }
 LONG="$T/$(printf 'x%.0s' $(seq 1 5000))"
 LONG_TAIL="xxxxxxxxxx: " # the end of the name, shown, and the reason after it
 for n in 1 2 3 4 5; do
@@ -99,6 +100,22 @@ for n in 1 2 3 4 5; do
         "$T/cfg_syntax/config.json: JSON: expected ',' or '}' at line 3, column 31 (byte 57), in \"rope_scaling\".\"factor\"" \
         $good $R --model "$T/cfg_syntax"
     refuse $bin "--packing -1 (a negative id, by name)" "--packing -1: the end-of-text token id" $good $R --packing -1
+    # a save records --seq, --data's tokens, --packing and the model: --resume compares each
+    refuse $bin "--resume with another --seq" "saved with --seq 64, this run has --seq 32" $good $R --resume "$T/r_meta" --seq 32
+    refuse $bin "--resume with another --data" "saved with --data $T/tiny.tok (9000 tokens), this run has --data $T/other.tok" \
+        $good $R --resume "$T/r_meta" --data "$T/other.tok"
+    refuse $bin "--resume with --packing" "saved with --packing none, this run has --packing 5" $good $R --resume "$T/r_meta" --packing 5
+    refuse $bin "--resume with another YaRN" "saved with no YaRN, this run has YaRN x4" $good $R --resume "$T/r_meta" --yarn-factor 4
+    refuse $bin "--resume with another --seq and --data, --packing allowed" "(--resume-changes seq,data)" $good $R \
+        --resume "$T/r_meta" --seq 32 --data "$T/other.tok" --packing 5 --resume-changes packing
+    refuse $bin "--resume-changes with an unknown word" '--resume-changes: "tokens" is not one of' $good $R \
+        --resume "$T/r_meta" --resume-changes tokens
+    refuse $bin "--resume-changes without --resume" "give --resume DIR too" $good $R --resume-changes seq
+    out=$("$BIN/$bin" $good $R --resume "$T/r_meta" --dry-run 2>&1); rc=$?
+    ok "$bin plans a resume of its own run's save, noting nothing (exit $rc)" "[ $rc -eq 0 ] && ! grep -q 'note: --resume' <<< \"\$out\""
+    out=$("$BIN/$bin" $good $R --resume "$T/r_meta" --seq 32 --data "$T/other.tok" --resume-changes seq,data --dry-run 2>&1); rc=$?
+    ok "$bin plans a resume with --resume-changes seq,data, noting both (exit $rc)" \
+        "[ $rc -eq 0 ] && [ \$(grep -c 'allowed by --resume-changes' <<< \"\$out\") -eq 2 ]"
     # a name of 5000 bytes leaves the reason room: its head and tail, the reason after them
     for f in --data --model --resume --save --log; do
         refuse $bin "a 5000-byte $f" "$LONG_TAIL" $good $R $f "$LONG"

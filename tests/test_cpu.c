@@ -801,6 +801,117 @@ static void test_cli(void) {
     EXPECT(!cli_parse(2, p3, po, 2, err, sizeof err) && pk && !pk[0], "--packing last: alone: %s", err);
 }
 
+/* ------------------------------------------------------------------ a save's record of its run */
+/* a trainer_state file holding one tensor and the metadata a save of this run writes */
+static int write_state(const char *path, const SaveMeta *m) {
+    static const float x[4] = {1, 2, 3, 4};
+    const StWrite w = {"master.x", ST_F32, 1, {4}, x};
+    char err[4096];
+    char *meta = inputs_save_meta_json(m);
+    const int rc = st_write(path, &w, 1, meta, err, sizeof err);
+    if (rc) printf("  %s\n", err);
+    free(meta);
+    return rc;
+}
+
+/* Whatever --data was -- quotes, backslashes, newlines, every control byte, UTF-8, 4000 bytes -- the
+ * save's metadata is JSON that reads back (the safetensors header, then the path itself), and
+ * --resume of it with the same run compares equal. Its metadata was once printf'd into 1200 bytes:
+ * a '"' gave a header no reader takes ("bad header"), a long path a truncated one. */
+static void test_save_meta(void) {
+    char path[1200], err[4096], note[4096];
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", tmpdir);
+    char ctl[40], big[4001], bad[16];
+    for (int k = 1; k < 32; k++) ctl[k - 1] = (char)k;
+    snprintf(ctl + 31, sizeof ctl - 31, "\x7f.tok");
+    for (int k = 0; k < 4000; k++) big[k] = "abc/\"\\\n"[k % 7];
+    big[4000] = 0;
+    const char *hostile[] = {"data/books.tok", "a \"quoted\" name.tok", "back\\slash\\", "new\nline\r\t.tok", ctl,
+                             "d\xc3\xa9j\xc3\xa0 \xe6\x96\x87\xe5\xad\x97 \xf0\x9f\x93\x9a.tok", big, "", "}\",\"step\":\"9"};
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        const SaveMeta m = {.step = 7, .seq = 16384, .data = hostile[i], .data_tokens = 1270101,
+                            .data_digest = (1ll << 52) - 3, .eot = -1, .model = hostile[i], .layers = 28,
+                            .yarn_factor = 4, .yarn_original = 32768, .model_digest = 12345};
+        SafeTensors st;
+        int64_t step = -1;
+        const int ok = !write_state(path, &m) && !st_open(path, &st, err, sizeof err);
+        const char *got = ok ? st_meta(&st, "data") : NULL, *model = ok ? st_meta(&st, "model") : NULL;
+        EXPECT(ok && got && !strcmp(got, hostile[i]) && model && !strcmp(model, hostile[i]) &&
+                   !inputs_state_step(&st, 100, &step, err, sizeof err) && step == 7 &&
+                   !inputs_resume_compare(&st, &m, 0, "DIR", note, sizeof note, err, sizeof err) && !note[0],
+               "--data of %zu bytes (case %zu) round-trips through the save's metadata and compares equal: %s", strlen(hostile[i]), i,
+               ok ? err : err);
+        if (ok) st_close(&st);
+    }
+    /* bytes that are not UTF-8: JSON cannot hold them; written as U+FFFD, the rest intact */
+    snprintf(bad, sizeof bad, "a\xff" "b\xc3(");
+    const SaveMeta mb = {.step = 1, .data = bad, .model = "m", .eot = -1};
+    SafeTensors st;
+    EXPECT(!write_state(path, &mb) && !st_open(path, &st, err, sizeof err) && st_meta(&st, "data") &&
+               !strcmp(st_meta(&st, "data"), "a\xef\xbf\xbd" "b\xef\xbf\xbd("),
+           "bytes that are not UTF-8 are written as U+FFFD: %s", err);
+    st_close(&st);
+
+    /* --resume compares seq, data, packing and the model, each by name, each allowed by its bit */
+    const SaveMeta was = {.step = 5, .seq = 16384, .data = "a.tok", .data_tokens = 1000, .data_digest = 77, .eot = -1,
+                          .model = "0.6B", .layers = 28, .model_digest = 99};
+    EXPECT(!write_state(path, &was) && !st_open(path, &st, err, sizeof err), "a save to compare: %s", err);
+    SaveMeta now = was;
+    now.seq = 32768;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "--resume CK: saved with --seq 16384, this run has --seq 32768") &&
+               strstr(err, "--resume-changes seq") && !strchr(err, '\n'),
+           "another --seq is refused by name: %s", err);
+    EXPECT(!inputs_resume_compare(&st, &now, RESUME_SEQ, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(note, "saved with --seq 16384") && strstr(note, "allowed by --resume-changes"),
+           "... and allowed by --resume-changes seq, with a note: %s", note);
+    now = was, now.data_digest = 78;
+    EXPECT(inputs_resume_compare(&st, &now, RESUME_SEQ | RESUME_PACKING | RESUME_MODEL, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "--data a.tok has changed since the save") && strstr(err, "--resume-changes data"),
+           "the same --data path with other tokens is refused: %s", err);
+    now.data = "b.tok", now.data_tokens = 2000;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with --data a.tok (1000 tokens), this run has --data b.tok (2000 tokens"),
+           "another --data is refused, both named: %s", err);
+    now = was, now.data = "elsewhere/a.tok";
+    EXPECT(!inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err),
+           "the same tokens under another path are the same data: %s", err);
+    now = was, now.eot = 151643;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with --packing none, this run has --packing 151643") && strstr(err, "--resume-changes packing"),
+           "another --packing is refused: %s", err);
+    now = was, now.layers = 2, now.model_digest = 98;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with 28 layers of 0.6B, this run has 2 (--layers)") && strstr(err, "--resume-changes model"),
+           "another --layers is refused: %s", err);
+    now = was, now.yarn_factor = 4, now.yarn_original = 32768, now.model_digest = 97;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with no YaRN, this run has YaRN x4 from 32768"),
+           "another YaRN is refused: %s", err);
+    now = was, now.seq = 8, now.eot = 7, now.model_digest = 1;
+    EXPECT(inputs_resume_compare(&st, &now, RESUME_PACKING, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "--seq 8") && !strstr(err, "--packing 7") && strstr(note, "--packing 7") &&
+               strstr(err, "--resume-changes seq,model"),
+           "several differences: the refused ones named together, the allowed one noted: %s | %s", err, note);
+    st_close(&st);
+    /* a save of the older kind records only its step: nothing else to compare, said in a note */
+    const StWrite w = {"master.x", ST_F32, 1, {1}, (const float[]){0}};
+    EXPECT(!st_write(path, &w, 1, "{\"step\":\"3\",\"seq\":\"64\"}", err, sizeof err) && !st_open(path, &st, err, sizeof err) &&
+               !inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) && strstr(note, "an older save"),
+           "an older save is not compared: %s", note);
+    st_close(&st);
+    /* a token file's content digest: every id and weight, not where the file is */
+    TokenFile a = {.count = 5, .ids = (uint32_t[]){1, 2, 3, 4, 5}}, b = a;
+    b.ids = (uint32_t[]){1, 2, 3, 4, 6};
+    const int64_t da = tokens_content_digest(&a);
+    uint8_t wts[5] = {1, 1, 1, 1, 1};
+    TokenFile c = a;
+    c.weights = wts;
+    EXPECT(da == tokens_content_digest(&a) && da != tokens_content_digest(&b) && da != tokens_content_digest(&c) &&
+               da >= 0 && da < (1ll << 52),
+           "the data digest is the ids' and the weights' (52 bits)");
+}
+
 /* ------------------------------------------------------------------ where a refusal points */
 static void test_messages(void) {
     JsonValue v;
@@ -2174,6 +2285,8 @@ int main(int argc, char **argv) {
     test_cli();
     test_bounds();
     test_messages();
+    printf("[saves' metadata]\n");
+    test_save_meta();
     printf("[init]\n");
     test_init();
     printf("[shards]\n");
