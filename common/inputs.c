@@ -31,13 +31,36 @@ static void open_tokens(TokenFile *tf, const char *path, const char *flag, const
             flag, path, !strcmp(path, TOKENS_SHIPPED) ? " (its ids are Qwen3's)" : "");
 }
 
-/* the job's windows: every step reads world windows of window + 1 tokens */
-static void check_windows(const TokenFile *tf, const char *flag, const InputsAsk *a, int64_t eval_steps) {
+/* the job's windows: every step reads world windows of window + 1 tokens (with --packing, the label
+ * after an end of text counts none) */
+static void check_windows(Loader *ld, const TokenFile *tf, const char *flag, const InputsAsk *a, int64_t eval_steps) {
     char err[1024];
-    Loader ld;
-    if (loader_init(&ld, tf, a->window, a->world, 0, err, sizeof err) ||
-        (eval_steps && loader_check_eval(&ld, eval_steps, err, sizeof err)))
-        STOP("%s %s", flag, err);
+    if (loader_init(ld, tf, a->window, a->world, 0, err, sizeof err)) STOP("%s %s", flag, err);
+    if (a->eot >= 0) loader_pack(ld, (uint32_t)a->eot);
+    if (eval_steps && loader_check_eval(ld, eval_steps, err, sizeof err)) STOP("%s %s", flag, err);
+}
+
+/* Training data whose windows hold no label that counts would skip every step of the run (steps
+ * from + 1 .. to): refused as --eval-data is, naming why no label counts */
+static void check_training_labels(const Loader *ld, int64_t from, int64_t to) {
+    if (from >= to || loader_first_counted(ld, from, to) >= 0) return;
+    const TokenFile *tf = ld->tf;
+    const int whole = to - from >= (ld->windows + ld->world - 1) / ld->world; /* the run reads every window */
+    char why[200];
+    const long long e = (long long)ld->eot;
+    if (tf->weights && !tf->counted) snprintf(why, sizeof why, "every loss weight in the file is 0");
+    else if (!tf->weights) /* every label counts unless packed: each one follows an end of text */
+        snprintf(why, sizeof why, "with --packing %lld, each label follows an end of text (%lld), which counts none", e, e);
+    else if (whole && ld->eot >= 0)
+        snprintf(why, sizeof why, "the labels of loss weight 1 all follow an end of text (%lld, --packing)", e);
+    else snprintf(why, sizeof why, "their loss weights are 0%s", ld->eot >= 0 ? " or follow an end of text (--packing)" : "");
+    char which[160];
+    if (whole) snprintf(which, sizeof which, "no label of its %lld windows of %lld+1 tokens", (long long)ld->windows,
+                        (long long)ld->seq);
+    else snprintf(which, sizeof which, "no label in the windows of steps %lld to %lld", (long long)from + 1, (long long)to);
+    STOP("--data %s: %s carries loss (%s): every step would be skipped and nothing trained; give a file whose labels "
+         "count (data/prepare.py --jsonl weights completions 1)%s", short_name(tf->path), which, why,
+         ld->eot >= 0 ? ", or another --packing id" : "");
 }
 
 /* ---------------------------------------------------------------- a save's record of its run */
@@ -284,15 +307,17 @@ void inputs_open(Inputs *in, const InputsAsk *a, const Qwen3Config *c, const Par
     /* a plan the advice asked for (advice.c: fits): the run that asked checked these files, and a
      * 40 GB token file read again by each of ten plans would cost minutes */
     if (getenv("LONGCTX_ADVISING")) return;
+    Loader ld, eval;
     open_tokens(&in->data, a->data, "--data", c);
-    check_windows(&in->data, "--data", a, 0);
+    check_windows(&ld, &in->data, "--data", a, 0);
     if (a->eval_data) {
         open_tokens(&in->eval, a->eval_data, "--eval-data", c);
-        check_windows(&in->eval, "--eval-data", a, a->eval_steps);
+        check_windows(&eval, &in->eval, "--eval-data", a, a->eval_steps);
     }
     if (a->save || a->resume) in->data_digest = tokens_content_digest(&in->data); /* what a save records */
     if (a->resume) check_resume(in, a, c, t);
     else check_model(a->model, t);
+    check_training_labels(&ld, in->resume_step, a->steps); /* the steps this run trains */
     if (a->save) check_writable("--save", a->save, 1);
     const char *flag[4] = {"--log", "--trace", "--timeline", "--dump-grads"},
                *file[4] = {a->log, a->trace, a->timeline, a->dump_grads};

@@ -5,6 +5,8 @@
  * its shape and a float type), the --resume save (its step, every master/m/v tensor), and where
  * --save, --log, --trace, --timeline and --dump-grads will write. A problem stops the run (STOP:
  * "stage1: what is wrong and what to do"); nothing later finds it after minutes of GPU setup.
+ * Training data in whose windows no label carries loss (every loss weight 0, or with --packing
+ * every label after an end of text) is refused, as held-out data is: every step would be skipped.
  * A --resume save records the run that made it (SaveMeta): a run that reads it with another --seq,
  * --data (its tokens, by digest), --packing or model is refused by name, unless --resume-changes
  * allows that change. */

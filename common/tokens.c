@@ -224,6 +224,14 @@ int64_t loader_counted_job(const Loader *ld, int64_t step) {
     return n;
 }
 
+int64_t loader_first_counted(const Loader *ld, int64_t from, int64_t to) {
+    const int64_t cover = (ld->windows + ld->world - 1) / ld->world + 1; /* steps that read every window */
+    if (to - from > cover) to = from + cover;
+    for (int64_t s = from; s < to; s++)
+        if (loader_counted_job(ld, s)) return s;
+    return -1;
+}
+
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen) {
     if (steps > ld->windows / ld->world) {
         snprintf(err, errlen, "%s holds %lld window%s of %lld+1 tokens; an evaluation reads %lld, each once (--eval-windows, "

@@ -90,6 +90,10 @@ int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w);
  * them). Each rank reads the others' weights from its own copy of the file, so every rank knows the
  * loss's denominator before its first kernel, with no collective. */
 int64_t loader_counted_job(const Loader *ld, int64_t step);
+/* The first step in [from, to) whose windows (every data-parallel rank's) hold a label that counts,
+ * or -1 when none does. It looks at no more steps than cover every window of the file once, so it
+ * is one pass over the file at most. */
+int64_t loader_first_counted(const Loader *ld, int64_t from, int64_t to);
 /* an evaluation of `steps` loader steps (steps * world windows from the file's start): every window
  * read once, and some label counts. Returns 0 or -1 + message. */
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen);

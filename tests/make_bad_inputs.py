@@ -9,9 +9,12 @@ import json, os, shutil, struct, sys
 V = 1024  # a small vocabulary: the models here hold [V, 64] embeddings, the token files ids below V
 
 
-def tokens(path, ids):
+def tokens(path, ids, weights=None):
+    """version 1 (ids), or 2 with a loss weight (0/1) per token"""
     with open(path, "wb") as f:
-        f.write(b"LCTOKENS" + struct.pack("<IIq", 1, 4, len(ids)) + struct.pack(f"<{len(ids)}I", *ids))
+        f.write(b"LCTOKENS" + struct.pack("<IIq", 2 if weights else 1, 4, len(ids)) + struct.pack(f"<{len(ids)}I", *ids))
+        if weights:
+            f.write(bytes(weights))
 
 
 def config(d, **over):
@@ -73,6 +76,8 @@ def main(out):
     tokens(P("short.tok"), list(range(100)))                        # shorter than any window tested
     os.mkdir(P("dir.tok"))                                          # a directory given as a token file
     tokens(P("other.tok"), [(7 * i) % V for i in range(9000)])      # as long as tiny.tok, other ids
+    tokens(P("zero_weights.tok"), [i % V for i in range(9000)], [0] * 9000)  # no label carries loss
+    tokens(P("all_eot.tok"), [5] * 9000)                             # --packing 5: every label follows an end of text
     # config.json past its bounds (each a model directory of its own)
     config(P("cfg_vocab_2p62"), vocab_size=2 ** 62)
     raw_config(P("cfg_int_past_int64"), json.dumps({"model_type": "qwen3"})[:-1] +

@@ -99,6 +99,13 @@ for n in 1 2 3 4 5; do
     refuse $bin "a config.json that is not JSON (the file, line, column and field)" \
         "$T/cfg_syntax/config.json: JSON: expected ',' or '}' at line 3, column 31 (byte 57), in \"rope_scaling\".\"factor\"" \
         $good $R --model "$T/cfg_syntax"
+    # training data with nothing to learn: every step would be skipped
+    refuse $bin "--data whose every loss weight is 0" "carries loss (every loss weight in the file is 0)" $good $R \
+        --data "$T/zero_weights.tok"
+    refuse $bin "--packing 5 on a file of token 5 alone" "with --packing 5, each label follows an end of text" $good $R \
+        --data "$T/all_eot.tok" --packing 5
+    refuse $bin "--eval-data of token 5 alone with --packing 5" "--eval-data $T/all_eot.tok: no label" $good $R \
+        --eval-data "$T/all_eot.tok" --packing 5
     refuse $bin "--packing -1 (a negative id, by name)" "--packing -1: the end-of-text token id" $good $R --packing -1
     # a save records --seq, --data's tokens, --packing and the model: --resume compares each
     refuse $bin "--resume with another --seq" "saved with --seq 64, this run has --seq 32" $good $R --resume "$T/r_meta" --seq 32

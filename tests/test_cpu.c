@@ -964,6 +964,29 @@ static void test_messages(void) {
            "a 5000-byte path leaves the reason room: %s", err);
 }
 
+/* ------------------------------------------------------------------ training data with nothing to learn */
+static void test_no_loss(void) {
+    uint32_t ids[40];
+    uint8_t w[40];
+    for (int k = 0; k < 40; k++) ids[k] = 5, w[k] = 0;
+    TokenFile tf = {.count = 40, .ids = ids, .weights = w, .counted = 0};
+    Loader ld;
+    char err[256];
+    EXPECT(!loader_init(&ld, &tf, 8, 1, 0, err, sizeof err) && loader_first_counted(&ld, 0, 1000) == -1,
+           "every weight 0: no step has a label that counts");
+    w[30] = 1, tf.counted = 1; /* window 3 (tokens 24..32): label 6 */
+    EXPECT(loader_first_counted(&ld, 0, 1000) == 3 && loader_first_counted(&ld, 0, 3) == -1 &&
+               loader_first_counted(&ld, 4, 1000) == 7,
+           "the first step that counts: 3; none in steps 0-2; 7 in the next epoch (4 windows)");
+    TokenFile plain = {.count = 40, .ids = ids, .counted = 40};
+    EXPECT(!loader_init(&ld, &plain, 8, 2, 0, err, sizeof err) && loader_first_counted(&ld, 0, 10) == 0,
+           "without weights every label counts");
+    loader_pack(&ld, 5);
+    EXPECT(loader_first_counted(&ld, 0, 1000000) == -1, "--packing on a file of end-of-text tokens: none counts");
+    ids[17] = 6;
+    EXPECT(loader_first_counted(&ld, 0, 1000000) == 1, "one token that is not the end of text: its label counts");
+}
+
 /* ------------------------------------------------------------------ bounds on what is read */
 /* Numbers nobody bounded once let a config of 2^62 plan 1.5 GiB and --seq 17179869185G wrap to 2^30:
  * the JSON reader, the option parser and the name lookup at their edges. */
@@ -2287,6 +2310,7 @@ int main(int argc, char **argv) {
     test_messages();
     printf("[saves' metadata]\n");
     test_save_meta();
+    test_no_loss();
     printf("[init]\n");
     test_init();
     printf("[shards]\n");
