@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "ckpt.h"
@@ -31,14 +32,37 @@ void run_instruments(const RunOpts *r) {
     timeline_open(r->timeline);
 }
 
+/* a dry-run's refusal of its inputs, said last (after its plan), and its exit status */
+static char refused[4096];
+static void refuse_at_exit(void) {
+    fflush(stdout);
+    fprintf(stderr, "%s%s: %s\n", __atomic_load_n(&longctx_midline, __ATOMIC_ACQUIRE) ? "\n" : "", longctx_prog, refused);
+    fflush(stderr);
+    _exit(2);
+}
+typedef struct {
+    Inputs *in;
+    const InputsAsk *a;
+    const Qwen3Config *c;
+    const ParamTable *t;
+} OpenAsk;
+static void open_all(void *p) {
+    const OpenAsk *o = p;
+    inputs_open(o->in, o->a, o->c, o->t);
+}
+
 void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
-                     int64_t eot, const Job *j, const Qwen3Config *c, const ParamTable *t) {
-    inputs_open(in, &(InputsAsk){.data = data, .eval_data = r->eval_data, .model = model, .resume = r->resume,
-                                 .save = r->save, .log = r->log, .trace = r->trace, .timeline = r->timeline,
-                                 .dump_grads = r->dump_grads, .window = seq, .world = j->dp,
-                                 .eval_steps = run_eval_passes(r, j), .steps = steps, .eot = eot,
-                                 .resume_changes = r->resume_allow},
-                c, t);
+                     int64_t eot, int dry_run, const Job *j, const Qwen3Config *c, const ParamTable *t) {
+    const InputsAsk a = {.data = data, .eval_data = r->eval_data, .model = model, .resume = r->resume, .save = r->save,
+                         .log = r->log, .trace = r->trace, .timeline = r->timeline, .dump_grads = r->dump_grads,
+                         .window = seq, .world = j->dp, .eval_steps = run_eval_passes(r, j), .steps = steps, .eot = eot,
+                         .resume_changes = r->resume_allow};
+    if (!dry_run) inputs_open(in, &a, c, t); /* a refusal ends the run here, before its plan */
+    else if (longctx_catch_stop(open_all, &(OpenAsk){in, &a, c, t}, refused, sizeof refused)) {
+        memplan_inputs_refused = 1; /* the plan prints, not saying a bare "fits"; the refusal follows, last */
+        atexit(refuse_at_exit);
+        return;
+    }
     r->data_tokens = in->data.count, r->data_digest = in->data_digest, r->eot = eot;
 }
 

@@ -67,10 +67,14 @@ void run_opts_check(RunOpts *r, const char **model, int model_given, int64_t ste
 /* --profile, --trace, --timeline: armed once the plan is made and the run will go ahead */
 void run_instruments(const RunOpts *r);
 
-/* every file the run reads, checked before the GPU is touched (and by --dry-run): common/inputs.h.
- * eot: --packing's end of text (-1: not packed). Records in r what the saves will say of the run. */
+/* Every file the run reads, checked before the GPU is touched, before the plan is printed
+ * (common/inputs.h): a run that refuses them stops here, its plan never shown. A dry-run checks the
+ * same and, refused, still prints its plan -- what a dry-run is for -- but a plan that fits then
+ * says "fits, but the run is refused below (its inputs)", never a bare "fits", and the refusal is
+ * the dry-run's last line (exit 2). eot: --packing's end of text (-1: not packed). Records in r
+ * what the saves will say of the run. */
 void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
-                     int64_t eot, const Job *j, const Qwen3Config *c, const ParamTable *t);
+                     int64_t eot, int dry_run, const Job *j, const Qwen3Config *c, const ParamTable *t);
 
 /* ---------------------------------------------------------------- the job (common/ranks.h) */
 /* Every rank must read the same token file and model: each counts every rank's labels in its own

@@ -3,6 +3,7 @@
 
 #include "check.h"
 
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,41 @@ static void shorten_words(const char *msg, char *out, size_t n) {
     out[o] = 0;
 }
 
+static _Thread_local jmp_buf *stop_catcher;
+static _Thread_local char *stop_msg;
+static _Thread_local size_t stop_msg_n;
+
+int longctx_catch_stop(void (*fn)(void *), void *arg, char *msg, size_t n) {
+    jmp_buf jb, *const prev = stop_catcher;
+    char *const prev_msg = stop_msg;
+    const size_t prev_n = stop_msg_n;
+    if (setjmp(jb)) {
+        stop_catcher = prev, stop_msg = prev_msg, stop_msg_n = prev_n;
+        return 2;
+    }
+    stop_catcher = &jb, stop_msg = msg, stop_msg_n = n;
+    msg[0] = 0;
+    fn(arg);
+    stop_catcher = prev, stop_msg = prev_msg, stop_msg_n = prev_n;
+    return 0;
+}
+
 _Noreturn void longctx_fail(int code, const char *file, int line, const char *fmt, ...) {
+    if (code == 2 && !file && stop_catcher) { /* a STOP inside longctx_catch_stop: its message, then back there */
+        char *m = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        const int len = vsnprintf(NULL, 0, fmt, ap);
+        va_end(ap);
+        if (len >= 0 && (m = malloc((size_t)len + 1))) {
+            va_start(ap, fmt);
+            vsnprintf(m, (size_t)len + 1, fmt, ap);
+            va_end(ap);
+        }
+        shorten_words(m ? m : "(out of memory formatting the message)", stop_msg, stop_msg_n);
+        free(m);
+        longjmp(*stop_catcher, 1);
+    }
     claim_or_wait();
     char head[320], *msg, out[4096];
     if (longctx_rank >= 0 && file) snprintf(head, sizeof head, "rank %d: error %s:%d: ", longctx_rank, file, line);

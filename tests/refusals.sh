@@ -6,7 +6,10 @@
 # only its plan) and passes when the program exits non-zero with the expected words on the LAST
 # line of its output (stdout and stderr together, as a log holds them), printed as "stageN: ..."
 # with no source line. A message written before buffered stdout reached the log sat above the plan
-# where nobody reads it: that is how a run once "failed with no message".
+# where nobody reads it: that is how a run once "failed with no message". Each case then runs again
+# with --dry-run, which must refuse it too, with no line ending in "fits" above the refusal: the
+# inputs are checked before the plan is printed, so a plan's verdict never precedes its refusal.
+
 # Needs no GPU: the refusals come before any CUDA call. BIN=DIR runs DIR's binaries instead (an
 # older build, to see which cases it misses). Prints "N passed, M failed".
 set -u
@@ -27,6 +30,10 @@ refuse() {
     last=$(tail -n 1 <<< "$out")
     ok "$bin refuses $what" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- \"\$words\" <<< \"\$last\" && [[ \"\$last\" == $bin:* ]]"
     echo "  $bin ${*:0:0}-> ${last:0:220}"
+    out=$(timeout 60 "$BIN/$bin" "$@" --dry-run 2>&1 < /dev/null); rc=$?
+    last=$(tail -n 1 <<< "$out")
+    ok "$bin --dry-run refuses $what, with no plan's \"fits\" above it" \
+        "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- \"\$words\" <<< \"\$last\" && ! grep -qE 'fits\$' <<< \"\$out\""
 }
 
 good="--model $T/m_good --data $T/tiny.tok --seq 64 --steps 2"
