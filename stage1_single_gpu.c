@@ -609,6 +609,7 @@ static double eval_window(void *m, int64_t k, int64_t *labels) {
 /* ============================================================ main */
 /* one rank's training run: allocate as planned, initialise, loop */
 static void train(Model *M) {
+    run_join(&M->o.run, &M->job, M->gpu.stream); /* the ranks' options agree, --save reaches every node */
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
     M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */

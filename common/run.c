@@ -1,8 +1,12 @@
 /* run.c -- a run's operations around the training step (run.h). */
 #include "run.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -64,6 +68,63 @@ void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model
         return;
     }
     r->data_tokens = in->data.count, r->data_digest = in->data_digest, r->eot = eot;
+}
+
+/* ---------------------------------------------------------------- the job's ranks agree */
+/* the options: two collectives when they agree; two more name a rank of each side when not */
+static void same_options(const Job *j, cudaStream_t st) {
+    const int64_t d = cli_options_digest(), lo = comm_min_i64(j->comm, d, st), hi = -comm_min_i64(j->comm, -d, st);
+    if (lo == hi) return;
+    const int64_t a = comm_min_i64(j->comm, d == lo ? j->rank : j->P, st), b = comm_min_i64(j->comm, d != lo ? j->rank : j->P, st);
+    const int here = j->here > 0 ? j->here : 1;
+    STOP("rank %lld (node %lld) and rank %lld (node %lld) were started with other options: every node runs the same "
+         "command (only --node-rank, --log, --trace, --timeline and --profile may differ), since the options decide the "
+         "collectives each rank issues; compare the nodes' command lines", (long long)a, (long long)(a / here),
+         (long long)b, (long long)(b / here));
+}
+
+/* --save DIR where every rank can write a file rank 0 made: the ranks' pieces go into rank 0's files */
+static void save_reachable(const char *dir, const Job *j, cudaStream_t st) {
+    const int64_t NONE = 1ll << 52, OK = 1ll << 50; /* below 2^53: exact in comm_min_i64's doubles */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const int64_t mine = ((int64_t)getpid() << 20 ^ ts.tv_nsec ^ (int64_t)ts.tv_sec << 30) & (OK - 1),
+                  nonce = comm_min_i64(j->comm, j->rank == 0 ? mine : NONE, st); /* rank 0's, everywhere */
+    char probe[CKPT_PATH + 64];
+    snprintf(probe, sizeof probe, "%s/.longctx-probe-%llx", dir, (long long)nonce);
+    int64_t made = OK;
+    if (j->rank == 0) {
+        if (mkdir(dir, 0755) && errno != EEXIST) made = errno;
+        else {
+            const int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd < 0 || fsync(fd)) made = errno;
+            if (fd >= 0) close(fd);
+        }
+    }
+    made = comm_min_i64(j->comm, made, st); /* rank 0's file exists before any rank looks */
+    int64_t v = OK;
+    if (made == OK && j->rank != 0) {
+        const int fd = open(probe, O_WRONLY);
+        if (fd < 0) v = (int64_t)j->rank << 16 | (errno & 0xffff);
+        else close(fd);
+    }
+    v = comm_min_i64(j->comm, v, st); /* the lowest rank that could not, and why */
+    if (j->rank == 0 && made == OK) unlink(probe);
+    const int here = j->here > 0 ? j->here : 1;
+    if (made != OK)
+        STOP("--save %s: rank 0 cannot make a file there (%s): give a directory every node can write", dir,
+             strerror((int)made));
+    if (v != OK)
+        STOP("--save %s: rank %lld (node %lld) cannot open the file rank 0 made there (%s): every node must see the "
+             "same DIR, writable (a filesystem they share, at the same path), or the first save fails", dir,
+             (long long)(v >> 16), (long long)((v >> 16) / here), strerror((int)(v & 0xffff)));
+}
+
+void run_join(const RunOpts *o, const Job *j, cudaStream_t st) {
+    if (!j->comm || comm_kind(j->comm) == COMM_REHEARSE) return; /* one rank, or the rehearsal's one process */
+    if (comm_kind(j->comm) == COMM_LOCAL) return; /* threads of one process: one command, one filesystem */
+    same_options(j, st);
+    if (o->save) save_reachable(o->save, j, st);
 }
 
 void job_same_inputs(const Job *j, uint64_t digest, const char *path, int64_t tokens, int64_t counted,

@@ -77,6 +77,13 @@ void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model
                      int64_t eot, int dry_run, const Job *j, const Qwen3Config *c, const ParamTable *t);
 
 /* ---------------------------------------------------------------- the job (common/ranks.h) */
+/* A rank's first call, before it allocates or loads (every rank of a job of several): the ranks
+ * compare their options (cli_options_digest: every node runs the same command, only --node-rank and
+ * the printing rank's outputs may differ), since options shape the collectives and a node that
+ * issued other ones would hang the job or pair wrong messages; then, with --save, every rank opens a
+ * file rank 0 made in DIR, so a DIR that another node cannot see or write is refused, naming the
+ * rank, now rather than at the first save. Local ranks and the rehearsal (one process) skip both. */
+void run_join(const RunOpts *o, const Job *j, cudaStream_t st);
 /* Every rank must read the same token file and model: each counts every rank's labels in its own
  * copy (and, with --packing, its ends of text), and a layer's kind decides its collectives. One rank:
  * nothing to compare. */

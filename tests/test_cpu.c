@@ -799,6 +799,27 @@ static void test_cli(void) {
     EXPECT(!cli_parse(3, p1, po, 2, err, sizeof err) && pk && !strcmp(pk, "-1"), "--packing -1 takes -1: %s", err);
     EXPECT(!cli_parse(4, p2, po, 2, err, sizeof err) && pk && !pk[0] && seq == 8, "--packing --seq 8: alone: %s", err);
     EXPECT(!cli_parse(2, p3, po, 2, err, sizeof err) && pk && !pk[0], "--packing last: alone: %s", err);
+    /* the options' digest: values, not spellings or order; a node's own options left out */
+    const char *nr = NULL, *lg = NULL;
+    int64_t node = -1;
+    Opt jo[] = {{"--seq", OPT_INT, &seq, "t", "[2,4G]"}, {"--model", OPT_STRING, &model, "m"},
+                {"--node-rank", OPT_INT, &node, "n", "[-1,64K)"}, {"--log", OPT_STRING, &lg, "l"},
+                {"--packing", OPT_OPTSTR, &nr, "p"}, {"--keep-attn", OPT_FLAG, &flag, "k"}};
+    int64_t dg[8];
+    char *j0[] = {"x", "--seq", "16K", "--model", "8B"}, *j1[] = {"x", "--model", "8B", "--seq=16384"},
+         *j2[] = {"x", "--seq", "16K", "--model", "8B", "--node-rank", "1", "--log", "n1.jsonl"},
+         *j3[] = {"x", "--seq", "32K", "--model", "8B"}, *j4[] = {"x", "--seq", "16K", "--model", "4B"},
+         *j5[] = {"x", "--seq", "16K", "--model", "8B", "--packing"}, *j6[] = {"x", "--seq", "16K", "--model", "8B", "--keep-attn"};
+    char **js[] = {j0, j1, j2, j3, j4, j5, j6};
+    const int jn[] = {5, 4, 9, 5, 5, 6, 6};
+    for (int k = 0; k < 7; k++) {
+        seq = 4096, model = "0.6B", node = -1, lg = NULL, nr = NULL, flag = 0; /* each parse from the defaults */
+        EXPECT(!cli_parse(jn[k], js[k], jo, 6, err, sizeof err), "digest case %d parses: %s", k, err);
+        dg[k] = cli_options_digest();
+    }
+    EXPECT(dg[0] == dg[1] && dg[0] == dg[2], "--seq 16K = --seq=16384 in any order; --node-rank and --log are a node's own");
+    EXPECT(dg[3] != dg[0] && dg[4] != dg[0] && dg[5] != dg[0] && dg[6] != dg[0] && dg[0] >= 0 && dg[0] < (1ll << 52),
+           "another --seq, --model, --packing or flag: another digest (52 bits)");
 }
 
 /* ------------------------------------------------------------------ a save's record of its run */
