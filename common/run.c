@@ -14,6 +14,7 @@
 #include "gpu.h"
 
 void run_opts_check(RunOpts *r, const char **model, int model_given, int64_t steps) {
+    if (r->save) preempt_arm(); /* first: a signal during the long reads and loads ahead is kept for its stop */
     if (steps == 0 && !r->save) STOP("--steps 0 only with --save (it writes the initial weights); else at least 1");
     if (r->resume_changes) {
         static const char *const names[4] = RESUME_CHANGE_NAMES;
@@ -68,6 +69,7 @@ void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model
         return;
     }
     r->data_tokens = in->data.count, r->data_digest = in->data_digest, r->eot = eot;
+    preempt_stop_early("while the inputs were read"); /* before the plan, the GPU, the communicators */
 }
 
 /* ---------------------------------------------------------------- the job's ranks agree */
@@ -205,8 +207,7 @@ void run_begin(Run *r, int64_t start) {
         const EvalResult e0 = evaluate(r);
         eval_report(r->stage, start, &e0, r->log);
     }
-    if (r->o->save) preempt_arm(); /* SIGTERM, SIGUSR1: save after the step in flight, then stop */
-    r->t0 = now_s();
+    r->t0 = now_s(); /* SIGTERM and SIGUSR1 were armed with the options (run_opts_check) */
 }
 
 int run_stopping(Run *r, int64_t step) {
@@ -239,6 +240,16 @@ void run_dump(Run *r, int64_t step, const double *loss_sum, int64_t counted, dou
     state_dump(&io, r->o->dump_grads, ls / (double)counted + aux);
 }
 
+/* After the first step: how long a stop on a signal may take -- the step in flight, then a save --
+ * and so the lead Slurm's --signal=USR1@T needs (twice that: a step can run long, a disk slow) */
+static void stop_time_note(const Run *r, double step_s) {
+    const StateIO io = r->h.state(r->h.model);
+    const double gb = (double)state_save_bytes(io.t) / 1e9, save_s = gb / RUN_SAVE_GBPS;
+    say("a stop on SIGTERM/SIGUSR1 takes up to a step (%.1f s) and a save (%.2f GB, ~%.0f s at an assumed %g GB/s; each "
+        "save's line says its time): under Slurm, --signal=USR1@%.0f or more\n", step_s, gb, save_s, RUN_SAVE_GBPS,
+        ceil(2 * (step_s + save_s) + 10));
+}
+
 void run_step(Run *r, StepLog *s, double pairs) {
     float ms;
     CUDA_CHECK(cudaEventElapsedTime(&ms, r->ev[0], r->ev[1]));
@@ -257,6 +268,7 @@ void run_step(Run *r, StepLog *s, double pairs) {
     if (r->job.comm) comm_step_report(r->job.comm, sec); /* rehearsal only: bytes moved and their modelled time */
     blocks_report(); /* rehearsal only: do the ring's hops hide under its blocks? */
     prof_report(r->st);
+    if (r->o->save && s->step == r->start + 1) stop_time_note(r, sec);
     fflush(stdout);
     save_if_due(r, s->step);
 }

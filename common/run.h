@@ -23,7 +23,10 @@
 
 /* ---------------------------------------------------------------- options */
 /* --help's last line, the same in every stage */
-#define STAGE_USAGE "\n--dry-run prints the memory plan (works without a GPU). Sizes take K/M suffixes: --seq 128K."
+#define STAGE_USAGE "\n--dry-run prints the memory plan (works without a GPU). Sizes take K/M suffixes: --seq 128K." \
+    "\nExit status: 0 the run is done; 2 bad input (the last line says what and what to do); 1 an internal error; " \
+    "75 stopped by SIGTERM or SIGUSR1 under --save, the step in flight saved (requeue, then --resume DIR); " \
+    "128 + N a second signal N ended it at once (the last complete save stays)."
 
 typedef struct {
     const char *save;        /* DIR: saves go to DIR/step-N (an HF model directory + trainer state) */
@@ -46,7 +49,7 @@ typedef struct {
 
 #define RUN_DEFAULTS {.save_keep = 1, .eval_windows = 4}
 #define RUN_OPTIONS(r)                                                                                                  \
-    {"--save", OPT_STRING, &(r).save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"}, \
+    {"--save", OPT_STRING, &(r).save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest. SIGTERM or SIGUSR1 then stops the run after the step in flight, saved, exit 75 (Slurm: --signal=USR1@T, T above a step and a save, which the first step's line estimates)"}, \
     {"--save-every", OPT_INT, &(r).save_every, "also save every N steps (0: only at the end)", "[0,1G]"},              \
     {"--save-keep", OPT_INT, &(r).save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},    \
     {"--resume", OPT_STRING, &(r).resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N; a run with another --seq, --data (its tokens), --packing or model than the save's is refused, naming each"}, \
@@ -61,7 +64,9 @@ typedef struct {
     {"--timeline", OPT_STRING, &(r).timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"}
 
 /* After the options are parsed: --resume resolved to its step directory (and the model it holds,
- * unless --model names another), --resume-changes read, the options that need one another checked. */
+ * unless --model names another), --resume-changes read, the options that need one another checked;
+ * with --save, SIGTERM and SIGUSR1 armed (preempt_arm) before anything long: a signal from here on
+ * stops the run at the next point it can (the inputs checked, or the step in flight), exit 75. */
 void run_opts_check(RunOpts *r, const char **model, int model_given, int64_t steps);
 
 /* --profile, --trace, --timeline: armed once the plan is made and the run will go ahead */
@@ -72,7 +77,8 @@ void run_instruments(const RunOpts *r);
  * same and, refused, still prints its plan -- what a dry-run is for -- but a plan that fits then
  * says "fits, but the run is refused below (its inputs)", never a bare "fits", and the refusal is
  * the dry-run's last line (exit 2). eot: --packing's end of text (-1: not packed). Records in r
- * what the saves will say of the run. */
+ * what the saves will say of the run. A signal that came while the files were read stops the run
+ * here (nothing trained), exit 75. */
 void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
                      int64_t eot, int dry_run, const Job *j, const Qwen3Config *c, const ParamTable *t);
 
@@ -91,6 +97,9 @@ void job_same_inputs(const Job *j, uint64_t digest, const char *path, int64_t to
                      int64_t layers, cudaStream_t st);
 
 /* ---------------------------------------------------------------- the run */
+/* The write rate a save's time is estimated at, every node's writers together (GB/s): an assumed
+ * figure, a shared filesystem's order of magnitude; each save's line says its measured rate. */
+#define RUN_SAVE_GBPS 1.0
 typedef struct {
     void *model;
     StateIO (*state)(void *model);                               /* what this rank holds, for saves */
@@ -123,7 +132,7 @@ static inline int64_t run_eval_passes(const RunOpts *o, const Job *j) { return (
 void run_check_eval(const RunOpts *r, const Job *j, const Loader *ld);
 /* The loop begins after step `start` (0, or the save resumed from): the log opened, the job's
  * ranks met (each allocated and loaded at its own pace), the held-out loss before the first step
- * reported, SIGTERM and SIGUSR1 armed. */
+ * reported. */
 void run_begin(Run *r, int64_t start);
 /* Before step + 1: a SIGTERM or SIGUSR1 (agreed by every rank) saves `step` and stops the run (1). */
 int run_stopping(Run *r, int64_t step);
@@ -136,7 +145,9 @@ void run_clock_stop(Run *r);
 void run_dump(Run *r, int64_t step, const double *loss_sum, int64_t counted, double aux);
 /* The step's report. The stage fills step, epoch, loss, lr, grad_norm, labels and keep_attn, and
  * attn_tflop with --packing (pairs: this rank's causal pairs); the rest is the run's. Then the
- * evaluation and the save this step asks for. */
+ * evaluation and the save this step asks for. With --save, the run's first step also says how long
+ * a stop on a signal can take -- this step and a save at RUN_SAVE_GBPS -- and so what Slurm's
+ * --signal=USR1@T needs. */
 void run_step(Run *r, StepLog *s, double pairs);
 /* after the loop: the time, the final save (unless a signal stopped the run) */
 void run_end(Run *r, int64_t step);

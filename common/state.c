@@ -10,6 +10,7 @@
 #include "ckpt.h"
 #include "inputs.h"
 #include "safetensors.h"
+#include "train.h"
 
 #define CHUNK (8ll << 20) /* elements per transfer: 32 MiB of fp32 staging per rank */
 static const char *STATE_PREFIX[3] = {"master", "adam_m", "adam_v"};
@@ -100,6 +101,12 @@ int64_t state_load(StateIO *s, const char *model, const char *resume, double ini
 }
 
 /* ---------------------------------------------------------------- save */
+int64_t state_save_bytes(const ParamTable *t) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < t->n; i++) n += t->p[i].numel;
+    return 14 * n; /* bf16 weights (2 bytes) + fp32 master, m and v (12) */
+}
+
 /* the tensors of the two files: [n] bf16 weights, and [3n] fp32 master, m, v */
 static void specs(const StateIO *s, StWrite *model, StWrite *state, char (*names)[112]) {
     const ParamTable *t = s->t;
@@ -147,6 +154,7 @@ static void fill_files(const StateIO *s, const StPlan *pm, const StPlan *ps) {
 void state_save(StateIO *s, const char *root, const SaveMeta *m, int64_t keep) {
     const ParamTable *t = s->t;
     const int64_t step = m->step;
+    const double t0 = now_s();
     settle();
     char dir[CKPT_PATH], path[CKPT_PATH + 64], err[CKPT_PATH + 512];
     StWrite *mw = xcalloc((size_t)t->n, sizeof(StWrite)), *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
@@ -173,8 +181,9 @@ void state_save(StateIO *s, const char *root, const SaveMeta *m, int64_t keep) {
     if (s->rank == 0) {
         if (ckpt_commit(root, step, keep, err, sizeof err)) DIE("%s", err);
         ckpt_step_dir(root, step, dir, sizeof dir);
-        printf("saved step %lld to %s (HF model + trainer state; %s/" CKPT_LATEST " points at it)\n", (long long)step, dir,
-               root);
+        const double sec = now_s() - t0, gb = (double)state_save_bytes(t) / 1e9;
+        printf("saved step %lld to %s in %.1f s (%.2f GB, %.2f GB/s; HF model + trainer state; %s/" CKPT_LATEST
+               " points at it)\n", (long long)step, dir, sec, gb, gb / (sec > 1e-9 ? sec : 1e-9), root);
     }
     barrier(s);
     st_plan_free(&pm);

@@ -43,8 +43,10 @@ typedef struct {
 
 /* returns the step training continues after (0 unless resume) */
 int64_t state_load(StateIO *s, const char *model, const char *resume, double init_std, uint64_t seed);
-/* m: the step and what the run was (inputs.h: SaveMeta), its metadata */
+/* m: the step and what the run was (inputs.h: SaveMeta), its metadata; the save's line says its time */
 void state_save(StateIO *s, const char *root, const SaveMeta *m, int64_t keep);
+/* bytes one save writes, every rank's together: 14 a parameter (bf16 weights, fp32 master, m, v) */
+int64_t state_save_bytes(const ParamTable *t);
 void state_dump(StateIO *s, const char *path, double loss);
 
 #endif

@@ -245,7 +245,7 @@ fi
 echo "== --yarn-factor alone in every stage: the model whose config.json says YaRN (tests/yarn_gpu.sh)"
 bash tests/yarn_gpu.sh 2>&1 | tee "$tmp/yarn.txt"; count "$tmp/yarn.txt" "YaRN from the command line"
 if [ -z "${SKIP_PREEMPT:-}" ]; then
-    echo "== SIGTERM / SIGUSR1 with --save: the step in flight finishes, is saved, exit 0 (tests/preempt_gpu.sh)"
+    echo "== SIGTERM / SIGUSR1 with --save: the step in flight finishes, is saved, exit 75 (tests/preempt_gpu.sh)"
     PREEMPT_TMP="$tmp/preempt" bash tests/preempt_gpu.sh 2>&1 | tee "$tmp/preempt.txt"; count "$tmp/preempt.txt" "preemption"
     echo "== bad input refused before the GPU, on a machine with one (tests/refusals.sh)"
     bash tests/refusals.sh 2>&1 | tee "$tmp/refuse.txt"; count "$tmp/refuse.txt" "refusals"
