@@ -9,7 +9,6 @@
 # where nobody reads it: that is how a run once "failed with no message". Each case then runs again
 # with --dry-run, which must refuse it too, with no line ending in "fits" above the refusal: the
 # inputs are checked before the plan is printed, so a plan's verdict never precedes its refusal.
-
 # Needs no GPU: the refusals come before any CUDA call. BIN=DIR runs DIR's binaries instead (an
 # older build, to see which cases it misses). Prints "N passed, M failed".
 set -u
