@@ -123,8 +123,9 @@ static void save_reachable(const char *dir, const Job *j, cudaStream_t st) {
 }
 
 void run_join(const RunOpts *o, const Job *j, cudaStream_t st) {
-    if (!j->comm || comm_kind(j->comm) == COMM_REHEARSE) return; /* one rank, or the rehearsal's one process */
-    if (comm_kind(j->comm) == COMM_LOCAL) return; /* threads of one process: one command, one filesystem */
+    /* one process -- one rank, local ranks, a node's GPUs alone -- has one command and one filesystem;
+     * the rehearsal is one rank, alone */
+    if (!j->comm || comm_kind(j->comm) == COMM_REHEARSE || j->P <= j->here) return;
     same_options(j, st);
     if (o->save) save_reachable(o->save, j, st);
 }

@@ -88,7 +88,8 @@ void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model
  * the printing rank's outputs may differ), since options shape the collectives and a node that
  * issued other ones would hang the job or pair wrong messages; then, with --save, every rank opens a
  * file rank 0 made in DIR, so a DIR that another node cannot see or write is refused, naming the
- * rank, now rather than at the first save. Local ranks and the rehearsal (one process) skip both. */
+ * rank, now rather than at the first save. A job of one process (local ranks, one node) and the
+ * rehearsal skip both. */
 void run_join(const RunOpts *o, const Job *j, cudaStream_t st);
 /* Every rank must read the same token file and model: each counts every rank's labels in its own
  * copy (and, with --packing, its ends of text), and a layer's kind decides its collectives. One rank:
