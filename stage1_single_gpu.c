@@ -609,6 +609,7 @@ static double eval_window(void *m, int64_t k, int64_t *labels) {
 /* ============================================================ main */
 /* one rank's training run: allocate as planned, initialise, loop */
 static void train(Model *M) {
+    run_join(&M->o.run, &M->job, M->gpu.stream); /* the ranks' options agree, --save reaches every node */
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
     M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
@@ -676,14 +677,15 @@ int main(int argc, char **argv) {
     plan_machine(M.o.dry_run, NULL, &M.o.gpu_gib, NULL); /* --dry-run: this machine's GPU, else the headline's */
     load_config(&M);
     config_print(&M.c);
+    /* every file the run reads, before its plan and the GPU; a dry-run refuses what the run would */
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, M.eot, M.o.dry_run, &M.job, &M.c,
+                    &M.p.table);
     M.mp = plan_memory(&M);
     char title[512];
     int n = snprintf(title, sizeof title, "stage %d, %s, seq %lld", STAGE, M.c.name, (long long)M.S);
     memplan_title_tail(title + n, sizeof title - n, M.kept, M.c.experts ? M.o.moe_gemm : NULL, 0, M.eot >= 0);
     memplan_print(&M.mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
-    /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
-    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
     if (M.o.dry_run) return 0;
     run_instruments(&M.o.run); /* --profile, --trace, --timeline */
     ranks_run_one(&M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: one per GPU */

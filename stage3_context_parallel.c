@@ -1050,6 +1050,7 @@ static double eval_window(void *m, int64_t k, int64_t *labels) {
 /* ============================================================ main */
 /* one rank's training run: allocate as planned, initialise, loop */
 static void train(Model *M) {
+    run_join(&M->o.run, &M->job, M->gpu.stream); /* the ranks' options agree, --save reaches every node */
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
     M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
@@ -1134,6 +1135,9 @@ int main(int argc, char **argv) {
     M.job = job_plan(&M.o.ranks, 0); /* stage 3: P ranks sharing each window, one sequence */
     load_config(&M);
     config_print(&M.c);
+    /* every file the run reads, before its plan and the GPU; a dry-run refuses what the run would */
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, M.eot, M.o.dry_run, &M.job, &M.c,
+                    &M.p.table);
     M.mp = plan_memory(&M);
     char title[512];
     int n = snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s", STAGE, M.c.name,
@@ -1141,8 +1145,6 @@ int main(int argc, char **argv) {
     memplan_title_tail(title + n, sizeof title - n, M.kept, M.c.experts ? M.o.moe_gemm : NULL, M.o.ranks.rehearse >= 0, M.eot >= 0);
     memplan_print(&M.mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
-    /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
-    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
     if (M.o.dry_run) return 0;
     run_instruments(&M.o.run); /* --profile, --trace, --timeline */
     ranks_run(&M.o.ranks, &M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: a rank per GPU, each from a copy of M */

@@ -1362,6 +1362,7 @@ static double eval_window(void *m, int64_t k, int64_t *labels) {
 /* ============================================================ main */
 /* one rank's training run: allocate as planned, initialise, loop */
 static void train(Model *M) {
+    run_join(&M->o.run, &M->job, M->gpu.stream); /* the ranks' options agree, --save reaches every node */
     allocate(M);
     gemm_init(&M->gemm, M->w.gemm_ws, GEMM_WORKSPACE_BYTES);
     M->w.moe.grouped = !strcmp(M->o.moe_gemm, "grouped"); /* MoE: --moe-gemm */
@@ -1473,6 +1474,9 @@ int main(int argc, char **argv) {
     parse_offload(&M); /* stage 4 */
     choose_tile(&M);   /* stage 5 */
     choose_kept(&M);
+    /* every file the run reads, before its plan and the GPU; a dry-run refuses what the run would */
+    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, M.eot, M.o.dry_run, &M.job, &M.c,
+                    &M.p.table);
     M.mp = plan_memory(&M);
     char title[512];
     int n = snprintf(title, sizeof title, "stage %d, %s, seq %lld over %d ranks (%lld each), merge %s, offload %s, "
@@ -1486,8 +1490,6 @@ int main(int argc, char **argv) {
                         host_budget_whence(argc, argv, M.o.dry_run)); /* stage 4: this node's ranks (a rehearsal: its one) */
     kept_report(M.kept_gpu, M.kept - M.kept_gpu, config_full_layers(&M.c), M.o.seq, M.c.heads * M.c.head_dim, M.job.P); /* stage 4 */
     tiling_report(M, memplan_peak(&M.mp)); /* stage 5 */
-    /* every file the run reads, after its plan and before the GPU; a dry-run refuses what the run would */
-    run_open_inputs(&M.in, &M.o.run, M.o.data, M.o.model, M.o.seq, M.o.steps, &M.job, &M.c, &M.p.table);
     advise_unless_fits(&(FitAsk){.prog = "./stage5", .model = M.o.model, .data = M.o.data, .seq = M.o.seq, /* stage 5 */
                                  .layers = M.o.layers, .P = M.job.P, .ranks = &M.o.ranks, .gpu_gib = M.o.gpu_gib,
                                  .host_budget = host_budget(&M), .dry_run = M.o.dry_run, .argc = argc, .argv = argv},

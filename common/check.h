@@ -41,6 +41,22 @@ extern int longctx_midline;
 _Noreturn void longctx_fail(int code, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Names in messages: a path or a host of any length leaves the reason room. longctx_fail shortens
+ * every run of more than NAME_SHOWN non-blank bytes in its message to its head and tail around
+ * "..."; short_name does the same to one name before it goes into a bounded buffer (an err[512]
+ * that a 5000-byte path would fill). It returns s itself when short, else one of 8 thread-local
+ * buffers used in turn (up to 8 names in one message). Defined in tensor.c. */
+#define NAME_SHOWN 160
+const char *short_name(const char *s);
+/* the same into out[n] (n > 16): the head and tail of s around "...", cut on UTF-8 boundaries */
+void shorten_into(char *out, size_t n, const char *s, size_t len);
+
+/* Run fn(arg) on this thread with a user's error caught: a STOP inside it returns here (2), its
+ * message -- what STOP would have printed after "prog: " -- in msg, instead of ending the process;
+ * 0 when fn returns. A DIE is never caught. For checks whose refusal may wait (a dry-run shows its
+ * plan first, common/run.c); what fn held when it stopped is left as it was. Defined in tensor.c. */
+int longctx_catch_stop(void (*fn)(void *), void *arg, char *msg, size_t n);
+
 /* DIE: an internal fault (a library call failed, a plan was wrong): "error file:line: message",
  * exit 1, and every rank's thread of the process ends with it, so a failing rank never leaves the
  * others hanging. */

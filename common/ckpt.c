@@ -119,19 +119,19 @@ int ckpt_begin(const char *root, int64_t step, char *err, size_t errlen) {
         else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
         fsync_path(parent);
     } else if (errno != EEXIST) {
-        snprintf(err, errlen, "cannot create the save directory %s: %s", root, strerror(errno));
+        snprintf(err, errlen, "cannot create the save directory %s: %s", short_name(root), strerror(errno));
         return -1;
     }
     if (!is_dir(root)) {
-        snprintf(err, errlen, "--save %s is not a directory", root);
+        snprintf(err, errlen, "--save %s is not a directory", short_name(root));
         return -1;
     }
     if (remove_tree(tmp)) { /* an earlier run stopped while writing this step */
-        snprintf(err, errlen, "cannot remove the stale %s: %s", tmp, strerror(errno));
+        snprintf(err, errlen, "cannot remove the stale %s: %s", short_name(tmp), strerror(errno));
         return -1;
     }
     if (mkdir(tmp, 0755)) {
-        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        snprintf(err, errlen, "cannot create %s: %s", short_name(tmp), strerror(errno));
         return -1;
     }
     return 0;
@@ -145,7 +145,7 @@ static int point_latest(const char *root, int64_t step, char *err, size_t errlen
     snprintf(target, sizeof target, "step-%lld", (long long)step);
     unlink(tmp);
     if (symlink(target, tmp) || rename(tmp, link)) {
-        snprintf(err, errlen, "cannot point %s at %s: %s", link, target, strerror(errno));
+        snprintf(err, errlen, "cannot point %s at %s: %s", short_name(link), short_name(target), strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -200,7 +200,7 @@ int ckpt_commit(const char *root, int64_t step, int64_t keep, char *err, size_t 
     ckpt_partial_dir(root, step, tmp, sizeof tmp);
     ckpt_step_dir(root, step, dir, sizeof dir);
     if (fsync_path(tmp)) { /* the directory's entries: its files' names are durable before the rename */
-        snprintf(err, errlen, "cannot fsync %s: %s", tmp, strerror(errno));
+        snprintf(err, errlen, "cannot fsync %s: %s", short_name(tmp), strerror(errno));
         return -1;
     }
     /* A complete step-N already there (a run resumed from an earlier step reached it again): swap
@@ -212,16 +212,16 @@ int ckpt_commit(const char *root, int64_t step, int64_t keep, char *err, size_t 
     if (is_dir(dir)) {
         swapped = !renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE);
         if (!swapped && (remove_tree(old) || rename(dir, old))) {
-            snprintf(err, errlen, "cannot move the older %s aside: %s", dir, strerror(errno));
+            snprintf(err, errlen, "cannot move the older %s aside: %s", short_name(dir), strerror(errno));
             return -1;
         }
     }
     if ((!swapped && rename(tmp, dir)) || fsync_path(root)) {
-        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+        snprintf(err, errlen, "cannot rename %s to %s: %s", short_name(tmp), short_name(dir), strerror(errno));
         return -1;
     }
     if (point_latest(root, step, err, errlen) || fsync_path(root)) {
-        if (!err[0]) snprintf(err, errlen, "cannot fsync %s: %s", root, strerror(errno));
+        if (!err[0]) snprintf(err, errlen, "cannot fsync %s: %s", short_name(root), strerror(errno));
         return -1;
     }
     remove_tree(swapped ? tmp : old);
@@ -249,11 +249,11 @@ int ckpt_resolve(const char *path, char *out, size_t n, char *note, size_t notel
     for (size_t l = strlen(trimmed); l > 1 && trimmed[l - 1] == '/'; l--) trimmed[l - 1] = 0;
     if (ends_with(trimmed, CKPT_PARTIAL)) {
         snprintf(err, errlen, "--resume %s: an incomplete save (its writer stopped before every rank's pieces were on "
-                 "disk); resume from the directory above it (its latest complete save) or a step-N directory", path);
+                 "disk); resume from the directory above it (its latest complete save) or a step-N directory", short_name(path));
         return -1;
     }
     if (!is_dir(trimmed)) {
-        snprintf(err, errlen, "--resume %s: no such directory", path);
+        snprintf(err, errlen, "--resume %s: no such directory", short_name(path));
         return -1;
     }
     char latest[CKPT_PATH + 32], target[CKPT_PATH];
@@ -289,7 +289,7 @@ int ckpt_resolve(const char *path, char *out, size_t n, char *note, size_t notel
     }
     if (list(trimmed, 0, s, 1) < 1) {
         snprintf(err, errlen, "--resume %s: no complete save there (no %s, no step-N directory holding " STATE_FILE ")",
-                 path, CKPT_LATEST);
+                 short_name(path), CKPT_LATEST);
         return -1;
     }
     ckpt_step_dir(trimmed, s[0], out, n);

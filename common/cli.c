@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,9 @@ static const char *as_words(const char *words, char *out, size_t n) {
     return out;
 }
 
+static int64_t options_digest;
+static int64_t digest(const Opt *opts, int n);
+
 int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t errlen) {
     if (argc > 0 && argv[0]) {
         const char *slash = strrchr(argv[0], '/');
@@ -160,8 +164,10 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
             *(int *)o->dst = 1;
             continue;
         }
-        if (o->type == OPT_OPTSTR) { /* the next word is its value unless it is the next option */
-            *(const char **)o->dst = eq ? eq + 1 : i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "";
+        if (o->type == OPT_OPTSTR) { /* the next word is its value unless it is the next option (a negative
+                                        * number is a value: --packing -1 is refused by its own name) */
+            const char *nx = i + 1 < argc ? argv[i + 1] : NULL;
+            *(const char **)o->dst = eq ? eq + 1 : nx && (nx[0] != '-' || (nx[1] >= '0' && nx[1] <= '9')) ? argv[++i] : "";
             continue;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
@@ -178,8 +184,39 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
         }
         if (set_number(o, v, err, errlen)) return -1;
     }
+    options_digest = digest(opts, n);
     return 0;
 }
+
+/* ---------------------------------------------------------------- the options' digest */
+/* the options a node may give differently: its place, and what only the printing rank writes */
+static const char *const NODE_LOCAL[] = {"--node-rank", "--log", "--trace", "--timeline", "--profile"};
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+static int64_t digest(const Opt *opts, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int k = 0; k < n; k++) {
+        const Opt *o = &opts[k];
+        int local = 0;
+        for (size_t j = 0; j < sizeof NODE_LOCAL / sizeof NODE_LOCAL[0]; j++) local |= !strcmp(o->name, NODE_LOCAL[j]);
+        if (local) continue;
+        h = fnv(h, o->name, strlen(o->name) + 1);
+        if (o->type == OPT_INT) h = fnv(h, o->dst, 8);
+        else if (o->type == OPT_DOUBLE) h = fnv(h, o->dst, 8); /* its bits: 1e-4 and 0.0001 are one value */
+        else if (o->type == OPT_FLAG) h = fnv(h, o->dst, sizeof(int));
+        else { /* a word, or none (NULL) */
+            const char *v = *(const char *const *)o->dst;
+            h = fnv(h, v ? "w" : "-", 1);
+            if (v) h = fnv(h, v, strlen(v) + 1);
+        }
+    }
+    return (int64_t)(h >> 12); /* 52 bits: exact through comm_min_i64's doubles */
+}
+
+int64_t cli_options_digest(void) { return options_digest; }
 
 void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, int n) {
     fprintf(f, "usage: %s [options]\n%s\n\noptions:\n", prog, summary);

@@ -11,7 +11,8 @@
 #include <stdio.h>
 
 /* OPT_OPTSTR: a flag that may take a word (const char**): alone it sets "", "--flag W" sets W
- * unless W starts with '-' (the next option). */
+ * unless W starts with '-' (the next option) -- but a negative number ("-1") is its value, for the
+ * option to refuse by name. */
 typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING, OPT_FLAG, OPT_OPTSTR } OptType;
 
 typedef struct {
@@ -30,6 +31,11 @@ int cli_parse(int argc, char **argv, const Opt *opts, int n, char *err, size_t e
 void cli_usage(FILE *f, const char *prog, const char *summary, const Opt *opts, int n);
 /* "131072" / "128K" / "1M" -> value; -1 on a bad number or one past int64 */
 int cli_parse_int(const char *s, int64_t *out);
+/* A 52-bit digest of the values the last successful cli_parse left in its table (given or default;
+ * "--seq 16K" and "--seq 16384" are one value, the order of the words does not count), except
+ * those a node may give differently: --node-rank, and --log, --trace, --timeline, --profile (only
+ * the printing rank writes them). The nodes of a job compare it: every node runs the same command. */
+int64_t cli_options_digest(void);
 /* 1 if the option was given on the command line ("--model X" or "--model=X"), not defaulted */
 int cli_given(int argc, char **argv, const char *name);
 

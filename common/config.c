@@ -409,8 +409,13 @@ int config_from_file(const char *path, Qwen3Config *c, char *err, size_t errlen)
     size_t len;
     char *text = file_read_all(path, "config.json", 16 << 20, &len, err, errlen);
     if (!text) return -1;
-    int rc = config_from_json_text(text, len, c, err, errlen);
+    char why[1024];
+    int rc = config_from_json_text(text, len, c, why, sizeof why);
     free(text);
+    if (rc) { /* the file it is about: "DIR/config.json: field ..." (its reasons say "config.json: " or "JSON: ") */
+        const char *r = !strncmp(why, "config.json: ", 13) ? why + 13 : why;
+        snprintf(err, errlen, "%s: %s", short_name(path), r);
+    }
     if (!rc) snprintf(c->name, sizeof c->name, "%.63s", path);
     return rc;
 }
@@ -420,7 +425,7 @@ int config_load(const char *model, Qwen3Config *c, char *err, size_t errlen) {
     struct stat sb;
     if (stat(model, &sb) || !S_ISDIR(sb.st_mode)) {
         snprintf(err, errlen, "--model %s: neither a size (0.6B 1.7B 4B 8B 14B 32B 30B-A3B, or Qwen3-32B and the like; "
-                 "Qwen3.5-0.8B, -2B, -4B, -9B, -27B, -35B-A3B) nor a directory holding config.json", model);
+                 "Qwen3.5-0.8B, -2B, -4B, -9B, -27B, -35B-A3B) nor a directory holding config.json", short_name(model));
         return -1;
     }
     char path[4096];
@@ -574,13 +579,17 @@ void config_set_yarn(Qwen3Config *c, double factor, int64_t original_max) {
 int config_write_json(const Qwen3Config *c, const char *path, const char *torch_dtype) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    char rope[512];
+    char rope[640], extra[200] = ""; /* YaRN's optional fields, when the config had them: they change the scale */
+    const char *opt[3] = {"mscale", "mscale_all_dim", "attention_factor"};
+    const double optv[3] = {c->yarn_mscale, c->yarn_mscale_all_dim, c->yarn_attention_factor};
+    for (int k = 0; k < 3; k++)
+        if (optv[k] > 0) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"%s\": %.17g", opt[k], optv[k]);
     if (c->yarn)
         snprintf(rope, sizeof rope,
                  "{\"rope_type\": \"yarn\", \"rope_theta\": %.17g, \"factor\": %.17g, "
-                 "\"original_max_position_embeddings\": %lld, \"beta_fast\": %.17g, \"beta_slow\": %.17g%s}",
+                 "\"original_max_position_embeddings\": %lld, \"beta_fast\": %.17g, \"beta_slow\": %.17g%s%s}",
                  c->rope_theta, c->yarn_factor, (long long)c->yarn_original_max, c->yarn_beta_fast,
-                 c->yarn_beta_slow, c->yarn_truncate ? "" : ", \"truncate\": false");
+                 c->yarn_beta_slow, c->yarn_truncate ? "" : ", \"truncate\": false", extra);
     else
         snprintf(rope, sizeof rope, "{\"rope_type\": \"default\", \"rope_theta\": %.17g}", c->rope_theta);
     if (c->lin_v_heads || c->rot != c->head_dim) /* Qwen3.5: rope_parameters carries partial_rotary_factor */
@@ -645,6 +654,16 @@ int64_t config_digest(const Qwen3Config *c) {
     uint64_t h = fnv(0xcbf29ce484222325ull, f, sizeof f);
     h = fnv(h, c->linear, (size_t)(c->layers < CONFIG_MAX_LAYERS ? c->layers : CONFIG_MAX_LAYERS));
     return (int64_t)(h >> 12); /* 52 bits, as the data's digest: the ranks compare them as doubles (comm_min_i64) */
+}
+
+int64_t config_run_digest(const Qwen3Config *c) {
+    const double f[] = {c->eps, c->rope_theta, c->yarn ? c->yarn_factor : 0, c->yarn_beta_fast, c->yarn_beta_slow,
+                        c->yarn_mscale, c->yarn_mscale_all_dim, c->yarn_attention_factor, c->aux_coef};
+    const int64_t i[] = {config_digest(c), c->yarn, c->yarn ? c->yarn_original_max : 0, c->yarn_truncate, c->norm_topk,
+                         c->aux_loss};
+    uint64_t h = fnv(0xcbf29ce484222325ull, f, sizeof f);
+    h = fnv(h, i, sizeof i);
+    return (int64_t)(h >> 12);
 }
 
 /* ---------------------------------------------------------------- counts */

@@ -92,6 +92,10 @@ int config_check_hybrid(const Qwen3Config *c, char *err, size_t errlen);
 /* a digest of what decides the tensors and the collectives (sizes, layer kinds; not the name): the
  * ranks compare it, as each node reads its own config.json. 52 bits: comm_min_i64 carries doubles. */
 int64_t config_digest(const Qwen3Config *c);
+/* config_digest and what else decides the model's function: RoPE (theta, every YaRN field), the
+ * norms' epsilon, MoE routing's renormalisation and load-balancing loss. A save records it; --resume
+ * compares it (52 bits). */
+int64_t config_run_digest(const Qwen3Config *c);
 /* 1 if every tensor of a and b has the same shape (layer counts compared after a --layers cut) */
 int config_same_shape(const Qwen3Config *a, const Qwen3Config *b, int64_t layers);
 /* Write an HF config.json (v4 keys plus rope_parameters, so transformers v4 and v5 both load it). */

@@ -7,21 +7,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PATH_DEPTH 8 /* members named in a message: "rope_scaling"."factor" */
 typedef struct {
     const char *s;
     size_t len, pos;
     char *err;
     size_t errlen;
     int depth;
+    int nin;                       /* containers entered, outermost first (the first PATH_DEPTH named) */
+    const char *key[PATH_DEPTH];   /* the member being read in each: its key, or NULL in an array */
+    int64_t index[PATH_DEPTH];     /* ... its index in an array */
 } Parser;
 
+/* where a refusal points: line and column (1-based, in bytes), the byte, and the member it is in */
+static void where(const Parser *p, char *out, size_t n) {
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < p->pos && i < p->len; i++) {
+        if (p->s[i] == '\n') line++, col = 1;
+        else col++;
+    }
+    size_t o = (size_t)snprintf(out, n, "at line %zu, column %zu (byte %zu)", line, col, p->pos);
+    for (int d = 0; d < p->nin && d < PATH_DEPTH && o < n; d++) {
+        if (p->key[d]) o += (size_t)snprintf(out + o, n - o, "%s\"%.60s\"", d ? "." : ", in ", p->key[d]);
+        else if (p->index[d] >= 0) o += (size_t)snprintf(out + o, n - o, "%s[%lld]", d ? "" : ", in ", (long long)p->index[d]);
+    }
+}
 static int fail(Parser *p, const char *what) {
-    snprintf(p->err, p->errlen, "JSON: %s at byte %zu", what, p->pos);
+    char at[256];
+    where(p, at, sizeof at);
+    snprintf(p->err, p->errlen, "JSON: %s %s", what, at);
     return -1;
 }
 /* a number the reader cannot hold exactly: refused, never saturated (2^63 would read as 2^63-1) */
 static int fail_num(Parser *p, const char *num, const char *why) {
-    snprintf(p->err, p->errlen, "JSON: the number %.40s %s at byte %zu", num, why, p->pos);
+    char at[256];
+    where(p, at, sizeof at);
+    snprintf(p->err, p->errlen, "JSON: the number %.40s %s %s", num, why, at);
     return -1;
 }
 static void skip_ws(Parser *p) {
@@ -152,8 +173,17 @@ static int grow(JsonValue *v, int64_t *cap, int with_keys) {
     return 0;
 }
 
+static int parse_members(Parser *p, JsonValue *v, int object);
 static int parse_container(Parser *p, JsonValue *v, int object) {
+    const int d = p->nin++;
+    if (d < PATH_DEPTH) p->key[d] = NULL, p->index[d] = -1;
+    const int rc = parse_members(p, v, object);
+    if (!rc) p->nin--; /* on a refusal the path stays: the message is written where it failed */
+    return rc;
+}
+static int parse_members(Parser *p, JsonValue *v, int object) {
     char close = object ? '}' : ']';
+    const int d = p->nin - 1;
     v->type = object ? JSON_OBJECT : JSON_ARRAY;
     int64_t cap = 0;
     p->pos++;
@@ -172,6 +202,7 @@ static int parse_container(Parser *p, JsonValue *v, int object) {
         }
         memset(&v->items[v->n], 0, sizeof(JsonValue));
         if (object) v->keys[v->n] = key;
+        if (d < PATH_DEPTH) p->key[d] = key, p->index[d] = v->n; /* a refusal inside names this member */
         v->n++;
         if (parse_value(p, &v->items[v->n - 1])) return -1;
         skip_ws(p);
@@ -206,7 +237,7 @@ static int parse_value(Parser *p, JsonValue *v) {
 }
 
 int json_parse(const char *text, size_t len, JsonValue *out, char *err, size_t errlen) {
-    Parser p = {text, len, 0, err, errlen, 0};
+    Parser p = {.s = text, .len = len, .err = err, .errlen = errlen};
     memset(out, 0, sizeof *out);
     if (parse_value(&p, out)) { json_free(out); return -1; }
     skip_ws(&p);
@@ -231,4 +262,71 @@ const JsonValue *json_get(const JsonValue *v, const char *key) {
     for (int64_t i = v->n - 1; i >= 0; i--) /* the last of duplicate keys wins, as in Python */
         if (!strcmp(v->keys[i], key)) return &v->items[i];
     return NULL;
+}
+
+/* ---------------------------------------------------------------- writing */
+static void put(JsonOut *o, const char *b, size_t n) {
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap : 256;
+        while (o->len + n + 1 > cap) cap *= 2;
+        char *s = realloc(o->s, cap);
+        if (!s) { fprintf(stderr, "JSON writer: out of memory (%zu bytes)\n", cap); abort(); }
+        o->s = s, o->cap = cap;
+    }
+    memcpy(o->s + o->len, b, n);
+    o->len += n;
+    o->s[o->len] = 0;
+}
+
+void json_out_raw(JsonOut *o, const char *text) { put(o, text, strlen(text)); }
+
+/* bytes of the valid UTF-8 sequence at s (1..4), or 0: not one (overlong, a surrogate, past U+10FFFF) */
+static int utf8_len(const unsigned char *s) {
+    const unsigned c = s[0];
+    int n;
+    unsigned cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+    else return 0;
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp < 0xE000)) return 0;
+    return n;
+}
+
+void json_out_string(JsonOut *o, const char *s) {
+    put(o, "\"", 1);
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        const unsigned char c = *u;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\', esc[1] = (char)c; put(o, esc, 2); u++; continue; }
+        if (c < 0x20 || c == 0x7F) {
+            const char *named = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+            if (named) put(o, named, 2);
+            else { snprintf(esc, sizeof esc, "\\u%04x", c); put(o, esc, 6); }
+            u++;
+            continue;
+        }
+        const int n = utf8_len(u);
+        if (n) { put(o, (const char *)u, (size_t)n); u += n; }
+        else { put(o, "\\ufffd", 6); u++; }
+    }
+    put(o, "\"", 1);
+}
+
+void json_out_member(JsonOut *o, const char *key, const char *value) {
+    if (o->len > 1) put(o, ",", 1);
+    json_out_string(o, key);
+    put(o, ":", 1);
+    json_out_string(o, value);
+}
+
+void json_out_free(JsonOut *o) {
+    free(o->s);
+    memset(o, 0, sizeof *o);
 }

@@ -27,6 +27,12 @@ static int64_t total_on(const MemPlan *m, Place p) {
 }
 int64_t memplan_peak(const MemPlan *m) { return total_on(m, ON_GPU) + MEMPLAN_RUNTIME_RESERVE; }
 int64_t memplan_host(const MemPlan *m) { return total_on(m, ON_HOST); }
+int memplan_inputs_refused;
+/* a plan's verdict: "fits" only for a run that can go ahead */
+static const char *verdict(int fits) {
+    return !fits ? "DOES NOT FIT" : memplan_inputs_refused ? "fits, but the run is refused below (its inputs)" : "fits";
+}
+
 void memplan_print(const MemPlan *m, FILE *f, const char *title, int64_t capacity) {
     const double G = 1 << 30;
     fprintf(f, "memory plan per GPU (%s)\n", title);
@@ -35,7 +41,7 @@ void memplan_print(const MemPlan *m, FILE *f, const char *title, int64_t capacit
     fprintf(f, "  %-30s %9.3f GiB\n", "CUDA/cuBLAS/cuDNN runtime", MEMPLAN_RUNTIME_RESERVE / G);
     const int64_t total = memplan_peak(m);
     fprintf(f, "  %-30s %9.3f GiB", "total (peak)", total / G);
-    if (capacity > 0) fprintf(f, "  of %.1f GiB on the device: %s", capacity / G, total <= capacity ? "fits" : "DOES NOT FIT");
+    if (capacity > 0) fprintf(f, "  of %.1f GiB on the device: %s", capacity / G, verdict(total <= capacity));
     fprintf(f, "\n");
     if (!memplan_host(m)) return;
     fprintf(f, "pinned host memory per rank\n");
@@ -113,7 +119,7 @@ void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, c
     const double node = (double)memplan_host(mp) * ranks_per_node, G = 1 << 30;
     if (node > 0)
         say("pinned host memory per node (%d rank%s): %.1f GiB of %.1f GiB %s: %s\n", ranks_per_node,
-            ranks_per_node == 1 ? "" : "s", node / G, budget / G, whence, node <= budget ? "fits" : "DOES NOT FIT");
+            ranks_per_node == 1 ? "" : "s", node / G, budget / G, whence, verdict(node <= budget));
 }
 
 int memplan_machine_planned;

@@ -65,5 +65,9 @@ void memplan_host_report(const MemPlan *mp, int ranks_per_node, double budget, c
 const char *host_budget_whence(int argc, char **argv, int dry_run);
 /* set by plan_machine (common/advice.h) when the plan is for a machine other than this one */
 extern int memplan_machine_planned;
+/* set by run_open_inputs when a dry-run's inputs are refused: its plan still prints (it is what a
+ * dry-run is for), but a plan that fits says "fits, but the run is refused below (its inputs)" --
+ * never a bare "fits" above a refusal -- and the refusal is its last line */
+extern int memplan_inputs_refused;
 
 #endif

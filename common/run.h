@@ -23,13 +23,18 @@
 
 /* ---------------------------------------------------------------- options */
 /* --help's last line, the same in every stage */
-#define STAGE_USAGE "\n--dry-run prints the memory plan (works without a GPU). Sizes take K/M suffixes: --seq 128K."
+#define STAGE_USAGE "\n--dry-run prints the memory plan (works without a GPU). Sizes take K/M suffixes: --seq 128K." \
+    "\nExit status: 0 the run is done; 2 bad input (the last line says what and what to do); 1 an internal error; " \
+    "75 stopped by SIGTERM or SIGUSR1 under --save, the step in flight saved (requeue, then --resume DIR); " \
+    "128 + N a second signal N ended it at once (the last complete save stays)."
 
 typedef struct {
     const char *save;        /* DIR: saves go to DIR/step-N (an HF model directory + trainer state) */
     int64_t save_every;      /* also every N steps (0: at the end only) */
     int64_t save_keep;       /* newest saves kept (0: all) */
     const char *resume;      /* the save to continue from (resolved to its step directory) */
+    const char *resume_changes; /* what may differ from the save's run: seq,data,packing,model (all, none) */
+    unsigned resume_allow;   /* its RESUME_* bits (common/inputs.h), set by run_opts_check */
     const char *log;         /* JSON lines, one per step */
     const char *eval_data;   /* held-out token file (forward only) */
     int64_t eval_every;      /* evaluate every N steps too (0: before the first and after the last) */
@@ -38,14 +43,17 @@ typedef struct {
     int profile;             /* GPU time by kernel class, per step */
     const char *trace;       /* tests: every GEMM, attention call and collective, in order */
     const char *timeline;    /* step 2's spans of work on each stream */
+    /* what run_open_inputs found, for the saves' record of the run (SaveMeta) */
+    int64_t data_tokens, data_digest, eot;
 } RunOpts;
 
 #define RUN_DEFAULTS {.save_keep = 1, .eval_windows = 4}
 #define RUN_OPTIONS(r)                                                                                                  \
-    {"--save", OPT_STRING, &(r).save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest"}, \
+    {"--save", OPT_STRING, &(r).save, "save at the end to DIR/step-N (an HF model directory + trainer state); DIR/latest points at the newest. SIGTERM or SIGUSR1 then stops the run after the step in flight, saved, exit 75 (Slurm: --signal=USR1@T, T above a step and a save, which the first step's line estimates)"}, \
     {"--save-every", OPT_INT, &(r).save_every, "also save every N steps (0: only at the end)", "[0,1G]"},              \
     {"--save-keep", OPT_INT, &(r).save_keep, "keep the newest K saves, remove older ones (0: keep all)", "[0,1G]"},    \
-    {"--resume", OPT_STRING, &(r).resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N"},    \
+    {"--resume", OPT_STRING, &(r).resume, "continue from a --save DIR (its latest complete save) or a DIR/step-N; a run with another --seq, --data (its tokens), --packing or model than the save's is refused, naming each"}, \
+    {"--resume-changes", OPT_STRING, &(r).resume_changes, "with --resume: what may differ from the save's run, a comma list of seq, data, packing, model (or all): the run goes on by step number (step N+1 reads its window of the new data or length)"}, \
     {"--log", OPT_STRING, &(r).log, "append one JSON line per step to this file"},                                    \
     {"--eval-data", OPT_STRING, &(r).eval_data, "held-out token file: its loss (forward only) before the first step and after the last"}, \
     {"--eval-every", OPT_INT, &(r).eval_every, "with --eval-data: also evaluate every N steps", "[0,1G]"},            \
@@ -56,17 +64,33 @@ typedef struct {
     {"--timeline", OPT_STRING, &(r).timeline, "write step 2's spans of work on each stream (compute, communication, host copies) to FILE"}
 
 /* After the options are parsed: --resume resolved to its step directory (and the model it holds,
- * unless --model names another), the options that need one another checked. */
+ * unless --model names another), --resume-changes read, the options that need one another checked;
+ * with --save, SIGTERM and SIGUSR1 armed (preempt_arm) before anything long: a signal from here on
+ * stops the run at the next point it can (the inputs checked, or the step in flight), exit 75. */
 void run_opts_check(RunOpts *r, const char **model, int model_given, int64_t steps);
 
 /* --profile, --trace, --timeline: armed once the plan is made and the run will go ahead */
 void run_instruments(const RunOpts *r);
 
-/* every file the run reads, checked before the GPU is touched (and by --dry-run): common/inputs.h */
-void run_open_inputs(Inputs *in, const RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
-                     const Job *j, const Qwen3Config *c, const ParamTable *t);
+/* Every file the run reads, checked before the GPU is touched, before the plan is printed
+ * (common/inputs.h): a run that refuses them stops here, its plan never shown. A dry-run checks the
+ * same and, refused, still prints its plan -- what a dry-run is for -- but a plan that fits then
+ * says "fits, but the run is refused below (its inputs)", never a bare "fits", and the refusal is
+ * the dry-run's last line (exit 2). eot: --packing's end of text (-1: not packed). Records in r
+ * what the saves will say of the run. A signal that came while the files were read stops the run
+ * here (nothing trained), exit 75. */
+void run_open_inputs(Inputs *in, RunOpts *r, const char *data, const char *model, int64_t seq, int64_t steps,
+                     int64_t eot, int dry_run, const Job *j, const Qwen3Config *c, const ParamTable *t);
 
 /* ---------------------------------------------------------------- the job (common/ranks.h) */
+/* A rank's first call, before it allocates or loads (every rank of a job of several): the ranks
+ * compare their options (cli_options_digest: every node runs the same command, only --node-rank and
+ * the printing rank's outputs may differ), since options shape the collectives and a node that
+ * issued other ones would hang the job or pair wrong messages; then, with --save, every rank opens a
+ * file rank 0 made in DIR, so a DIR that another node cannot see or write is refused, naming the
+ * rank, now rather than at the first save. A job of one process (local ranks, one node) and the
+ * rehearsal skip both. */
+void run_join(const RunOpts *o, const Job *j, cudaStream_t st);
 /* Every rank must read the same token file and model: each counts every rank's labels in its own
  * copy (and, with --packing, its ends of text), and a layer's kind decides its collectives. One rank:
  * nothing to compare. */
@@ -74,6 +98,9 @@ void job_same_inputs(const Job *j, uint64_t digest, const char *path, int64_t to
                      int64_t layers, cudaStream_t st);
 
 /* ---------------------------------------------------------------- the run */
+/* The write rate a save's time is estimated at, every node's writers together (GB/s): an assumed
+ * figure, a shared filesystem's order of magnitude; each save's line says its measured rate. */
+#define RUN_SAVE_GBPS 1.0
 typedef struct {
     void *model;
     StateIO (*state)(void *model);                               /* what this rank holds, for saves */
@@ -106,7 +133,7 @@ static inline int64_t run_eval_passes(const RunOpts *o, const Job *j) { return (
 void run_check_eval(const RunOpts *r, const Job *j, const Loader *ld);
 /* The loop begins after step `start` (0, or the save resumed from): the log opened, the job's
  * ranks met (each allocated and loaded at its own pace), the held-out loss before the first step
- * reported, SIGTERM and SIGUSR1 armed. */
+ * reported. */
 void run_begin(Run *r, int64_t start);
 /* Before step + 1: a SIGTERM or SIGUSR1 (agreed by every rank) saves `step` and stops the run (1). */
 int run_stopping(Run *r, int64_t step);
@@ -119,7 +146,9 @@ void run_clock_stop(Run *r);
 void run_dump(Run *r, int64_t step, const double *loss_sum, int64_t counted, double aux);
 /* The step's report. The stage fills step, epoch, loss, lr, grad_norm, labels and keep_attn, and
  * attn_tflop with --packing (pairs: this rank's causal pairs); the rest is the run's. Then the
- * evaluation and the save this step asks for. */
+ * evaluation and the save this step asks for. With --save, the run's first step also says how long
+ * a stop on a signal can take -- this step and a save at RUN_SAVE_GBPS -- and so what Slurm's
+ * --signal=USR1@T needs. */
 void run_step(Run *r, StepLog *s, double pairs);
 /* after the loop: the time, the final save (unless a signal stopped the run) */
 void run_end(Run *r, int64_t step);

@@ -82,21 +82,21 @@ static int open_file(SafeTensors *st, const char *path, char *err, size_t errlen
     FILE *f = file_open_regular(path, "safetensors file", err, errlen);
     if (!f) return -1;
     struct stat sb;
-    if (fstat(fileno(f), &sb)) FAIL("%s: cannot stat", path);
+    if (fstat(fileno(f), &sb)) FAIL("%s: cannot stat", short_name(path));
     int64_t fsize = (int64_t)sb.st_size;
     uint8_t lb[8];
-    if (fsize < 8 || fread(lb, 1, 8, f) != 8) FAIL("%s: truncated file (%lld bytes, no header length)", path, (long long)fsize);
+    if (fsize < 8 || fread(lb, 1, 8, f) != 8) FAIL("%s: truncated file (%lld bytes, no header length)", short_name(path), (long long)fsize);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | lb[i];
     if (hlen > (uint64_t)(fsize - 8))
-        FAIL("%s: header length %llu runs past the end of the file (%lld bytes)", path, (unsigned long long)hlen, (long long)fsize);
-    if (hlen > (100u << 20)) FAIL("%s: header length %llu is over 100 MB", path, (unsigned long long)hlen);
+        FAIL("%s: header length %llu runs past the end of the file (%lld bytes)", short_name(path), (unsigned long long)hlen, (long long)fsize);
+    if (hlen > (100u << 20)) FAIL("%s: header length %llu is over 100 MB", short_name(path), (unsigned long long)hlen);
     hdr = xmalloc((size_t)hlen + 1);
-    if (fread(hdr, 1, (size_t)hlen, f) != hlen) FAIL("%s: truncated header", path);
+    if (fread(hdr, 1, (size_t)hlen, f) != hlen) FAIL("%s: truncated header", short_name(path));
     hdr[hlen] = 0;
-    char jerr[200];
-    if (json_parse(hdr, (size_t)hlen, &root, jerr, sizeof jerr)) FAIL("%s: bad header: %s", path, jerr);
-    if (root.type != JSON_OBJECT) FAIL("%s: header is not a JSON object", path);
+    char jerr[400];
+    if (json_parse(hdr, (size_t)hlen, &root, jerr, sizeof jerr)) FAIL("%s: bad header: %s", short_name(path), jerr);
+    if (root.type != JSON_OBJECT) FAIL("%s: header is not a JSON object", short_name(path));
     const int64_t data_start = 8 + (int64_t)hlen, data_size = fsize - data_start;
     int file = st->nfiles;
     st->paths = realloc(st->paths, (size_t)(st->nfiles + 1) * sizeof(char *));
@@ -116,38 +116,38 @@ static int open_file(SafeTensors *st, const char *path, char *err, size_t errlen
             }
             continue;
         }
-        if (v->type != JSON_OBJECT) FAIL("%s: tensor \"%s\" entry is not an object", path, name);
+        if (v->type != JSON_OBJECT) FAIL("%s: tensor \"%s\" entry is not an object", short_name(path), name);
         const JsonValue *dt = json_get(v, "dtype"), *sh = json_get(v, "shape"), *off = json_get(v, "data_offsets");
         if (!dt || dt->type != JSON_STRING || !sh || sh->type != JSON_ARRAY || !off || off->type != JSON_ARRAY ||
             off->n != 2)
-            FAIL("%s: tensor \"%s\" lacks dtype, shape or data_offsets", path, name);
+            FAIL("%s: tensor \"%s\" lacks dtype, shape or data_offsets", short_name(path), name);
         StTensor t = {0};
         int known = 0;
         for (size_t d = 0; d < sizeof DTYPES / sizeof DTYPES[0]; d++)
             if (!strcmp(dt->string, DTYPES[d].name)) { t.dtype = DTYPES[d].d; known = 1; }
-        if (!known) FAIL("%s: tensor \"%s\" has unsupported dtype \"%s\" (F32, BF16, F16, I32, I64)", path, name, dt->string);
-        if (sh->n > 8) FAIL("%s: tensor \"%s\" has more than 8 dims", path, name);
+        if (!known) FAIL("%s: tensor \"%s\" has unsupported dtype \"%s\" (F32, BF16, F16, I32, I64)", short_name(path), name, dt->string);
+        if (sh->n > 8) FAIL("%s: tensor \"%s\" has more than 8 dims", short_name(path), name);
         t.ndim = (int)sh->n;
         t.numel = 1;
         for (int d = 0; d < t.ndim; d++) {
             const JsonValue *x = &sh->items[d];
             if (x->type != JSON_NUMBER || !x->is_integer || x->integer < 0 || x->integer > (1ll << 40))
-                FAIL("%s: tensor \"%s\" has a bad shape", path, name);
+                FAIL("%s: tensor \"%s\" has a bad shape", short_name(path), name);
             t.shape[d] = x->integer;
             /* checked before the product: [2^40, 2^40] would wrap to 0 elements and pass */
-            if (x->integer && t.numel > (1ll << 40) / x->integer) FAIL("%s: tensor \"%s\" is implausibly large (over 2^40 elements)", path, name);
+            if (x->integer && t.numel > (1ll << 40) / x->integer) FAIL("%s: tensor \"%s\" is implausibly large (over 2^40 elements)", short_name(path), name);
             t.numel *= x->integer;
         }
         const JsonValue *b = &off->items[0], *e = &off->items[1];
         if (b->type != JSON_NUMBER || !b->is_integer || e->type != JSON_NUMBER || !e->is_integer || b->integer < 0 ||
             e->integer < b->integer)
-            FAIL("%s: tensor \"%s\" has bad data_offsets", path, name);
+            FAIL("%s: tensor \"%s\" has bad data_offsets", short_name(path), name);
         if (e->integer > data_size)
-            FAIL("%s: tensor \"%s\" data_offsets [%lld, %lld] run past the end of the data (%lld bytes)", path, name,
+            FAIL("%s: tensor \"%s\" data_offsets [%lld, %lld] run past the end of the data (%lld bytes)", short_name(path), name,
                  (long long)b->integer, (long long)e->integer, (long long)data_size);
         t.nbytes = e->integer - b->integer;
         if (t.nbytes != t.numel * (int64_t)st_dtype_size(t.dtype))
-            FAIL("%s: tensor \"%s\": shape needs %lld bytes of %s but data_offsets give %lld", path, name,
+            FAIL("%s: tensor \"%s\": shape needs %lld bytes of %s but data_offsets give %lld", short_name(path), name,
                  (long long)(t.numel * (int64_t)st_dtype_size(t.dtype)), dt->string, (long long)t.nbytes);
         t.offset = data_start + b->integer;
         t.file = file;
@@ -159,7 +159,7 @@ static int open_file(SafeTensors *st, const char *path, char *err, size_t errlen
     qsort(st->t + first, (size_t)(st->n - first), sizeof(StTensor), cmp_offset);
     for (int64_t i = first + 1; i < st->n; i++)
         if (st->t[i].offset < st->t[i - 1].offset + st->t[i - 1].nbytes)
-            FAIL("%s: tensors \"%s\" and \"%s\" overlap", path, st->t[i - 1].name, st->t[i].name);
+            FAIL("%s: tensors \"%s\" and \"%s\" overlap", short_name(path), st->t[i - 1].name, st->t[i].name);
     json_free(&root);
     free(hdr);
     fclose(f);
@@ -183,20 +183,20 @@ static int open_index(SafeTensors *st, const char *dir, const char *index, char 
     char *text = file_read_all(index, "safetensors index", 64 << 20, &len, err, errlen);
     if (!text) return -1;
     JsonValue root;
-    char jerr[200];
+    char jerr[400];
     if (json_parse(text, len, &root, jerr, sizeof jerr)) {
-        snprintf(err, errlen, "%s: unreadable index: %s", index, jerr);
+        snprintf(err, errlen, "%s: unreadable index: %s", short_name(index), jerr);
         free(text);
         return -1;
     }
     free(text);
     const JsonValue *wm = json_get(&root, "weight_map");
     int rc = 0;
-    if (!wm || wm->type != JSON_OBJECT) { snprintf(err, errlen, "%s: no weight_map object", index); rc = -1; }
+    if (!wm || wm->type != JSON_OBJECT) { snprintf(err, errlen, "%s: no weight_map object", short_name(index)); rc = -1; }
     for (int64_t i = 0; !rc && i < wm->n; i++) {
         const JsonValue *v = &wm->items[i];
         if (v->type != JSON_STRING || !v->string[0] || strchr(v->string, '/') || !strcmp(v->string, "..")) {
-            snprintf(err, errlen, "%s: bad shard name for \"%s\"", index, wm->keys[i]);
+            snprintf(err, errlen, "%s: bad shard name for \"%s\"", short_name(index), wm->keys[i]);
             rc = -1;
             break;
         }
@@ -212,7 +212,7 @@ static int open_index(SafeTensors *st, const char *dir, const char *index, char 
         const StTensor *t = st_find(st, wm->keys[i]);
         const char *base = t ? strrchr(st->paths[t->file], '/') + 1 : NULL;
         if (!t || strcmp(base, wm->items[i].string)) {
-            snprintf(err, errlen, "%s: tensor \"%s\" is listed in %s but %s", index, wm->keys[i], wm->items[i].string,
+            snprintf(err, errlen, "%s: tensor \"%s\" is listed in %s but %s", short_name(index), wm->keys[i], wm->items[i].string,
                      t ? "found in another shard" : "missing from it");
             rc = -1;
         }
@@ -249,6 +249,12 @@ void st_close(SafeTensors *st) {
     memset(st, 0, sizeof *st);
 }
 
+const char *st_meta(const SafeTensors *st, const char *key) {
+    for (int64_t i = 0; i < st->nmeta; i++)
+        if (!strcmp(st->meta[2 * i], key)) return st->meta[2 * i + 1];
+    return NULL;
+}
+
 int st_metadata(const SafeTensors *st, const char *key, char *out, size_t outlen) {
     for (int64_t i = 0; i < st->nmeta; i++)
         if (!strcmp(st->meta[2 * i], key)) { snprintf(out, outlen, "%s", st->meta[2 * i + 1]); return 0; }
@@ -273,10 +279,10 @@ const StTensor *st_find(const SafeTensors *st, const char *name) {
 /* bytes [b0, b0 + nb) of tensor t's data */
 static void *read_bytes(const SafeTensors *st, const StTensor *t, int64_t b0, int64_t nb, char *err, size_t errlen) {
     FILE *f = fopen(st->paths[t->file], "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open", st->paths[t->file]); return NULL; }
+    if (!f) { snprintf(err, errlen, "%s: cannot open", short_name(st->paths[t->file])); return NULL; }
     void *buf = xmalloc((size_t)nb);
     if (fseeko(f, t->offset + b0, SEEK_SET) || fread(buf, 1, (size_t)nb, f) != (size_t)nb) {
-        snprintf(err, errlen, "%s: short read of \"%s\"", st->paths[t->file], t->name);
+        snprintf(err, errlen, "%s: short read of \"%s\"", short_name(st->paths[t->file]), t->name);
         free(buf);
         buf = NULL;
     }
@@ -435,18 +441,18 @@ void st_plan_dir(StPlan *p, const char *dir, const StWrite *t, int64_t n, int64_
 int st_plan_create(const StPlan *p, char *err, size_t errlen) {
     for (int f = 0; f < p->nfiles; f++) {
         FILE *fp = fopen(p->paths[f], "wb");
-        if (!fp) { snprintf(err, errlen, "%s: cannot create: %s", p->paths[f], strerror(errno)); return -1; }
+        if (!fp) { snprintf(err, errlen, "%s: cannot create: %s", short_name(p->paths[f]), strerror(errno)); return -1; }
         uint8_t lb[8];
         for (int i = 0; i < 8; i++) lb[i] = (uint8_t)((uint64_t)p->header_len[f] >> (8 * i));
         int ok = fwrite(lb, 1, 8, fp) == 8 && fwrite(p->headers[f], 1, (size_t)p->header_len[f], fp) == (size_t)p->header_len[f];
         ok = ok && ftruncate(fileno(fp), (off_t)p->size[f]) == 0; /* the data is filled in place by pwrite */
         ok = (fclose(fp) == 0) && ok;
-        if (!ok) { snprintf(err, errlen, "%s: write failed: %s", p->paths[f], strerror(errno)); return -1; }
+        if (!ok) { snprintf(err, errlen, "%s: write failed: %s", short_name(p->paths[f]), strerror(errno)); return -1; }
     }
     if (p->index) {
-        FILE *fp = fopen(p->index_path, "w");
+        FILE *fp = fopen(short_name(p->index_path), "w");
         if (!fp || fputs(p->index, fp) < 0 || fclose(fp)) {
-            snprintf(err, errlen, "%s: cannot write", p->index_path);
+            snprintf(err, errlen, "%s: cannot write", short_name(p->index_path));
             return -1;
         }
     }
@@ -456,19 +462,19 @@ int st_plan_create(const StPlan *p, char *err, size_t errlen) {
 int st_plan_fill(const StPlan *p, int64_t i, int64_t byte0, const void *src, int64_t bytes, char *err, size_t errlen) {
     const char *path = p->paths[p->file[i]];
     const int fd = open(path, O_WRONLY);
-    if (fd < 0) { snprintf(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno)); return -1; }
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open for writing: %s", short_name(path), strerror(errno)); return -1; }
     const char *s = src;
     int64_t done = 0;
     while (done < bytes) {
         const ssize_t w = pwrite(fd, s + done, (size_t)(bytes - done), (off_t)(p->offset[i] + byte0 + done));
         if (w <= 0) {
-            snprintf(err, errlen, "%s: write failed (disk full?): %s", path, strerror(errno));
+            snprintf(err, errlen, "%s: write failed (disk full?): %s", short_name(path), strerror(errno));
             close(fd);
             return -1;
         }
         done += w;
     }
-    if (close(fd)) { snprintf(err, errlen, "%s: close failed: %s", path, strerror(errno)); return -1; }
+    if (close(fd)) { snprintf(err, errlen, "%s: close failed: %s", short_name(path), strerror(errno)); return -1; }
     return 0;
 }
 
@@ -480,7 +486,7 @@ int st_plan_sync(const StPlan *p, char *err, size_t errlen) {
         const int bad = fd < 0 || fsync(fd);
         const int e = errno;
         if ((fd >= 0 && close(fd)) || bad) { /* close once, whatever failed */
-            snprintf(err, errlen, "%s: fsync failed: %s", path, strerror(bad ? e : errno));
+            snprintf(err, errlen, "%s: fsync failed: %s", short_name(path), strerror(bad ? e : errno));
             return -1;
         }
     }

@@ -47,6 +47,8 @@ int st_read_range_f32(const SafeTensors *st, const char *name, int ndim, const i
                       int64_t n, float *out, char *err, size_t errlen);
 /* A string value of the files' "__metadata__": 0 and the value in out, or -1 if absent. */
 int st_metadata(const SafeTensors *st, const char *key, char *out, size_t outlen);
+/* the same value where it is held (valid until st_close), or NULL if absent: any length */
+const char *st_meta(const SafeTensors *st, const char *key);
 int st_read_i32(const SafeTensors *st, const char *name, int64_t numel, int32_t *out, char *err, size_t errlen);
 
 typedef struct {

@@ -10,6 +10,7 @@
 #include "ckpt.h"
 #include "inputs.h"
 #include "safetensors.h"
+#include "train.h"
 
 #define CHUNK (8ll << 20) /* elements per transfer: 32 MiB of fp32 staging per rank */
 static const char *STATE_PREFIX[3] = {"master", "adam_m", "adam_v"};
@@ -73,10 +74,15 @@ int64_t state_load(StateIO *s, const char *model, const char *resume, double ini
         }
         st_close(&st);
         /* each node resolved DIR/latest on its own (a shared filesystem's caches may lag): every rank
-         * must hold the same step, else its shards would come from another save */
-        if (s->comm && (comm_min_i64(s->comm, step, s->st) != step || -comm_min_i64(s->comm, -step, s->st) != step))
-            DIE("--resume %s: the ranks resumed from different steps (this rank: %lld) -- a node saw another DIR/latest; "
-                "resume from DIR/step-N", resume, (long long)step);
+         * must hold the same step, else its shards would come from another save. Both collectives run
+         * on every rank, whatever the first one says: a rank that skipped the second would pair its
+         * next collective with the others' second one. */
+        if (s->comm) {
+            const int64_t lo = comm_min_i64(s->comm, step, s->st), hi = -comm_min_i64(s->comm, -step, s->st);
+            if (lo != step || hi != step)
+                DIE("--resume %s: the ranks resumed from different steps (this rank: %lld; steps %lld to %lld) -- a node "
+                    "saw another DIR/latest; resume from DIR/step-N", resume, (long long)step, (long long)lo, (long long)hi);
+        }
         if (s->rank == 0) printf("resumed from %s after step %lld\n", resume, (long long)step);
     } else if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) {
         if (s->rank == 0) printf("loading weights from %s\n", model);
@@ -95,6 +101,12 @@ int64_t state_load(StateIO *s, const char *model, const char *resume, double ini
 }
 
 /* ---------------------------------------------------------------- save */
+int64_t state_save_bytes(const ParamTable *t) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < t->n; i++) n += t->p[i].numel;
+    return 14 * n; /* bf16 weights (2 bytes) + fp32 master, m and v (12) */
+}
+
 /* the tensors of the two files: [n] bf16 weights, and [3n] fp32 master, m, v */
 static void specs(const StateIO *s, StWrite *model, StWrite *state, char (*names)[112]) {
     const ParamTable *t = s->t;
@@ -139,15 +151,16 @@ static void fill_files(const StateIO *s, const StPlan *pm, const StPlan *ps) {
 /* A save is DIR/step-N (common/ckpt.h): rank 0 makes DIR/step-N.partial and lays out its files,
  * every rank fills and fsyncs its pieces, and only then does rank 0 rename it to step-N and point
  * DIR/latest at it. A crash at any moment leaves the previous complete save as it was. */
-void state_save(StateIO *s, const char *root, int64_t step, int64_t seq, const char *data, int64_t keep) {
+void state_save(StateIO *s, const char *root, const SaveMeta *m, int64_t keep) {
     const ParamTable *t = s->t;
+    const int64_t step = m->step;
+    const double t0 = now_s();
     settle();
-    char dir[CKPT_PATH], path[CKPT_PATH + 64], err[CKPT_PATH + 512], meta[1200];
+    char dir[CKPT_PATH], path[CKPT_PATH + 64], err[CKPT_PATH + 512];
     StWrite *mw = xcalloc((size_t)t->n, sizeof(StWrite)), *sw = xcalloc((size_t)(3 * t->n), sizeof(StWrite));
     char (*names)[112] = xcalloc((size_t)(3 * t->n), 112);
     specs(s, mw, sw, names);
-    snprintf(meta, sizeof meta, "{\"step\":\"%lld\",\"seq\":\"%lld\",\"data\":\"%s\"}", (long long)step, (long long)seq,
-             data);
+    char *meta = inputs_save_meta_json(m); /* escaped: any --data path round-trips */
     ckpt_partial_dir(root, step, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/trainer_state.safetensors", dir);
     StPlan pm, ps;
@@ -168,12 +181,14 @@ void state_save(StateIO *s, const char *root, int64_t step, int64_t seq, const c
     if (s->rank == 0) {
         if (ckpt_commit(root, step, keep, err, sizeof err)) DIE("%s", err);
         ckpt_step_dir(root, step, dir, sizeof dir);
-        printf("saved step %lld to %s (HF model + trainer state; %s/" CKPT_LATEST " points at it)\n", (long long)step, dir,
-               root);
+        const double sec = now_s() - t0, gb = (double)state_save_bytes(t) / 1e9;
+        printf("saved step %lld to %s in %.1f s (%.2f GB, %.2f GB/s; HF model + trainer state; %s/" CKPT_LATEST
+               " points at it)\n", (long long)step, dir, sec, gb, gb / (sec > 1e-9 ? sec : 1e-9), root);
     }
     barrier(s);
     st_plan_free(&pm);
     st_plan_free(&ps);
+    free(meta);
     free(mw); free(sw); free(names);
 }
 

@@ -9,7 +9,8 @@
  *          (the stage resolves --resume DIR to it first: ckpt_resume_dir)
  *   save:  DIR/step-N/ (common/ckpt.h): config.json + bf16 model safetensors (sharded over 4 GiB
  *          with an index: transformers loads it) + trainer_state.safetensors (fp32 master.*,
- *          adam_m.*, adam_v.*; metadata step, seq, data), written as DIR/step-N.partial, fsync'd
+ *          adam_m.*, adam_v.*; metadata: the step and the run that made it, SaveMeta, whose --seq,
+ *          --data digest, --packing and model --resume compares), written as DIR/step-N.partial, fsync'd
  *          by every rank, renamed once complete; DIR/latest then points at it; the newest `keep`
  *          saves stay (0: all)
  *   dump:  a step's loss and fp32 gradients (the GPU tests compare them with the CPU reference)
@@ -24,6 +25,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "config.h"
+#include "inputs.h"
 #include "model.h"
 
 typedef struct {
@@ -41,7 +43,10 @@ typedef struct {
 
 /* returns the step training continues after (0 unless resume) */
 int64_t state_load(StateIO *s, const char *model, const char *resume, double init_std, uint64_t seed);
-void state_save(StateIO *s, const char *root, int64_t step, int64_t seq, const char *data, int64_t keep);
+/* m: the step and what the run was (inputs.h: SaveMeta), its metadata; the save's line says its time */
+void state_save(StateIO *s, const char *root, const SaveMeta *m, int64_t keep);
+/* bytes one save writes, every rank's together: 14 a parameter (bf16 weights, fp32 master, m, v) */
+int64_t state_save_bytes(const ParamTable *t);
 void state_dump(StateIO *s, const char *path, double loss);
 
 #endif

@@ -21,7 +21,7 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     uint8_t h[TOKENS_HEADER_BYTES];
     int64_t size = fstat(fileno(f), &sb) ? -1 : (int64_t)sb.st_size;
     if (size < TOKENS_HEADER_BYTES || fread(h, 1, sizeof h, f) != sizeof h) {
-        snprintf(err, errlen, "%s: truncated token file (no %d-byte header)", path, TOKENS_HEADER_BYTES);
+        snprintf(err, errlen, "%s: truncated token file (no %d-byte header)", short_name(path), TOKENS_HEADER_BYTES);
         fclose(f);
         return -1;
     }
@@ -46,7 +46,7 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     for (int i = 0; tagged && !why && i < TOKENS_TAG_BYTES && tf->tokenizer[i]; i++)
         if (tf->tokenizer[i] < 32 || tf->tokenizer[i] > 126) why = "its tokenizer tag is not printable ASCII";
     if (why) {
-        snprintf(err, errlen, "%s: %s (header count %lld, file %lld bytes)", path, why, (long long)count, (long long)size);
+        snprintf(err, errlen, "%s: %s (header count %lld, file %lld bytes)", short_name(path), why, (long long)count, (long long)size);
         fclose(f);
         return -1;
     }
@@ -55,7 +55,7 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     uint8_t *raw = (uint8_t *)tf->ids;
     if (fread(raw, 1, (size_t)count * 4, f) != (size_t)count * 4 ||
         (weighted && fread(tf->weights, 1, (size_t)count, f) != (size_t)count)) {
-        snprintf(err, errlen, "%s: short read", path);
+        snprintf(err, errlen, "%s: short read", short_name(path));
         fclose(f);
         tokens_close(tf);
         return -1;
@@ -65,13 +65,13 @@ int tokens_open_file(const char *path, int64_t vocab, int with_weights, TokenFil
     for (int64_t i = 0; i < count; i++) {
         tf->ids[i] = get_u32(raw + 4 * i); /* in place: same width, little-endian on disk */
         if (vocab > 0 && tf->ids[i] >= (uint64_t)vocab) {
-            snprintf(err, errlen, "%s: token %lld has id %u >= vocab size %lld (tokenized for another model?)", path,
+            snprintf(err, errlen, "%s: token %lld has id %u >= vocab size %lld (tokenized for another model?)", short_name(path),
                      (long long)i, tf->ids[i], (long long)vocab);
             tokens_close(tf);
             return -1;
         }
         if (weighted && tf->weights[i] > 1) {
-            snprintf(err, errlen, "%s: token %lld has loss weight %u (0 or 1)", path, (long long)i, tf->weights[i]);
+            snprintf(err, errlen, "%s: token %lld has loss weight %u (0 or 1)", short_name(path), (long long)i, tf->weights[i]);
             tokens_close(tf);
             return -1;
         }
@@ -87,7 +87,7 @@ int tokens_check_tokenizer(const TokenFile *tf, int qwen3_tokens, const char *mo
     const int qwen3 = !strcmp(tf->tokenizer, TOKENS_TAG_QWEN3);
     if (qwen3 == !!qwen3_tokens) return 0;
     snprintf(err, errlen, "%s: its ids are %s (\"%s\"), and %s reads %s: make its token file with "
-             "data/prepare.py --tokenizer %s", tf->path, qwen3 ? "the Qwen3 tokenizer's" : "another tokenizer's",
+             "data/prepare.py --tokenizer %s", short_name(tf->path), qwen3 ? "the Qwen3 tokenizer's" : "another tokenizer's",
              tf->tokenizer, model,
              qwen3_tokens ? "Qwen3's" : "its own tokenizer's (a Qwen3.5 hybrid)",
              qwen3_tokens ? "qwen3" : "qwen3.5 (or its MODEL_DIR/tokenizer.json)");
@@ -128,9 +128,9 @@ void tokens_close(TokenFile *tf) {
 
 int tokens_write_tagged(const char *path, const uint32_t *ids, const uint8_t *weights, int64_t n, const char *tag,
                         char *err, size_t errlen) {
-    if (tag && strlen(tag) > TOKENS_TAG_BYTES) { snprintf(err, errlen, "%s: a tokenizer tag of over 32 bytes", path); return -1; }
-    FILE *f = fopen(path, "wb");
-    if (!f) { snprintf(err, errlen, "%s: cannot create", path); return -1; }
+    if (tag && strlen(tag) > TOKENS_TAG_BYTES) { snprintf(err, errlen, "%s: a tokenizer tag of over 32 bytes", short_name(path)); return -1; }
+    FILE *f = fopen(short_name(path), "wb");
+    if (!f) { snprintf(err, errlen, "%s: cannot create", short_name(path)); return -1; }
     uint8_t h[TOKENS_HEADER_BYTES] = {0};
     memcpy(h, TOKENS_MAGIC, 8);
     put_u32(h + 8, tag ? (weights ? TOKENS_VERSION_TAGGED_WEIGHTS : TOKENS_VERSION_TAGGED)
@@ -147,7 +147,7 @@ int tokens_write_tagged(const char *path, const uint32_t *ids, const uint8_t *we
     for (int64_t i = 0; ok && i < n; i++) { put_u32(b, ids[i]); ok = fwrite(b, 1, 4, f) == 4; }
     if (weights && ok) ok = fwrite(weights, 1, (size_t)n, f) == (size_t)n;
     ok = !fclose(f) && ok;
-    if (!ok) { snprintf(err, errlen, "%s: write failed", path); return -1; }
+    if (!ok) { snprintf(err, errlen, "%s: write failed", short_name(path)); return -1; }
     return 0;
 }
 
@@ -165,7 +165,7 @@ int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int ran
     if (seq <= 0) { snprintf(err, errlen, "sequence length must be positive"); return -1; }
     if (seq + 1 > tf->count) {
         snprintf(err, errlen, "%s holds %lld tokens; a step of --seq %lld needs %lld (seq + 1): use a shorter --seq or a larger token file",
-                 tf->path, (long long)tf->count, (long long)seq, (long long)seq + 1);
+                 short_name(tf->path), (long long)tf->count, (long long)seq, (long long)seq + 1);
         return -1;
     }
     ld->tf = tf;
@@ -177,7 +177,7 @@ int loader_init(Loader *ld, const TokenFile *tf, int64_t seq, int world, int ran
     ld->epoch = -1;
     if (ld->windows < world) {
         snprintf(err, errlen, "%s holds %lld window%s of %lld+1 tokens; %d data-parallel ranks need at least %d disjoint ones",
-                 tf->path, (long long)ld->windows, ld->windows == 1 ? "" : "s", (long long)seq, world, world);
+                 short_name(tf->path), (long long)ld->windows, ld->windows == 1 ? "" : "s", (long long)seq, world, world);
         return -1;
     }
     return 0;
@@ -224,10 +224,18 @@ int64_t loader_counted_job(const Loader *ld, int64_t step) {
     return n;
 }
 
+int64_t loader_first_counted(const Loader *ld, int64_t from, int64_t to) {
+    const int64_t cover = (ld->windows + ld->world - 1) / ld->world + 1; /* steps that read every window */
+    if (to - from > cover) to = from + cover;
+    for (int64_t s = from; s < to; s++)
+        if (loader_counted_job(ld, s)) return s;
+    return -1;
+}
+
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen) {
     if (steps > ld->windows / ld->world) {
         snprintf(err, errlen, "%s holds %lld window%s of %lld+1 tokens; an evaluation reads %lld, each once (--eval-windows, "
-                 "%d rank%s a window each): lower --eval-windows or --seq, or use a longer file", ld->tf->path,
+                 "%d rank%s a window each): lower --eval-windows or --seq, or use a longer file", short_name(ld->tf->path),
                  (long long)ld->windows, ld->windows == 1 ? "" : "s", (long long)ld->seq, (long long)steps * ld->world,
                  ld->world, ld->world == 1 ? "" : "s");
         return -1;
@@ -236,7 +244,7 @@ int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen)
     for (int64_t s = 0; s < steps; s++) n += loader_counted_job(ld, s);
     if (!n) {
         snprintf(err, errlen, "%s: no label in its first %lld windows of %lld+1 tokens carries loss (all masked): nothing to evaluate",
-                 ld->tf->path, (long long)(steps * ld->world), (long long)ld->seq);
+                 short_name(ld->tf->path), (long long)(steps * ld->world), (long long)ld->seq);
         return -1;
     }
     return 0;
@@ -263,6 +271,29 @@ int64_t tokens_digest(const TokenFile *tf) {
     h ^= (uint64_t)tf->counted * 0x9e3779b97f4a7c15ull;
     h ^= h >> 31;
     return (int64_t)(h >> 12); /* 52 bits: exact through comm_min_i64's doubles */
+}
+
+/* four lanes of (h ^ word) * odd, folded: the multiplies of one lane do not wait for another's */
+static void lanes(uint64_t h[4], const uint8_t *p, int64_t n) {
+    const uint64_t K = 0x9e3779b97f4a7c15ull;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * k, 8);
+            h[k] = (h[k] ^ w) * K;
+            h[k] ^= h[k] >> 32;
+        }
+    for (; i < n; i++) h[i & 3] = (h[i & 3] ^ p[i]) * 0x100000001b3ull;
+}
+int64_t tokens_content_digest(const TokenFile *tf) {
+    uint64_t h[4] = {0xcbf29ce484222325ull ^ (uint64_t)tf->count, 0x84222325cbf29ce4ull, 0x100000001b3ull,
+                     tf->weights ? 0x2545f4914f6cdd1dull : 0x27bb2ee687b0b0fdull};
+    lanes(h, (const uint8_t *)tf->ids, 4 * tf->count);
+    if (tf->weights) lanes(h, tf->weights, tf->count);
+    uint64_t d = h[0];
+    for (int k = 1; k < 4; k++) d = (d ^ (h[k] + (uint64_t)k)) * 0x9e3779b97f4a7c15ull, d ^= d >> 29;
+    return (int64_t)(d >> 12); /* 52 bits, as tokens_digest */
 }
 
 int64_t loader_digest(const Loader *ld) {

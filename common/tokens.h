@@ -90,6 +90,10 @@ int64_t loader_weights(const Loader *ld, int64_t step, uint8_t *w);
  * them). Each rank reads the others' weights from its own copy of the file, so every rank knows the
  * loss's denominator before its first kernel, with no collective. */
 int64_t loader_counted_job(const Loader *ld, int64_t step);
+/* The first step in [from, to) whose windows (every data-parallel rank's) hold a label that counts,
+ * or -1 when none does. It looks at no more steps than cover every window of the file once, so it
+ * is one pass over the file at most. */
+int64_t loader_first_counted(const Loader *ld, int64_t from, int64_t to);
 /* an evaluation of `steps` loader steps (steps * world windows from the file's start): every window
  * read once, and some label counts. Returns 0 or -1 + message. */
 int loader_check_eval(const Loader *ld, int64_t steps, char *err, size_t errlen);
@@ -99,6 +103,11 @@ int64_t loader_skipped_before(const Loader *ld, int64_t steps);
 /* a 52-bit digest of what decides a step's denominator and its skip: the token count, the labels
  * that count and every weight. Ranks compare it, since each reads its own copy of the file. */
 int64_t tokens_digest(const TokenFile *tf);
+/* A 52-bit digest of what a run reads from the file: the token count, every id and every loss
+ * weight (not the header: a file tagged again trains the same). A save records it and --resume
+ * compares it, so a resumed run reads the windows the saved one would have. One pass over the
+ * file at memory speed (four independent lanes), done only when a run saves or resumes. */
+int64_t tokens_content_digest(const TokenFile *tf);
 /* the same for a loader: with --packing also where the end-of-text tokens are (they decide which
  * labels count), so ranks that compare it divide by the same counts and skip the same steps */
 int64_t loader_digest(const Loader *ld);

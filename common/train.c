@@ -327,9 +327,37 @@ void step_skipped(int stage, int64_t step, const EvalResult *e, FILE *jsonl) {
 
 /* ---------------------------------------------------------------- preemption */
 static volatile sig_atomic_t preempt_sig;
-static void on_preempt(int sig) { preempt_sig = sig; } /* async-signal-safe: a flag, read between steps */
+static int preempt_stopped; /* the run stopped early on the signal: the process exits PREEMPT_EXIT */
+static char second_msg[2][320]; /* what a second SIGTERM / SIGUSR1 prints, made before any signal can come */
+
+/* The first signal sets a flag, read between steps. A second one ends the process at once: its
+ * message by write(2) and _exit, the only calls a handler may make here (async-signal-safe). */
+static void on_preempt(int sig) {
+    if (!preempt_sig) { preempt_sig = sig; return; }
+    const char *m = second_msg[sig == SIGUSR1];
+    size_t n = 0;
+    while (m[n]) n++;
+    if (write(2, m, n) < 0) { /* nothing left to tell */ }
+    _exit(128 + sig);
+}
+
+/* the process's exit status once the run stopped on a signal: main returns 0 and exit() runs this
+ * last (registered first), after everything else has been torn down */
+static void preempt_exit(void) {
+    if (!preempt_stopped) return;
+    fflush(NULL);
+    _exit(PREEMPT_EXIT);
+}
 
 void preempt_arm(void) {
+    static int armed;
+    if (armed++) return;
+    for (int k = 0; k < 2; k++)
+        snprintf(second_msg[k], sizeof second_msg[k],
+                 "\n%s: a second %s: stopping at once, status %d (the step in flight is not saved; the last complete "
+                 "save stays, --resume goes on from it)\n", longctx_prog, k ? "SIGUSR1" : "SIGTERM",
+                 128 + (k ? SIGUSR1 : SIGTERM));
+    atexit(preempt_exit);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_preempt;
@@ -341,15 +369,27 @@ void preempt_arm(void) {
 
 int preempt_pending(void) { return preempt_sig; }
 
+static const char *sig_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal"; }
+
 void preempt_report(int sig, int64_t step, int64_t start, const char *save) {
+    preempt_stopped = 1;
     if (!rank_prints()) return;
     progress_clear();
-    const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+    const char *name = sig_name(sig);
     if (step > start)
         printf("stopping after step %lld on %s (a time limit or a preemption): saved to %s/step-%lld; --resume %s "
-               "continues from it\n", (long long)step, name, save, (long long)step, save);
+               "continues from it (exit status %d)\n", (long long)step, name, save, (long long)step, save, PREEMPT_EXIT);
     else
-        printf("stopping before step %lld on %s: nothing trained since the start, nothing new to save\n",
-               (long long)step + 1, name);
+        printf("stopping before step %lld on %s: nothing trained since the start, nothing new to save (exit status %d)\n",
+               (long long)step + 1, name, PREEMPT_EXIT);
     fflush(stdout);
+}
+
+void preempt_stop_early(const char *when) {
+    const int sig = preempt_sig;
+    if (!sig) return;
+    preempt_stopped = 1;
+    printf("stopping on %s %s, before training: nothing trained, nothing to save (exit status %d)\n", sig_name(sig),
+           when, PREEMPT_EXIT);
+    exit(0); /* preempt_exit turns it into PREEMPT_EXIT */
 }

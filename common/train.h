@@ -126,13 +126,22 @@ void step_report(const StepLog *s, FILE *jsonl);
 void progress_start(int64_t layers);
 void progress_at(cudaStream_t st, int backward, int64_t l);
 
-/* Preemption: SIGTERM or SIGUSR1 (what a scheduler such as SLURM sends before a time limit or a
- * preemption). With --save the stage arms the handler; the signal only sets a flag, the run ends the
- * step in flight, saves it and exits 0. Several ranks agree on the step with a collective. */
-void preempt_arm(void);
+/* Preemption: SIGTERM or SIGUSR1 (what a scheduler such as Slurm sends before a time limit or a
+ * preemption). With --save the run arms the handler as soon as its options are read; the first
+ * signal only sets a flag: the run ends the step in flight, saves it and exits PREEMPT_EXIT (75,
+ * EX_TEMPFAIL: "stopped, go on later"; a job script requeues on it), or, when the signal came
+ * before the first step, stops there with nothing to save (the same status). Several ranks agree on
+ * the step with a collective. A second signal ends the process at once: one line on stderr, status
+ * 128 + the signal (143 for SIGTERM, 138 for SIGUSR1); the last complete save stays (a save is
+ * renamed into place only once complete). Without --save the signals keep their default. */
+#define PREEMPT_EXIT 75
+void preempt_arm(void); /* once per process; later calls do nothing */
 int preempt_pending(void); /* the signal's number, or 0 */
 /* the line that says why the run stops early (its "done: X s" follows): which signal, after which
- * step, where the save is and how to go on */
+ * step, where the save is and how to go on; from then the process's exit status is PREEMPT_EXIT */
 void preempt_report(int sig, int64_t step, int64_t start, const char *save);
+/* Before any rank exists (no GPU, no communicator): a pending signal stops the process now, with
+ * a line saying so ("while the inputs were read"), status PREEMPT_EXIT. */
+void preempt_stop_early(const char *when);
 
 #endif

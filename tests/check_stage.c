@@ -31,6 +31,9 @@
  *       tokens, written as a trainer's --dump-grads writes them ("loss" [1] F32, "grad.<HF name>" F32)
  *   check_stage edit IN OUT TENSOR OP    copy a dump with one tensor changed; OP: scale=X (every
  *       element times X), nan (element 0 set to NaN), inf (element 0 set to +inf), zero (all elements 0)
+ *   check_stage stamp STEP_DIR MODEL TOKENS SEQ EOT   rewrite STEP_DIR/trainer_state.safetensors (its
+ *       tensors as F32) with the metadata a run of MODEL on TOKENS at --seq SEQ (--packing EOT; -1:
+ *       none) writes at that save's step, so --resume compares it (tests/refusals.sh)
  * Prints "N passed, M failed"; exits non-zero on any failure. */
 #include <math.h>
 #include <stdint.h>
@@ -41,6 +44,7 @@
 #include "../common/check.h"
 #include "../common/ckpt.h"
 #include "../common/config.h"
+#include "../common/inputs.h"
 #include "../common/model.h"
 #include "../common/safetensors.h"
 #include "../common/tokens.h"
@@ -403,6 +407,36 @@ static int cmd_edit(char **argv) {
     return 0;
 }
 
+static int cmd_stamp(char **argv) {
+    char path[CKPT_PATH + 64], err[1024];
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", argv[2]);
+    Qwen3Config c;
+    TokenFile tf;
+    if (config_load(argv[3], &c, err, sizeof err) || tokens_open_file(argv[4], c.vocab, 1, &tf, err, sizeof err)) DIE("%s", err);
+    SafeTensors in;
+    int64_t step;
+    if (st_open(path, &in, err, sizeof err) || inputs_state_step(&in, INT64_MAX, &step, err, sizeof err)) DIE("%s", err);
+    const SaveMeta m = {.step = step, .seq = atoll(argv[5]), .data = argv[4], .data_tokens = tf.count,
+                        .data_digest = tokens_content_digest(&tf), .eot = atoll(argv[6]), .model = c.name,
+                        .layers = c.layers, .yarn_factor = c.yarn ? c.yarn_factor : 0,
+                        .yarn_original = c.yarn ? c.yarn_original_max : 0, .model_digest = config_run_digest(&c)};
+    StWrite *sw = xcalloc((size_t)in.n, sizeof(StWrite));
+    float **data = xcalloc((size_t)in.n, sizeof(float *));
+    for (int64_t i = 0; i < in.n; i++) {
+        const StTensor *t = &in.t[i];
+        if (!(data[i] = read_tensor(&in, t, err, sizeof err))) DIE("%s", err);
+        sw[i] = (StWrite){t->name, ST_F32, t->ndim, {0}, data[i]};
+        memcpy(sw[i].shape, t->shape, sizeof t->shape);
+    }
+    char *meta = inputs_save_meta_json(&m);
+    if (st_write(path, sw, in.n, meta, err, sizeof err)) DIE("%s", err);
+    for (int64_t i = 0; i < in.n; i++) free(data[i]);
+    free(data); free(sw); free(meta);
+    st_close(&in);
+    tokens_close(&tf);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     char err[512];
     if (argc >= 4 && !strcmp(argv[1], "tokens")) {
@@ -471,6 +505,7 @@ int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "refdump")) return cmd_refdump(argv);
     if ((argc == 5 || argc == 6) && !strcmp(argv[1], "states")) return cmd_states(argc, argv);
     if (argc == 6 && !strcmp(argv[1], "edit")) return cmd_edit(argv);
+    if (argc == 7 && !strcmp(argv[1], "stamp")) return cmd_stamp(argv);
     fprintf(stderr, "usage: see the comment at the top of tests/check_stage.c\n");
     return 2;
 }

@@ -9,9 +9,12 @@ import json, os, shutil, struct, sys
 V = 1024  # a small vocabulary: the models here hold [V, 64] embeddings, the token files ids below V
 
 
-def tokens(path, ids):
+def tokens(path, ids, weights=None):
+    """version 1 (ids), or 2 with a loss weight (0/1) per token"""
     with open(path, "wb") as f:
-        f.write(b"LCTOKENS" + struct.pack("<IIq", 1, 4, len(ids)) + struct.pack(f"<{len(ids)}I", *ids))
+        f.write(b"LCTOKENS" + struct.pack("<IIq", 2 if weights else 1, 4, len(ids)) + struct.pack(f"<{len(ids)}I", *ids))
+        if weights:
+            f.write(bytes(weights))
 
 
 def config(d, **over):
@@ -72,6 +75,9 @@ def main(out):
     tokens(P("tiny.tok"), [i % V for i in range(9000)])           # 9000 tokens, ids below V
     tokens(P("short.tok"), list(range(100)))                        # shorter than any window tested
     os.mkdir(P("dir.tok"))                                          # a directory given as a token file
+    tokens(P("other.tok"), [(7 * i) % V for i in range(9000)])      # as long as tiny.tok, other ids
+    tokens(P("zero_weights.tok"), [i % V for i in range(9000)], [0] * 9000)  # no label carries loss
+    tokens(P("all_eot.tok"), [5] * 9000)                             # --packing 5: every label follows an end of text
     # config.json past its bounds (each a model directory of its own)
     config(P("cfg_vocab_2p62"), vocab_size=2 ** 62)
     raw_config(P("cfg_int_past_int64"), json.dumps({"model_type": "qwen3"})[:-1] +
@@ -89,6 +95,7 @@ def main(out):
     config(P("cfg_eps_neg"), rms_norm_eps=-1e-6)
     config(P("cfg_head_dim_0"), head_dim=0)
     os.makedirs(P("cfg_is_dir", "config.json"))                     # config.json a directory
+    raw_config(P("cfg_syntax"), '{\n  "model_type": "qwen3",\n  "rope_scaling": {"factor": 4x},\n  "vocab_size": 8\n}')
     # model directories: the tiny config and weights wrong in one way each
     good = weights()
     config(P("m_good")); safetensors(P("m_good", "model.safetensors"), good)
@@ -116,8 +123,11 @@ def main(out):
     config(P("m_index_dir")); os.makedirs(P("m_index_dir", "model.safetensors.index.json"))
     # saves (--resume DIR/step-N): the tiny model's config, a trainer state wrong in one way each
     state = weights("master.") + weights("adam_m.") + weights("adam_v.")
+    # r_meta: stamped by tests/refusals.sh (build/check_stage stamp) with what a run of m_good on tiny.tok
+    # at --seq 64 records, which --resume compares
     for name, step, cfg in (("r_step_neg", "-3", {}), ("r_step_abc", "abc", {}), ("r_step_late", "7", {}),
-                            ("r_good", "1", {}), ("r_other_model", "1", {"hidden_size": 128, "head_dim": 128})):
+                            ("r_good", "1", {}), ("r_other_model", "1", {"hidden_size": 128, "head_dim": 128}),
+                            ("r_meta", "1", {})):
         d = P(name, "step-1")
         config(d, **cfg)
         safetensors(P(name, "step-1", "trainer_state.safetensors"), state, metadata={"step": step, "seq": "64"})

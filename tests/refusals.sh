@@ -6,7 +6,9 @@
 # only its plan) and passes when the program exits non-zero with the expected words on the LAST
 # line of its output (stdout and stderr together, as a log holds them), printed as "stageN: ..."
 # with no source line. A message written before buffered stdout reached the log sat above the plan
-# where nobody reads it: that is how a run once "failed with no message".
+# where nobody reads it: that is how a run once "failed with no message". Each case then runs again
+# with --dry-run, which must refuse it too, with no line ending in "fits" above the refusal: the
+# inputs are checked before the plan is printed, so a plan's verdict never precedes its refusal.
 # Needs no GPU: the refusals come before any CUDA call. BIN=DIR runs DIR's binaries instead (an
 # older build, to see which cases it misses). Prints "N passed, M failed".
 set -u
@@ -27,9 +29,16 @@ refuse() {
     last=$(tail -n 1 <<< "$out")
     ok "$bin refuses $what" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- \"\$words\" <<< \"\$last\" && [[ \"\$last\" == $bin:* ]]"
     echo "  $bin ${*:0:0}-> ${last:0:220}"
+    out=$(timeout 60 "$BIN/$bin" "$@" --dry-run 2>&1 < /dev/null); rc=$?
+    last=$(tail -n 1 <<< "$out")
+    ok "$bin --dry-run refuses $what, with no plan's \"fits\" above it" \
+        "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- \"\$words\" <<< \"\$last\" && ! grep -qE 'fits\$' <<< \"\$out\""
 }
 
 good="--model $T/m_good --data $T/tiny.tok --seq 64 --steps 2"
+./build/check_stage stamp "$T/r_meta/step-1" "$T/m_good" "$T/tiny.tok" 64 -1 || { echo "0 passed, 1 failed"; exit 1; }
+LONG="$T/$(printf 'x%.0s' $(seq 1 5000))"
+LONG_TAIL="xxxxxxxxxx: " # the end of the name, shown, and the reason after it
 for n in 1 2 3 4 5; do
     bin=stage$n
     [ -x "$BIN/$bin" ] || { fail=$((fail + 1)); echo "FAIL $BIN/$bin not built"; continue; }
@@ -93,6 +102,37 @@ for n in 1 2 3 4 5; do
     refuse $bin "--timeline under a missing directory" "--timeline $T/none/t.tsv: its directory" $good $R --timeline "$T/none/t.tsv"
     refuse $bin "--dump-grads under a missing directory" "--dump-grads $T/none/g: its directory" $good $R --dump-grads "$T/none/g"
     refuse $bin "a FIFO as the safetensors index" "model.safetensors.index.json: a FIFO" $good $R --model "$T/m_fifo_index"
+    refuse $bin "a config.json that is not JSON (the file, line, column and field)" \
+        "$T/cfg_syntax/config.json: JSON: expected ',' or '}' at line 3, column 31 (byte 57), in \"rope_scaling\".\"factor\"" \
+        $good $R --model "$T/cfg_syntax"
+    # training data with nothing to learn: every step would be skipped
+    refuse $bin "--data whose every loss weight is 0" "carries loss (every loss weight in the file is 0)" $good $R \
+        --data "$T/zero_weights.tok"
+    refuse $bin "--packing 5 on a file of token 5 alone" "with --packing 5, each label follows an end of text" $good $R \
+        --data "$T/all_eot.tok" --packing 5
+    refuse $bin "--eval-data of token 5 alone with --packing 5" "--eval-data $T/all_eot.tok: no label" $good $R \
+        --eval-data "$T/all_eot.tok" --packing 5
+    refuse $bin "--packing -1 (a negative id, by name)" "--packing -1: the end-of-text token id" $good $R --packing -1
+    # a save records --seq, --data's tokens, --packing and the model: --resume compares each
+    refuse $bin "--resume with another --seq" "saved with --seq 64, this run has --seq 32" $good $R --resume "$T/r_meta" --seq 32
+    refuse $bin "--resume with another --data" "saved with --data $T/tiny.tok (9000 tokens), this run has --data $T/other.tok" \
+        $good $R --resume "$T/r_meta" --data "$T/other.tok"
+    refuse $bin "--resume with --packing" "saved with --packing none, this run has --packing 5" $good $R --resume "$T/r_meta" --packing 5
+    refuse $bin "--resume with another YaRN" "saved with no YaRN, this run has YaRN x4" $good $R --resume "$T/r_meta" --yarn-factor 4
+    refuse $bin "--resume with another --seq and --data, --packing allowed" "(--resume-changes seq,data)" $good $R \
+        --resume "$T/r_meta" --seq 32 --data "$T/other.tok" --packing 5 --resume-changes packing
+    refuse $bin "--resume-changes with an unknown word" '--resume-changes: "tokens" is not one of' $good $R \
+        --resume "$T/r_meta" --resume-changes tokens
+    refuse $bin "--resume-changes without --resume" "give --resume DIR too" $good $R --resume-changes seq
+    out=$("$BIN/$bin" $good $R --resume "$T/r_meta" --dry-run 2>&1); rc=$?
+    ok "$bin plans a resume of its own run's save, noting nothing (exit $rc)" "[ $rc -eq 0 ] && ! grep -q 'note: --resume' <<< \"\$out\""
+    out=$("$BIN/$bin" $good $R --resume "$T/r_meta" --seq 32 --data "$T/other.tok" --resume-changes seq,data --dry-run 2>&1); rc=$?
+    ok "$bin plans a resume with --resume-changes seq,data, noting both (exit $rc)" \
+        "[ $rc -eq 0 ] && [ \$(grep -c 'allowed by --resume-changes' <<< \"\$out\") -eq 2 ]"
+    # a name of 5000 bytes leaves the reason room: its head and tail, the reason after them
+    for f in --data --model --resume --save --log; do
+        refuse $bin "a 5000-byte $f" "$LONG_TAIL" $good $R $f "$LONG"
+    done
     out=$("$BIN/$bin" $good $R --log /dev/null --trace "$T/tr_$n.txt" --timeline "$T/tl_$n.tsv" --dry-run 2>&1); rc=$?
     ok "$bin plans with --log /dev/null, and its dry-run creates no --trace or --timeline file (exit $rc)" \
         "[ $rc -eq 0 ] && [ ! -e '$T/tr_$n.txt' ] && [ ! -e '$T/tl_$n.tsv' ]"

@@ -16,6 +16,8 @@ echo "== the TCP rendezvous across processes on loopback, a node's place from Sl
 ./build/test_rendezvous | tee "$log/t.txt"; count "$log/t.txt" test_rendezvous
 echo "== rank counting with a stubbed device count (build/test_ranks)"
 ./build/test_ranks | tee "$log/r.txt"; count "$log/r.txt" test_ranks
+echo "== stopping on SIGTERM/SIGUSR1: exit statuses and messages (build/test_run)"
+./build/test_run | tee "$log/p.txt"; count "$log/p.txt" test_run
 echo "== check_stage's checks on the reference's own dump and broken copies (tests/check_stage_cpu.sh)"
 bash tests/check_stage_cpu.sh | tee "$log/k.txt"; count "$log/k.txt" check_stage_cpu
 echo "== data tests (tests/test_data.py)"

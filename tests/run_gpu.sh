@@ -15,6 +15,7 @@
 # SKIP_PACKING=1 leaves out tests/packing_gpu.sh (--packing in every stage, ~2 minutes);
 # SKIP_HYBRID=1 leaves out tests/hybrid_gpu.sh (the Qwen3.5 hybrid fixtures, save, resume, transformers);
 # SKIP_PREEMPT=1 leaves out tests/preempt_gpu.sh (SIGTERM/SIGUSR1 save and stop) and tests/refusals.sh;
+# SKIP_JOB=1 leaves out tests/job_gpu.sh (a save's record of its run; two nodes' options, --save and --resume);
 # SKIP_LONG=1 leaves out tests/long_grad_gpu.sh (stage 5's gradients at 64K and 128K against fp32; ~2 minutes);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
 # transformers), for a device call after the rest ran; SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
@@ -248,10 +249,14 @@ fi
 echo "== --yarn-factor alone in every stage: the model whose config.json says YaRN (tests/yarn_gpu.sh)"
 bash tests/yarn_gpu.sh 2>&1 | tee "$tmp/yarn.txt"; count "$tmp/yarn.txt" "YaRN from the command line"
 if [ -z "${SKIP_PREEMPT:-}" ]; then
-    echo "== SIGTERM / SIGUSR1 with --save: the step in flight finishes, is saved, exit 0 (tests/preempt_gpu.sh)"
+    echo "== SIGTERM / SIGUSR1 with --save: the step in flight finishes, is saved, exit 75 (tests/preempt_gpu.sh)"
     PREEMPT_TMP="$tmp/preempt" bash tests/preempt_gpu.sh 2>&1 | tee "$tmp/preempt.txt"; count "$tmp/preempt.txt" "preemption"
     echo "== bad input refused before the GPU, on a machine with one (tests/refusals.sh)"
     bash tests/refusals.sh 2>&1 | tee "$tmp/refuse.txt"; count "$tmp/refuse.txt" "refusals"
+fi
+if [ -z "${SKIP_JOB:-}" ]; then
+    echo "== a save's record of its run; two nodes' options, --save and --resume (tests/job_gpu.sh)"
+    JOB_TMP="$tmp/job" bash tests/job_gpu.sh 2>&1 | tee "$tmp/job.txt"; count "$tmp/job.txt" "job"
 fi
 if [ -x ./stage5 ] && [ -z "${SKIP_KILL:-}" ]; then
     echo "== SIGKILL in the middle of a save at 2 local ranks (tests/kill_save_gpu.sh)"

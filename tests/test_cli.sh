@@ -11,7 +11,7 @@ ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAI
 # plus its own. A flag added to a stage must be added here (to the first stage that has it), and
 # one removed or renamed must be changed here, or the --help checks below fail.
 STAGE1_FLAGS=(--model --data --seq --steps --lr --warmup --schedule --min-lr-frac --wd --beta1 --beta2 --eps
-              --clip --loss-chunk --keep-attn --layers --seed --save --save-every --save-keep --resume --dry-run --gpu-gib
+              --clip --loss-chunk --keep-attn --layers --seed --save --save-every --save-keep --resume --resume-changes --dry-run --gpu-gib
               --log --eval-data --eval-every --eval-windows --dump-grads --profile --trace --timeline --yarn-factor --yarn-original --moe-gemm
               --packing --help)
 STAGE2_FLAGS=("${STAGE1_FLAGS[@]}" --gpus --local-ranks --nnodes --node-rank --rendezvous --run-id --comm-timeout

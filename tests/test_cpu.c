@@ -795,6 +795,220 @@ static void test_cli(void) {
     EXPECT(cli_parse(2, a4, opts, 4, err, sizeof err) == -1 && strstr(err, "needs a value"), "missing value: %s", err);
     char *a5[] = {"x", "--help"};
     EXPECT(cli_parse(2, a5, opts, 4, err, sizeof err) == 1, "--help");
+    /* an optional word takes a negative number (for the option to refuse by name), not another option */
+    const char *pk = NULL;
+    Opt po[] = {{"--packing", OPT_OPTSTR, &pk, "p"}, {"--seq", OPT_INT, &seq, "tokens", "[2,4G]"}};
+    char *p1[] = {"x", "--packing", "-1"}, *p2[] = {"x", "--packing", "--seq", "8"}, *p3[] = {"x", "--packing"};
+    EXPECT(!cli_parse(3, p1, po, 2, err, sizeof err) && pk && !strcmp(pk, "-1"), "--packing -1 takes -1: %s", err);
+    EXPECT(!cli_parse(4, p2, po, 2, err, sizeof err) && pk && !pk[0] && seq == 8, "--packing --seq 8: alone: %s", err);
+    EXPECT(!cli_parse(2, p3, po, 2, err, sizeof err) && pk && !pk[0], "--packing last: alone: %s", err);
+    /* the options' digest: values, not spellings or order; a node's own options left out */
+    const char *nr = NULL, *lg = NULL;
+    int64_t node = -1;
+    Opt jo[] = {{"--seq", OPT_INT, &seq, "t", "[2,4G]"}, {"--model", OPT_STRING, &model, "m"},
+                {"--node-rank", OPT_INT, &node, "n", "[-1,64K)"}, {"--log", OPT_STRING, &lg, "l"},
+                {"--packing", OPT_OPTSTR, &nr, "p"}, {"--keep-attn", OPT_FLAG, &flag, "k"}};
+    int64_t dg[8];
+    char *j0[] = {"x", "--seq", "16K", "--model", "8B"}, *j1[] = {"x", "--model", "8B", "--seq=16384"},
+         *j2[] = {"x", "--seq", "16K", "--model", "8B", "--node-rank", "1", "--log", "n1.jsonl"},
+         *j3[] = {"x", "--seq", "32K", "--model", "8B"}, *j4[] = {"x", "--seq", "16K", "--model", "4B"},
+         *j5[] = {"x", "--seq", "16K", "--model", "8B", "--packing"}, *j6[] = {"x", "--seq", "16K", "--model", "8B", "--keep-attn"};
+    char **js[] = {j0, j1, j2, j3, j4, j5, j6};
+    const int jn[] = {5, 4, 9, 5, 5, 6, 6};
+    for (int k = 0; k < 7; k++) {
+        seq = 4096, model = "0.6B", node = -1, lg = NULL, nr = NULL, flag = 0; /* each parse from the defaults */
+        EXPECT(!cli_parse(jn[k], js[k], jo, 6, err, sizeof err), "digest case %d parses: %s", k, err);
+        dg[k] = cli_options_digest();
+    }
+    EXPECT(dg[0] == dg[1] && dg[0] == dg[2], "--seq 16K = --seq=16384 in any order; --node-rank and --log are a node's own");
+    EXPECT(dg[3] != dg[0] && dg[4] != dg[0] && dg[5] != dg[0] && dg[6] != dg[0] && dg[0] >= 0 && dg[0] < (1ll << 52),
+           "another --seq, --model, --packing or flag: another digest (52 bits)");
+}
+
+/* ------------------------------------------------------------------ a save's record of its run */
+/* a trainer_state file holding one tensor and the metadata a save of this run writes */
+static int write_state(const char *path, const SaveMeta *m) {
+    static const float x[4] = {1, 2, 3, 4};
+    const StWrite w = {"master.x", ST_F32, 1, {4}, x};
+    char err[4096];
+    char *meta = inputs_save_meta_json(m);
+    const int rc = st_write(path, &w, 1, meta, err, sizeof err);
+    if (rc) printf("  %s\n", err);
+    free(meta);
+    return rc;
+}
+
+/* Whatever --data was -- quotes, backslashes, newlines, every control byte, UTF-8, 4000 bytes -- the
+ * save's metadata is JSON that reads back (the safetensors header, then the path itself), and
+ * --resume of it with the same run compares equal. Its metadata was once printf'd into 1200 bytes:
+ * a '"' gave a header no reader takes ("bad header"), a long path a truncated one. */
+static void test_save_meta(void) {
+    char path[1200], err[4096], note[4096];
+    snprintf(path, sizeof path, "%s/trainer_state.safetensors", tmpdir);
+    char ctl[40], big[4001], bad[16];
+    for (int k = 1; k < 32; k++) ctl[k - 1] = (char)k;
+    snprintf(ctl + 31, sizeof ctl - 31, "\x7f.tok");
+    for (int k = 0; k < 4000; k++) big[k] = "abc/\"\\\n"[k % 7];
+    big[4000] = 0;
+    const char *hostile[] = {"data/books.tok", "a \"quoted\" name.tok", "back\\slash\\", "new\nline\r\t.tok", ctl,
+                             "d\xc3\xa9j\xc3\xa0 \xe6\x96\x87\xe5\xad\x97 \xf0\x9f\x93\x9a.tok", big, "", "}\",\"step\":\"9"};
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        const SaveMeta m = {.step = 7, .seq = 16384, .data = hostile[i], .data_tokens = 1270101,
+                            .data_digest = (1ll << 52) - 3, .eot = -1, .model = hostile[i], .layers = 28,
+                            .yarn_factor = 4, .yarn_original = 32768, .model_digest = 12345};
+        SafeTensors st;
+        int64_t step = -1;
+        const int ok = !write_state(path, &m) && !st_open(path, &st, err, sizeof err);
+        const char *got = ok ? st_meta(&st, "data") : NULL, *model = ok ? st_meta(&st, "model") : NULL;
+        EXPECT(ok && got && !strcmp(got, hostile[i]) && model && !strcmp(model, hostile[i]) &&
+                   !inputs_state_step(&st, 100, &step, err, sizeof err) && step == 7 &&
+                   !inputs_resume_compare(&st, &m, 0, "DIR", note, sizeof note, err, sizeof err) && !note[0],
+               "--data of %zu bytes (case %zu) round-trips through the save's metadata and compares equal: %s", strlen(hostile[i]), i,
+               ok ? err : err);
+        if (ok) st_close(&st);
+    }
+    /* bytes that are not UTF-8: JSON cannot hold them; written as U+FFFD, the rest intact */
+    snprintf(bad, sizeof bad, "a\xff" "b\xc3(");
+    const SaveMeta mb = {.step = 1, .data = bad, .model = "m", .eot = -1};
+    SafeTensors st;
+    EXPECT(!write_state(path, &mb) && !st_open(path, &st, err, sizeof err) && st_meta(&st, "data") &&
+               !strcmp(st_meta(&st, "data"), "a\xef\xbf\xbd" "b\xef\xbf\xbd("),
+           "bytes that are not UTF-8 are written as U+FFFD: %s", err);
+    st_close(&st);
+
+    /* --resume compares seq, data, packing and the model, each by name, each allowed by its bit */
+    const SaveMeta was = {.step = 5, .seq = 16384, .data = "a.tok", .data_tokens = 1000, .data_digest = 77, .eot = -1,
+                          .model = "0.6B", .layers = 28, .model_digest = 99};
+    EXPECT(!write_state(path, &was) && !st_open(path, &st, err, sizeof err), "a save to compare: %s", err);
+    SaveMeta now = was;
+    now.seq = 32768;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "--resume CK: saved with --seq 16384, this run has --seq 32768") &&
+               strstr(err, "--resume-changes seq") && !strchr(err, '\n'),
+           "another --seq is refused by name: %s", err);
+    EXPECT(!inputs_resume_compare(&st, &now, RESUME_SEQ, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(note, "saved with --seq 16384") && strstr(note, "allowed by --resume-changes"),
+           "... and allowed by --resume-changes seq, with a note: %s", note);
+    now = was, now.data_digest = 78;
+    EXPECT(inputs_resume_compare(&st, &now, RESUME_SEQ | RESUME_PACKING | RESUME_MODEL, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "--data a.tok has changed since the save") && strstr(err, "--resume-changes data"),
+           "the same --data path with other tokens is refused: %s", err);
+    now.data = "b.tok", now.data_tokens = 2000;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with --data a.tok (1000 tokens), this run has --data b.tok (2000 tokens"),
+           "another --data is refused, both named: %s", err);
+    now = was, now.data = "elsewhere/a.tok";
+    EXPECT(!inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err),
+           "the same tokens under another path are the same data: %s", err);
+    now = was, now.eot = 151643;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with --packing none, this run has --packing 151643") && strstr(err, "--resume-changes packing"),
+           "another --packing is refused: %s", err);
+    now = was, now.layers = 2, now.model_digest = 98;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with 28 layers of 0.6B, this run has 2 (--layers)") && strstr(err, "--resume-changes model"),
+           "another --layers is refused: %s", err);
+    now = was, now.yarn_factor = 4, now.yarn_original = 32768, now.model_digest = 97;
+    EXPECT(inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "saved with no YaRN, this run has YaRN x4 from 32768"),
+           "another YaRN is refused: %s", err);
+    now = was, now.seq = 8, now.eot = 7, now.model_digest = 1;
+    EXPECT(inputs_resume_compare(&st, &now, RESUME_PACKING, "CK", note, sizeof note, err, sizeof err) &&
+               strstr(err, "--seq 8") && !strstr(err, "--packing 7") && strstr(note, "--packing 7") &&
+               strstr(err, "--resume-changes seq,model"),
+           "several differences: the refused ones named together, the allowed one noted: %s | %s", err, note);
+    st_close(&st);
+    /* a save of the older kind records only its step: nothing else to compare, said in a note */
+    const StWrite w = {"master.x", ST_F32, 1, {1}, (const float[]){0}};
+    EXPECT(!st_write(path, &w, 1, "{\"step\":\"3\",\"seq\":\"64\"}", err, sizeof err) && !st_open(path, &st, err, sizeof err) &&
+               !inputs_resume_compare(&st, &now, 0, "CK", note, sizeof note, err, sizeof err) && strstr(note, "an older save"),
+           "an older save is not compared: %s", note);
+    st_close(&st);
+    /* a token file's content digest: every id and weight, not where the file is */
+    TokenFile a = {.count = 5, .ids = (uint32_t[]){1, 2, 3, 4, 5}}, b = a;
+    b.ids = (uint32_t[]){1, 2, 3, 4, 6};
+    const int64_t da = tokens_content_digest(&a);
+    uint8_t wts[5] = {1, 1, 1, 1, 1};
+    TokenFile c = a;
+    c.weights = wts;
+    EXPECT(da == tokens_content_digest(&a) && da != tokens_content_digest(&b) && da != tokens_content_digest(&c) &&
+               da >= 0 && da < (1ll << 52),
+           "the data digest is the ids' and the weights' (52 bits)");
+}
+
+/* ------------------------------------------------------------------ where a refusal points */
+static void test_messages(void) {
+    JsonValue v;
+    char err[512];
+    const char *cfg = "{\n  \"model_type\": \"qwen3\",\n  \"rope_scaling\": {\"factor\": 4x},\n  \"vocab_size\": 8\n}";
+    EXPECT(json_parse(cfg, strlen(cfg), &v, err, sizeof err) &&
+               strstr(err, "at line 3, column 31 (byte 57), in \"rope_scaling\".\"factor\""),
+           "a JSON refusal says line, column and the member it is in: %s", err);
+    const char *arr = "{\"layer_types\": [\"a\", \"b\", 7x]}";
+    EXPECT(json_parse(arr, strlen(arr), &v, err, sizeof err) && strstr(err, "in \"layer_types\"[2]"),
+           "... or the element of an array: %s", err);
+    /* config.json's refusals name the file */
+    char dir[1024], file[1100];
+    snprintf(dir, sizeof dir, "%s/cfg_syntax", tmpdir);
+    mkdir(dir, 0755);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    FILE *f = fopen(file, "w");
+    fputs(cfg, f);
+    fclose(f);
+    Qwen3Config c;
+    EXPECT(config_load(dir, &c, err, sizeof err) && strstr(err, file) && strstr(err, ": JSON: ") &&
+               strstr(err, "line 3, column 31"),
+           "a config.json that is not JSON: the file, line and column: %s", err);
+    f = fopen(file, "w");
+    fputs("{\"model_type\": \"qwen3\", \"vocab_size\": 0}", f);
+    fclose(f);
+    EXPECT(config_load(dir, &c, err, sizeof err) && !strncmp(err, file, strlen(file)) && strstr(err, "vocab_size"),
+           "a field past its bounds: the file and the field: %s", err);
+    /* long names: head ... tail, cut on UTF-8 characters, the rest of a message kept */
+    char name[5001];
+    for (int k = 0; k < 5000; k++) name[k] = k < 2500 ? 'a' : 'b';
+    name[5000] = 0;
+    const char *sh = short_name(name);
+    EXPECT(strlen(sh) <= NAME_SHOWN && strstr(sh, "a...b") && sh[0] == 'a' && sh[strlen(sh) - 1] == 'b',
+           "a 5000-byte name is shown as its head and tail (%zu bytes)", strlen(sh));
+    EXPECT(short_name("short") && !strcmp(short_name("short"), "short"), "a short name is itself");
+    char u[400] = "", out[40];
+    for (int k = 0; k < 100; k++) strcat(u, "\xc3\xa9"); /* e-acute, 2 bytes each */
+    shorten_into(out, sizeof out, u, strlen(u));
+    int whole = 1;
+    for (size_t k = 0; out[k]; k++)
+        if (out[k] == '.') continue;
+        else if ((unsigned char)out[k] == 0xc3) whole &= (unsigned char)out[k + 1] == 0xa9, k++;
+        else whole = 0;
+    EXPECT(whole && strlen(out) < sizeof out, "a name is cut between characters, never inside one: %s", out);
+    TokenFile tf;
+    char longpath[5100];
+    snprintf(longpath, sizeof longpath, "/tmp/%s", name);
+    EXPECT(tokens_open_file(longpath, 100, 1, &tf, err, sizeof err) && strlen(err) < 400 && strstr(err, "too long"),
+           "a 5000-byte path leaves the reason room: %s", err);
+}
+
+/* ------------------------------------------------------------------ training data with nothing to learn */
+static void test_no_loss(void) {
+    uint32_t ids[40];
+    uint8_t w[40];
+    for (int k = 0; k < 40; k++) ids[k] = 5, w[k] = 0;
+    TokenFile tf = {.count = 40, .ids = ids, .weights = w, .counted = 0};
+    Loader ld;
+    char err[256];
+    EXPECT(!loader_init(&ld, &tf, 8, 1, 0, err, sizeof err) && loader_first_counted(&ld, 0, 1000) == -1,
+           "every weight 0: no step has a label that counts");
+    w[30] = 1, tf.counted = 1; /* window 3 (tokens 24..32): label 6 */
+    EXPECT(loader_first_counted(&ld, 0, 1000) == 3 && loader_first_counted(&ld, 0, 3) == -1 &&
+               loader_first_counted(&ld, 4, 1000) == 7,
+           "the first step that counts: 3; none in steps 0-2; 7 in the next epoch (4 windows)");
+    TokenFile plain = {.count = 40, .ids = ids, .counted = 40};
+    EXPECT(!loader_init(&ld, &plain, 8, 2, 0, err, sizeof err) && loader_first_counted(&ld, 0, 10) == 0,
+           "without weights every label counts");
+    loader_pack(&ld, 5);
+    EXPECT(loader_first_counted(&ld, 0, 1000000) == -1, "--packing on a file of end-of-text tokens: none counts");
+    ids[17] = 6;
+    EXPECT(loader_first_counted(&ld, 0, 1000000) == 1, "one token that is not the end of text: its label counts");
 }
 
 /* ------------------------------------------------------------------ bounds on what is read */
@@ -2918,6 +3132,10 @@ int main(int argc, char **argv) {
     printf("[cli]\n");
     test_cli();
     test_bounds();
+    test_messages();
+    printf("[saves' metadata]\n");
+    test_save_meta();
+    test_no_loss();
     printf("[init]\n");
     test_init();
     printf("[shards]\n");
