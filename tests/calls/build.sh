@@ -2,7 +2,8 @@
 # Build TREE's stages against the CPU-faked GPU (tests/calls/fake_cuda.c) into OUT/stageN.
 #   bash tests/calls/build.sh TREE OUT
 # TREE's host sources are compiled as they are; its kernels are replaced by logging stubs
-# (gen_stubs.py, from TREE's own headers), and its GEMM and attention entry points are wrapped.
+# (gen_stubs.py, from TREE's own headers), and its GEMM and attention entry points are wrapped; its
+# collectives too (logged, then run: fake_cuda.c).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tree=$(cd "$1" && pwd)
@@ -17,6 +18,7 @@ libs=$(echo "$libs" | sed 's/-lcudart//')
 cflags="-std=c11 -D_DEFAULT_SOURCE -O1 -g -w -I$tree $inc"
 python3 "$here/gen_stubs.py" "$tree" > "$out/stubs.c"
 wrap="-Wl,--wrap=arena_take"
+for n in all_gather_bf16 reduce_scatter_f32 all_reduce_f64 sendrecv barrier; do wrap="$wrap -Wl,--wrap=comm_$n"; done # logged collectives
 for n in $(python3 "$here/gen_stubs.py" "$tree" --wrap); do wrap="$wrap -Wl,--wrap=$n"; done
 objs=()
 for c in "$tree"/common/*.c; do

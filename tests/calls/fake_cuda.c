@@ -261,3 +261,43 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
     fn(arg);
     return cudaSuccess;
 }
+
+/* ---------------------------------------------------------------- the collectives
+ * common/comm.c's entry points, wrapped (-Wl,--wrap=comm_...; build.sh): one line each, "collective"
+ * and what every rank must agree on (the kind, the count, the stream; a send/recv's peers as offsets
+ * from this rank), then the real call. tests/calls/layout_calls.sh compares them across ranks. */
+typedef struct Comm Comm;
+int comm_rank_id(const Comm *c);
+int comm_size(const Comm *c);
+void __real_comm_all_gather_bf16(Comm *c, void *out, const void *in, int64_t n, cudaStream_t st);
+void __real_comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, float scale, cudaStream_t st);
+void __real_comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st);
+void __real_comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st);
+void __real_comm_barrier(Comm *c, cudaStream_t st);
+void __wrap_comm_all_gather_bf16(Comm *c, void *out, const void *in, int64_t n, cudaStream_t st) {
+    char s[32];
+    calls_log("collective all_gather_bf16 n=%lld %s", (long long)n, calls_stream(st, s, sizeof s));
+    __real_comm_all_gather_bf16(c, out, in, n, st);
+}
+void __wrap_comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, float scale, cudaStream_t st) {
+    char s[32];
+    calls_log("collective reduce_scatter_f32 n=%lld scale=%.9g %s", (long long)n, (double)scale, calls_stream(st, s, sizeof s));
+    __real_comm_reduce_scatter_f32(c, out, in, n, scale, st);
+}
+void __wrap_comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st) {
+    char s[32];
+    calls_log("collective all_reduce_f64 n=%lld %s", (long long)n, calls_stream(st, s, sizeof s));
+    __real_comm_all_reduce_f64(c, buf, n, st);
+}
+void __wrap_comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st) {
+    char s[32];
+    const int me = comm_rank_id(c), P = comm_size(c);
+    calls_log("collective sendrecv %lld bytes to +%d from -%d %s", (long long)bytes, ((to - me) % P + P) % P,
+              ((me - from) % P + P) % P, calls_stream(st, s, sizeof s));
+    __real_comm_sendrecv(c, send, to, recv, from, bytes, st);
+}
+void __wrap_comm_barrier(Comm *c, cudaStream_t st) {
+    char s[32];
+    calls_log("collective barrier %s", calls_stream(st, s, sizeof s));
+    __real_comm_barrier(c, st);
+}
