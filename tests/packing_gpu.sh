@@ -15,7 +15,9 @@
 #   3. a 2-layer Qwen3-0.6B slice at 16K with documents of 1-4K tokens: stages 3-5 at P = 2, 4, 8
 #      against stage 1 (stage 3 at P = 4 on the zigzag too), and the packed loss differs from the
 #      unpacked one
-#   4. planted bugs: positions not restarted (stage 1: its traced positions miss), a document
+#   4. the MoE golden config on a window of documents: stages 3-5 balanced at P = 2, 3, 4 against
+#      stage 1 (each document alone there too)
+#   5. planted bugs: positions not restarted (stage 1: its traced positions miss), a document
 #      boundary one token late in the blocks (stage 3: its gradients miss the reference)
 # Prints "N passed, M failed".
 set -u
@@ -128,6 +130,22 @@ for run in "stage3 2" "stage3 4" "stage3 8" "stage3 4 zigzag" "stage4 2" "stage4
     ./build/check_stage same "$tmp/s1.16k" "$tmp/$st.16k" 0.999 1e-2 > "$tmp/c.txt" 2>&1
     echo "  $st P=$P $lay: $(tail -1 "$tmp/c.txt")"; grep -E "^FAIL" "$tmp/c.txt" | head -3
     count "$tmp/c.txt" "$st 0.6B slice P=$P $lay packed"
+done
+
+echo "== MoE (tests/golden/moe_e8_k2) on a window of ~40 documents: stages 3-5 balanced at P = 2, 3, 4 against stage 1"
+./build/check_stage random 256 3000 11 "$tmp/moe_docs.tok" docs $EOT 24 > /dev/null
+ML="--model tests/golden/moe_e8_k2 --data $tmp/moe_docs.tok --seq 1008 --steps 1 --loss-chunk 7 $HP --packing $EOT"
+$T ./stage1 $ML --dump-grads "$tmp/moe1.grads" > "$tmp/moe1.log" 2>&1
+ok "stage1 MoE --packing runs" "[ $? -eq 0 ]" || tail -5 "$tmp/moe1.log"
+for st in stage3 stage4 stage5; do
+    for P in 2 3 4; do
+        $T ./$st --local-ranks $P $ML --dump-grads "$tmp/moe.$st.$P.grads" > "$tmp/moe.$st.$P.log" 2>&1
+        ok "$st MoE P=$P --packing (balanced) runs" "[ $? -eq 0 ] && grep -q 'layout balanced' '$tmp/moe.$st.$P.log'" ||
+            tail -5 "$tmp/moe.$st.$P.log"
+        ./build/check_stage same "$tmp/moe1.grads" "$tmp/moe.$st.$P.grads" 0.999 1e-3 1e-2 > "$tmp/c.txt" 2>&1
+        echo "  $st MoE P=$P balanced: $(tail -1 "$tmp/c.txt")"; grep -E "^FAIL" "$tmp/c.txt" | head -3
+        count "$tmp/c.txt" "$st MoE P=$P balanced packed"
+    done
 done
 
 echo "== planted bugs"
