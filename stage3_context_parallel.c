@@ -38,6 +38,7 @@ typedef struct {
     RunOpts run;             /* saves, evaluation, logs and profiles (common/run.h) */
     RankOpts ranks;          /* stage 2: --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
     const char *merge;       /* stage 3: ring accumulators in fp32 or bf16 */
+    const char *layout;      /* stage 3: --packing's documents over the ranks: balanced or zigzag (common/layout.h) */
 } Opts;
 
 static Opts parse_opts(int argc, char **argv) {
@@ -65,6 +66,7 @@ static Opts parse_opts(int argc, char **argv) {
         RANK_OPTIONS(o.ranks), /* --gpus, --local-ranks, --nnodes, --rehearse, ... (common/ranks.h) */
         /* ---- end stage 2 ---- */
         {"--merge", OPT_STRING, &o.merge, "ring accumulators (O, dQ, travelling dK/dV): fp32 | bf16", "fp32|bf16"}, /* stage 3 */
+        {"--layout", OPT_STRING, &o.layout, "--packing's documents over the ranks: balanced (long documents split over every rank, the rest placed to even the attention; a Qwen3.5 hybrid keeps the zigzag) | zigzag (chunks r and 2P-1-r, as unpacked); default balanced", "zigzag|balanced"}, /* stage 3 */
     };
     const int n = (int)(sizeof table / sizeof table[0]);
     char err[256];
@@ -210,6 +212,7 @@ typedef struct {
     /* ---- stage 3: context parallelism ---- */
     cudaEvent_t ring_ev[4];         /* the K/V pass (0: sent-from ready, 1: received), the dK/dV pass (2, 3) */
     BlockTimer blocks;              /* rehearsal: one layer's ring blocks timed */
+    int balanced;                   /* --packing: each window's rows from the balanced layout (common/layout.h), else the zigzag's */
     /* ---- end stage 3 ---- */
 } Model;
 
@@ -363,6 +366,7 @@ static void load_config(Model *M) {
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     if (zigzag_check(M->o.seq, M->job.P, err, sizeof err) || deltanet_chunk_ok(&M->c, M->o.seq / (2 * M->job.P), err, sizeof err))
         STOP("%s", err); /* stage 3 */
+    M->balanced = layout_option(o->layout, M->eot >= 0, M->c.lin_v_heads > 0); /* stage 3: a hybrid stays on the zigzag */
     M->S = M->o.seq / M->job.P;                                        /* this rank's tokens */
     M->attn = (SdpaShape){.Hq = M->c.heads, .Hkv = M->c.kv_heads, .Sq = M->S, .Skv = M->S, .D = M->c.head_dim, .causal = 1};
     if (!sdpa_shape_ok(&M->attn, err, sizeof err) || !moe_rows_ok(&M->c, M->S, err, sizeof err)) {
@@ -521,7 +525,7 @@ static void ring_forward(Model *M, int64_t at, const bf16_t *kv, bf16_t *o, floa
     const bf16_t *cur = kv;
     for (int i = 0; i < M->job.P; i++) {
         if (i + 1 < M->job.P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
+        const RingBlock b = layout_ring_block(M->o.seq, M->job.P, M->job.rank, i, M->balanced);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
         SdpaBlocks one;
         DocBlock whole;
@@ -753,7 +757,7 @@ static void ring_backward(Model *M, int64_t at, const bf16_t *kv, const bf16_t *
     const bf16_t *cur = kv;
     for (int i = 0; i < M->job.P; i++) {
         if (i + 1 < M->job.P) ring_pass(M, cur, w->kv_ring[i % 2], BF(2 * n * KV), 0);
-        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
+        const RingBlock b = layout_ring_block(M->o.seq, M->job.P, M->job.rank, i, M->balanced);
         const SdpaShape sh = {.Hq = H, .Hkv = Hk, .Sq = b.nq, .Skv = b.nk, .D = D, .causal = b.causal};
         SdpaBlocks one;
         DocBlock whole;
@@ -971,7 +975,6 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
     if (M->eot >= 0) { /* --packing: a label after an end-of-text counts no loss */
         loader_pack(&d->ld, (uint32_t)M->eot);
         docs_window_open(&d->docs, M->o.seq, M->S, M->job.P);
-        for (int r = 0; r < M->job.P; r++) zigzag_positions(M->o.seq, M->job.P, r, d->docs.rows + r * M->S); /* stage 3 */
     }
     /* every rank counts every rank's labels in its own copy of the file (and its ends of text): the copies,
      * and each node's config.json, must agree (one rank here: nothing to compare) */
@@ -984,15 +987,14 @@ static void data_open(Data *d, const Model *M, const TokenFile *tf) {
 static void pack_window(Data *d, Model *M) {
     DocsWindow *dw = &d->docs;
     const int64_t S = M->S;
-    docs_window_cut(dw, d->host, M->o.seq, (uint32_t)M->eot);
     /* ---- stage 3: ring attention ---- */
-    /* this rank's rows' positions, and one call per ring step: its queries against the K/V it brings */
+    /* (data_load cut the window and laid it out) this rank's rows' positions, and a call per ring step */
     const int64_t *mine = dw->rows + M->job.rank * S;
     int32_t *pos = dw->pos + M->o.seq;
     for (int64_t t = 0; t < S; t++) pos[t] = dw->pos[mine[t]];
     docplan_reset(&M->docs);
     for (int i = 0; i < M->job.P; i++) {
-        const RingBlock b = ring_block(M->o.seq, M->job.P, M->job.rank, i);
+        const RingBlock b = layout_ring_block(M->o.seq, M->job.P, M->job.rank, i, M->balanced);
         docplan_add(&M->docs, dw->start, dw->n, mine, b.q0, b.nq, dw->rows + b.src * S, b.k0, b.nk);
     }
     /* ---- end stage 3 ---- */
@@ -1008,11 +1010,11 @@ static void data_load(Data *d, Model *M, int64_t step) {
     loader_weights(&d->ld, step, d->wt);
     /* ---- stage 3: ring attention ---- */
     /* the sequence is split, not the data: every rank reads the same window and keeps the tokens of
-     * its two zigzag chunks (and the labels that follow them) */
+     * its rows (and the labels that follow them): two zigzag chunks, or --packing's layout's pieces */
     uint32_t *ids = d->host + M->o.seq + 1, *labels = ids + M->S;
     uint8_t *lw = d->wt + M->o.seq + 1;
     int64_t *pos = xmalloc((size_t)(8 * M->S));
-    zigzag_positions(M->o.seq, M->job.P, M->job.rank, pos);
+    layout_window(&d->docs, d->host, M->o.seq, M->eot, M->job.P, M->job.rank, M->balanced, pos);
     for (int64_t t = 0; t < M->S; t++) {
         ids[t] = d->host[pos[t]];
         labels[t] = d->host[pos[t] + 1]; /* shifted before the split: a chunk's last label is the next chunk's first token */
@@ -1145,6 +1147,7 @@ int main(int argc, char **argv) {
     memplan_title_tail(title + n, sizeof title - n, M.kept, M.c.experts ? M.o.moe_gemm : NULL, M.o.ranks.rehearse >= 0, M.eot >= 0);
     memplan_print(&M.mp, stdout, title, M.o.dry_run ? (int64_t)(M.o.gpu_gib * (1 << 30)) : 0);
     if (M.eot >= 0) docs_plan_note(stdout, M.eot);
+    if (M.eot >= 0) layout_plan(stdout, &M.in.data, M.o.seq, M.job.P, M.eot, M.balanced, M.c.lin_v_heads > 0); /* stage 3 */
     if (M.o.dry_run) return 0;
     run_instruments(&M.o.run); /* --profile, --trace, --timeline */
     ranks_run(&M.o.ranks, &M.mp, M.o.gpu_gib, rank_main, &M); /* stage 2: a rank per GPU, each from a copy of M */

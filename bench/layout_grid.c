@@ -89,7 +89,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[a], "--tok")) {
         if (a + 1 >= argc) usage(argv[0]);
         TokenFile tf;
-        if (tokens_open(argv[a + 1], (int64_t)1 << 32, &tf, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+        /* the ids alone: a file's loss weights (a masked file) change nothing here */
+        if (tokens_open_file(argv[a + 1], (int64_t)1 << 32, 1, &tf, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
         S = tf.count < seq ? tf.count : seq;
         start = malloc((size_t)(S + 1) * 8);
         nd = docs_split(tf.ids, S, (uint32_t)eot, start);

@@ -371,3 +371,69 @@ double layout_ring_balance(const Layout *L) {
     }
     return L->W ? crit * L->P / (double)L->W : 1;
 }
+
+void layout_print(FILE *f, const Layout *L) {
+    for (int r = 0; r < L->P; r++)
+        fprintf(f, "rank %d: %lld tokens, %lld pairs\n", r, (long long)L->tokens[r], (long long)L->pairs[r]);
+    fprintf(f, "balance: busiest rank %.2fx the mean\n", layout_balance(L));
+}
+
+/* ------------------------------------------------------------------ a stage's windows */
+
+int layout_option(const char *v, int packed, int hybrid) { return packed && !hybrid && (!v || !strcmp(v, "balanced")); }
+
+void layout_window(DocsWindow *d, const uint32_t *tok, int64_t seq, int64_t eot, int P, int rank, int balanced,
+                   int64_t *pos) {
+    const int64_t n = seq / P;
+    if (eot < 0) {
+        zigzag_positions(seq, P, rank, pos);
+        return;
+    }
+    docs_window_cut(d, tok, seq, (uint32_t)eot);
+    if (balanced) {
+        Layout L;
+        char err[256];
+        if (layout_balanced(&L, d->start, d->n, seq, P, LAYOUT_WHOLE_FRAC, err, sizeof err)) DIE("%s", err);
+        for (int r = 0; r < P; r++) layout_positions(&L, r, d->rows + r * n);
+        layout_free(&L);
+    } else
+        for (int r = 0; r < P; r++) zigzag_positions(seq, P, r, d->rows + r * n);
+    memcpy(pos, d->rows + rank * n, (size_t)n * sizeof *pos);
+}
+
+RingBlock layout_ring_block(int64_t seq, int P, int r, int step, int balanced) {
+    if (!balanced) return ring_block(seq, P, r, step);
+    const int64_t n = seq / P;
+    return (RingBlock){.src = ((r - step) % P + P) % P, .causal = step == 0, .q0 = 0, .nq = n, .k0 = 0, .nk = n};
+}
+
+void layout_plan(FILE *f, const TokenFile *tf, int64_t seq, int P, int64_t eot, int balanced, int hybrid) {
+    if (balanced)
+        fprintf(f, "packed layout (--layout balanced): each window's long documents split over the %d ranks in mirror "
+                "slices, the rest whole and placed to even the ranks' attention pairs, %lld tokens a rank "
+                "(common/layout.h)\n", P, (long long)(seq / P));
+    else
+        fprintf(f, "packed layout: the zigzag, rank r holding chunks r and 2P-1-r of each window%s\n",
+                hybrid ? " (a Qwen3.5 hybrid: its linear layers pass their state per zigzag chunk; the balanced layout "
+                         "is for dense and MoE models yet)" : " (--layout zigzag)");
+    if (!tf || !tf->ids || tf->count < seq + 1) return; /* no token file opened (an advice's plan) */
+    Loader ld;
+    char err[512];
+    if (loader_init(&ld, tf, seq, 1, 0, err, sizeof err)) return;
+    uint32_t *ids = xmalloc((size_t)(seq + 1) * sizeof *ids);
+    int64_t *start = xmalloc((size_t)(seq + 1) * 8);
+    loader_window(&ld, 0, ids);
+    const int64_t nd = docs_split(ids, seq, (uint32_t)eot, start);
+    Layout L;
+    if (balanced ? layout_balanced(&L, start, nd, seq, P, LAYOUT_WHOLE_FRAC, err, sizeof err)
+                 : layout_zigzag(&L, start, nd, seq, P, err, sizeof err))
+        fprintf(f, "packed layout: %s\n", err);
+    else {
+        fprintf(f, "the first window: %lld documents, %.4f of the unpacked attention pairs; each rank's share:\n",
+                (long long)nd, (double)L.W / ((double)seq * (double)(seq + 1) / 2));
+        layout_print(f, &L);
+        layout_free(&L);
+    }
+    free(ids);
+    free(start);
+}

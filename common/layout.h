@@ -60,6 +60,8 @@
 #include <stdint.h>
 
 #include "docs.h"
+#include "tokens.h"
+#include "zigzag.h"
 
 /* a document whose pairs are at most this share of the mean rank's pairs stays whole */
 #define LAYOUT_WHOLE_FRAC (1.0 / 32)
@@ -130,5 +132,31 @@ double layout_balance(const Layout *L);
 /* the ring's critical path: sum over steps of the busiest rank's pairs at that step (a step waits
  * for its slowest rank), over the mean rank's pairs */
 double layout_ring_balance(const Layout *L);
+/* "rank R: T tokens, Q pairs" a rank, then "balance: busiest rank X.XXx the mean" */
+void layout_print(FILE *f, const Layout *L);
+
+/* ------------------------------------------------------------------ a stage's windows (stages 3-5)
+ * With --packing, a stage lays each window out anew: its documents cut, then the balanced layout
+ * built and every rank's rows taken from it (docs/packed_balance.md, section 9). Without --packing a
+ * window is one document, whose balanced layout is the zigzag: the stage keeps the zigzag. */
+
+/* --layout (zigzag | balanced; NULL: balanced when packed): 1 for the balanced layout. 0 without
+ * --packing, and 0 for a Qwen3.5 hybrid (hybrid 1) whatever was asked: its linear layers pass their
+ * state per zigzag chunk, and on a layout that walk is per piece (docs/packed_balance.md, section 9,
+ * item 3), not written yet. */
+int layout_option(const char *v, int packed, int hybrid);
+/* The window positions of rank `rank`'s rows (pos[seq / P]) for the window tok[seq + 1]. Not packed
+ * (eot < 0): the zigzag's. Packed: the window's documents are cut into d (docs_window_cut: d->start,
+ * d->n, d->pos) and every rank's rows written to d->rows (its ring sources' too), from the balanced
+ * layout (layout_balanced, LAYOUT_WHOLE_FRAC) or the zigzag. */
+void layout_window(DocsWindow *d, const uint32_t *tok, int64_t seq, int64_t eot, int P, int rank, int balanced,
+                   int64_t *pos);
+/* Ring step `step`'s attention call of rank r: the zigzag's (ring_block), or on the balanced layout
+ * every local row against every row of src (docs_blocks cuts that call into the layout's blocks:
+ * DIAG at step 0, FULL after). */
+RingBlock layout_ring_block(int64_t seq, int P, int r, int step, int balanced);
+/* The plan's lines for --packing: the layout, and on the first window of tf (when open) each rank's
+ * tokens and pairs and the balance (layout_print). */
+void layout_plan(FILE *f, const TokenFile *tf, int64_t seq, int P, int64_t eot, int balanced, int hybrid);
 
 #endif

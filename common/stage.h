@@ -24,6 +24,7 @@
 #include "docs.h"      /* packed documents: where they start, their positions and attention blocks */
 #include "gemm.h"      /* cuBLASLt GEMMs: the projections, forward and backward */
 #include "gpu.h"       /* the device, its memory, uploads and downloads, the plan's fit */
+#include "layout.h"    /* packed documents balanced over the ranks: each window's rows and ring blocks (stage 3 on) */
 #include "memplan.h"   /* the memory plan: bytes by category, the table, kept attention's words */
 #include "model.h"     /* the parameter table: every tensor's name, shape and place */
 #include "moe.h"       /* the MoE block: router, experts, the load-balancing loss */

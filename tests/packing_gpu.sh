@@ -7,11 +7,17 @@
 #      against the token file's documents; the attention FLOPs the step reports against the
 #      documents' pairs; --eval-data evaluates packed too (its loss before the first step is the
 #      reference loss)
-#   2. stages 3, 4, 5 on P = 1, 2, 4, 8 local ranks against the reference (stage 4 with O and LSE
-#      kept on the GPU and on the host too)
+#   2. stages 3, 4, 5 on P = 1, 2, 3, 4, 8 local ranks against the reference, in both layouts
+#      (--layout balanced, the default: common/layout.h; --layout zigzag), P = 3 on 126 tokens (a
+#      multiple of 2P); rank 0's traced positions against its rows' in that layout (build/layout_grid;
+#      its zigzag rows checked against the token file first); stage 4 with O and LSE kept on the GPU
+#      and on the host too
 #   3. a 2-layer Qwen3-0.6B slice at 16K with documents of 1-4K tokens: stages 3-5 at P = 2, 4, 8
-#      against stage 1, and the packed loss differs from the unpacked one
-#   4. planted bugs: positions not restarted (stage 1: its traced positions miss), a document
+#      against stage 1 (stage 3 at P = 4 on the zigzag too), and the packed loss differs from the
+#      unpacked one
+#   4. the MoE golden config on a window of documents: stages 3-5 balanced at P = 2, 3, 4 against
+#      stage 1 (each document alone there too)
+#   5. planted bugs: positions not restarted (stage 1: its traced positions miss), a document
 #      boundary one token late in the blocks (stage 3: its gradients miss the reference)
 # Prints "N passed, M failed".
 set -u
@@ -47,6 +53,14 @@ print(sum(pos), sum(l * (l + 1) // 2 for l in lens) / (S * S / 2), *r0)
 EOF
 )
 echo "packed golden window: seq $S, positions sum $want_sum (rank 0 of 2, 4, 8: $r0_2 $r0_4 $r0_8), attention pairs $want_frac of unpacked"
+# rank 0's RoPE positions summed on P ranks of a SEQ-token window in a layout (zigzag | balanced): its pieces
+# as build/layout_grid prints them ("piece LAYOUT RANK DOC START LEN POS ROW"), each len * pos + len (len - 1) / 2
+r0_of() { ./build/layout_grid --pieces --eot $EOT --seq "$2" "$1" --tok "$tmp/p.tok" |
+    awk -v L="$3" '$1 == "piece" && $2 == L && $3 == 0 {s += $6 * $7 + $6 * ($6 - 1) / 2} END {print s + 0}'; }
+for P in 2 4 8; do
+    want=$(eval echo "\$r0_$P"); got=$(r0_of $P "$S" zigzag)
+    ok "layout_grid's zigzag rank 0 of $P: positions sum $got = the token file's $want" "[ '$got' = '$want' ]"
+done
 
 echo "== stage 1 and stage 2 against the packed reference"
 for run in "stage1" "stage1 --keep-attn" "stage2 --local-ranks 1"; do
@@ -77,21 +91,25 @@ echo "  eval loss before step 1: ${ev:-none}; transformers, each document alone:
 ok "the packed eval loss ${ev:-none} is transformers' $ref (bf16: 1e-2)" \
     "python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) / float(sys.argv[2]) - 1) > 1e-2)' '${ev:-0}' '$ref'"
 
-echo "== stages 3, 4, 5 on P local ranks against the packed reference"
+echo "== stages 3, 4, 5 on P local ranks against the packed reference, balanced and zigzag"
 for st in stage3 stage4 stage5; do
-    for P in 1 2 4 8; do
-        extra=""; [ $st = stage4 ] && [ $P = 2 ] && extra="--keep-attn gpu:1,host:1"
-        $T ./$st --local-ranks $P --packing $EOT $extra --model "$g" --data "$tmp/p.tok" --seq "$S" --steps 1 --loss-chunk 7 \
-            $HP --dump-grads "$tmp/$st.$P.grads" --save "$tmp/$st.$P.ck" --trace "$tmp/$st.$P.trace" > "$tmp/$st.$P.log" 2>&1
-        ok "$st P=$P --packing $extra runs" "[ $? -eq 0 ]" || tail -5 "$tmp/$st.$P.log"
-        if [ $P -gt 1 ]; then # rank 0 traces: its own rows' positions, as uploaded
-            want=$(eval echo "\$r0_$P"); got=$(grep -m1 -o "this rank's [0-9]*" "$tmp/$st.$P.trace" | awk '{print $3}')
-            ok "$st P=$P: rank 0's traced positions sum ${got:-none} = its zigzag chunks' documents' $want" "[ '${got:-x}' = '$want' ]"
-        fi
-        ./build/check_stage grads "$g" "$tmp/$st.$P.grads" "$tmp/$st.$P.ck" $HPV > "$tmp/c.txt" 2>&1
-        grep -E "^FAIL" "$tmp/c.txt" | head -3
-        echo "  $st P=$P $extra: $(grep -m1 -E ' loss ' "$tmp/c.txt" | sed 's/^ *//') | $(tail -1 "$tmp/c.txt")"
-        count "$tmp/c.txt" "$st P=$P packed"
+    for lay in balanced zigzag; do
+        for P in 1 2 3 4 8; do
+            extra=""; [ $st = stage4 ] && [ $P = 2 ] && extra="--keep-attn gpu:1,host:1"
+            seq=$S; [ $P = 3 ] && seq=$((S / 6 * 6)) # a multiple of 2P; the reference takes the same first tokens
+            tag=$st.$lay.$P
+            $T ./$st --local-ranks $P --packing $EOT --layout $lay $extra --model "$g" --data "$tmp/p.tok" --seq $seq --steps 1 \
+                --loss-chunk 7 $HP --dump-grads "$tmp/$tag.grads" --save "$tmp/$tag.ck" --trace "$tmp/$tag.trace" > "$tmp/$tag.log" 2>&1
+            ok "$st P=$P --packing --layout $lay $extra runs" "[ $? -eq 0 ]" || tail -5 "$tmp/$tag.log"
+            if [ $P -gt 1 ]; then # rank 0 traces: its own rows' positions, as uploaded
+                want=$(r0_of $P $seq $lay); got=$(grep -m1 -o "this rank's [0-9]*" "$tmp/$tag.trace" | awk '{print $3}')
+                ok "$st P=$P $lay: rank 0's traced positions sum ${got:-none} = its rows' documents' $want" "[ '${got:-x}' = '$want' ]"
+            fi
+            ./build/check_stage grads "$g" "$tmp/$tag.grads" "$tmp/$tag.ck" $HPV --seq $seq > "$tmp/c.txt" 2>&1
+            grep -E "^FAIL" "$tmp/c.txt" | head -3
+            echo "  $st P=$P $lay $extra: $(grep -m1 -E ' loss ' "$tmp/c.txt" | sed 's/^ *//') | $(tail -1 "$tmp/c.txt")"
+            count "$tmp/c.txt" "$st P=$P $lay packed"
+        done
     done
 done
 
@@ -104,13 +122,29 @@ ok "stage1 0.6B slice --packing runs" "[ $? -eq 0 ]" || tail -5 "$tmp/s1.log"
 lp=$(grep -m1 -oE 'loss [0-9.]+' "$tmp/s1.log" | awk '{print $2}'); lu=$(grep -m1 -oE 'loss [0-9.]+' "$tmp/s1u.log" | awk '{print $2}')
 echo "  stage 1 step 1: packed loss ${lp:-none}, unpacked ${lu:-none}; $(grep -m1 -o 'attention [^|]*(packed)' "$tmp/s1.log")"
 ok "packing changes the loss (${lp:-none} vs ${lu:-none})" "[ -n '$lp' ] && [ -n '$lu' ] && [ '$lp' != '$lu' ]"
+for run in "stage3 2" "stage3 4" "stage3 8" "stage3 4 zigzag" "stage4 2" "stage4 4" "stage4 8" "stage5 2" "stage5 4" "stage5 8"; do
+    set -- $run; st=$1; P=$2; lay=${3:-balanced}
+    $T ./$st --local-ranks $P $SL --packing --layout $lay --dump-grads "$tmp/$st.16k" > "$tmp/$st.16k.log" 2>&1
+    ok "$st 0.6B slice P=$P --packing --layout $lay runs" "[ $? -eq 0 ]" || tail -5 "$tmp/$st.16k.log"
+    grep -m1 "^balance:" "$tmp/$st.16k.log" | sed "s/^/  $st P=$P $lay: /"
+    ./build/check_stage same "$tmp/s1.16k" "$tmp/$st.16k" 0.999 1e-2 > "$tmp/c.txt" 2>&1
+    echo "  $st P=$P $lay: $(tail -1 "$tmp/c.txt")"; grep -E "^FAIL" "$tmp/c.txt" | head -3
+    count "$tmp/c.txt" "$st 0.6B slice P=$P $lay packed"
+done
+
+echo "== MoE (tests/golden/moe_e8_k2) on a window of ~40 documents: stages 3-5 balanced at P = 2, 3, 4 against stage 1"
+./build/check_stage random 256 3000 11 "$tmp/moe_docs.tok" docs $EOT 24 > /dev/null
+ML="--model tests/golden/moe_e8_k2 --data $tmp/moe_docs.tok --seq 1008 --steps 1 --loss-chunk 7 $HP --packing $EOT"
+$T ./stage1 $ML --dump-grads "$tmp/moe1.grads" > "$tmp/moe1.log" 2>&1
+ok "stage1 MoE --packing runs" "[ $? -eq 0 ]" || tail -5 "$tmp/moe1.log"
 for st in stage3 stage4 stage5; do
-    for P in 2 4 8; do
-        $T ./$st --local-ranks $P $SL --packing --dump-grads "$tmp/$st.16k" > "$tmp/$st.16k.log" 2>&1
-        ok "$st 0.6B slice P=$P --packing runs" "[ $? -eq 0 ]" || tail -5 "$tmp/$st.16k.log"
-        ./build/check_stage same "$tmp/s1.16k" "$tmp/$st.16k" 0.999 1e-2 > "$tmp/c.txt" 2>&1
-        echo "  $st P=$P: $(tail -1 "$tmp/c.txt")"; grep -E "^FAIL" "$tmp/c.txt" | head -3
-        count "$tmp/c.txt" "$st 0.6B slice P=$P packed"
+    for P in 2 3 4; do
+        $T ./$st --local-ranks $P $ML --dump-grads "$tmp/moe.$st.$P.grads" > "$tmp/moe.$st.$P.log" 2>&1
+        ok "$st MoE P=$P --packing (balanced) runs" "[ $? -eq 0 ] && grep -q 'layout balanced' '$tmp/moe.$st.$P.log'" ||
+            tail -5 "$tmp/moe.$st.$P.log"
+        ./build/check_stage same "$tmp/moe1.grads" "$tmp/moe.$st.$P.grads" 0.999 1e-3 1e-2 > "$tmp/c.txt" 2>&1
+        echo "  $st MoE P=$P balanced: $(tail -1 "$tmp/c.txt")"; grep -E "^FAIL" "$tmp/c.txt" | head -3
+        count "$tmp/c.txt" "$st MoE P=$P balanced packed"
     done
 done
 

@@ -28,6 +28,8 @@ echo "== the course's shape: stage 1's length, each diff's size, the sections, n
 bash tests/course.sh | tee "$log/o.txt"; count "$log/o.txt" course
 echo "== bench/lever_count.py's rules on synthetic diffs, and planted mis-rules caught (tests/test_lever_count.py)"
 python3 tests/test_lever_count.py | tee "$log/l.txt"; count "$log/l.txt" test_lever_count
+echo "== packed runs of stages 3-5 on a faked GPU: each rank's rows and ring blocks are common/layout.c's, the collectives the same on every rank; planted (tests/calls/layout_calls.sh)"
+PLANT=1 bash tests/calls/layout_calls.sh | tee "$log/y.txt"; count "$log/y.txt" layout_calls
 echo "== the README's exercises that need no GPU (tests/exercises.sh)"
 bash tests/exercises.sh | tee "$log/e.txt"; count "$log/e.txt" exercises
 echo "== every figure the README quotes, from the command beside it (tests/readme_figures.sh)"

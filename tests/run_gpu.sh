@@ -12,7 +12,7 @@
 # SKIP_MASK=1 leaves out tests/mask_eval_gpu.sh (loss masks and --eval-data, stage 2's masked windows);
 # SKIP_KEEP=1 leaves out tests/keep_gpu.sh (kept attention on the GPU, on the host, recomputed);
 # SKIP_MOE=1 leaves out tests/moe_stages_gpu.sh (the MoE golden config in stages 1-4);
-# SKIP_PACKING=1 leaves out tests/packing_gpu.sh (--packing in every stage, ~2 minutes);
+# SKIP_PACKING=1 leaves out tests/packing_gpu.sh (--packing in every stage, both layouts of stages 3-5, ~4 minutes);
 # SKIP_HYBRID=1 leaves out tests/hybrid_gpu.sh (the Qwen3.5 hybrid fixtures, save, resume, transformers);
 # SKIP_PREEMPT=1 leaves out tests/preempt_gpu.sh (SIGTERM/SIGUSR1 save and stop) and tests/refusals.sh;
 # SKIP_JOB=1 leaves out tests/job_gpu.sh (a save's record of its run; two nodes' options, --save and --resume);

@@ -16,7 +16,7 @@ STAGE1_FLAGS=(--model --data --seq --steps --lr --warmup --schedule --min-lr-fra
               --packing --help)
 STAGE2_FLAGS=("${STAGE1_FLAGS[@]}" --gpus --local-ranks --nnodes --node-rank --rendezvous --run-id --comm-timeout
               --rehearse --link-gbps --net-gbps)
-STAGE3_FLAGS=("${STAGE2_FLAGS[@]}" --merge)
+STAGE3_FLAGS=("${STAGE2_FLAGS[@]}" --merge --layout)
 STAGE4_FLAGS=("${STAGE3_FLAGS[@]}" --offload --host-gib)
 STAGE5_FLAGS=("${STAGE4_FLAGS[@]}" --mlp-tile --attn-groups)
 

@@ -3036,6 +3036,85 @@ static void test_layout_ring(void) {
     free(q); free(k); free(v); free(dO); free(O); free(Lse); free(dQ); free(dK); free(dV);
 }
 
+/* A stage's window (layout_option, layout_window, layout_ring_block: what stages 3-5 call with
+ * --packing): the layout asked for only when packed and not a hybrid; unpacked rows are the zigzag's;
+ * packed, the window is cut into documents and every rank's rows are the layout's (balanced: rows of
+ * layout_balanced; zigzag: zigzag_positions), this rank's returned; a balanced ring call is every row
+ * against every row of its source, and its docs_blocks are the layout's blocks; a zigzag call is
+ * ring_block's. Windows of random documents (one of them a single document) at P = 1, 2, 3, 4, 8. */
+static uint64_t window_rng(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
+static void test_layout_window(void) {
+    EXPECT(layout_option(NULL, 1, 0) && layout_option("balanced", 1, 0), "packed dense or MoE: balanced by default");
+    EXPECT(!layout_option("zigzag", 1, 0) && !layout_option(NULL, 0, 0) && !layout_option("balanced", 0, 0),
+           "--layout zigzag, or not packed: the zigzag");
+    EXPECT(!layout_option(NULL, 1, 1) && !layout_option("balanced", 1, 1), "a hybrid stays on the zigzag");
+    uint64_t rng = 7;
+    int64_t faults = 0, windows = 0, blocks = 0;
+    const int Ps[5] = {1, 2, 3, 4, 8};
+    for (int pi = 0; pi < 5; pi++)
+        for (int w = 0; w < 6; w++)
+            for (int bal = 0; bal < 2; bal++) {
+                const int P = Ps[pi];
+                const int64_t seq = 2 * P * (5 + (int64_t)(window_rng(&rng) % 40)), n = seq / P, eot = 9;
+                uint32_t *tok = xmalloc((size_t)(seq + 1) * 4);
+                for (int64_t t = 0; t <= seq; t++) /* w 0: one document; else one ends every 1-16 tokens */
+                    tok[t] = w && window_rng(&rng) % 8 == 0 ? (uint32_t)eot : (uint32_t)(window_rng(&rng) % 9);
+                DocsWindow d;
+                docs_window_open(&d, seq, n, P);
+                int64_t *pos = xmalloc((size_t)n * 8), *want = xmalloc((size_t)n * 8), *zz = xmalloc((size_t)n * 8);
+                const int r = (int)(window_rng(&rng) % (uint64_t)P);
+                layout_window(NULL, tok, seq, -1, P, r, bal, pos); /* unpacked: the zigzag, d untouched */
+                zigzag_positions(seq, P, r, zz);
+                faults += memcmp(pos, zz, (size_t)n * 8) != 0;
+                layout_window(&d, tok, seq, eot, P, r, bal, pos);
+                int64_t *start = xmalloc((size_t)(seq + 1) * 8);
+                const int64_t nd = docs_split(tok, seq, (uint32_t)eot, start);
+                faults += nd != d.n || memcmp(start, d.start, (size_t)(nd + 1) * 8) != 0;
+                Layout L;
+                char err[256];
+                if (bal ? layout_balanced(&L, start, nd, seq, P, LAYOUT_WHOLE_FRAC, err, sizeof err)
+                        : layout_zigzag(&L, start, nd, seq, P, err, sizeof err)) DIE("%s", err);
+                for (int q = 0; q < P; q++) {
+                    layout_positions(&L, q, want);
+                    faults += memcmp(d.rows + q * n, want, (size_t)n * 8) != 0;
+                }
+                faults += memcmp(pos, d.rows + r * n, (size_t)n * 8) != 0;
+                for (int s = 0; s < P; s++) {
+                    const RingBlock b = layout_ring_block(seq, P, r, s, bal), z = ring_block(seq, P, r, s);
+                    faults += b.src != layout_src(&L, r, s);
+                    if (bal) faults += b.q0 != 0 || b.nq != n || b.k0 != 0 || b.nk != n;
+                    else faults += memcmp(&b, &z, sizeof b) != 0;
+                    /* the stage's call, cut by docs_blocks, is the layout's blocks (as sets) */
+                    const int64_t m = docs_blocks(d.start, d.n, pos, b.q0, b.nq, d.rows + b.src * n, b.k0, b.nk, NULL, 0),
+                                  k = layout_blocks(&L, r, s, NULL, 0);
+                    DocBlock *got = xmalloc((size_t)(m + 1) * sizeof *got);
+                    LayoutBlock *lb = xmalloc((size_t)(k + 1) * sizeof *lb);
+                    docs_blocks(d.start, d.n, pos, b.q0, b.nq, d.rows + b.src * n, b.k0, b.nk, got, m);
+                    layout_blocks(&L, r, s, lb, k);
+                    faults += m != k;
+                    for (int64_t i = 0; i < k && m == k; i++) {
+                        int found = 0;
+                        for (int64_t j = 0; j < m && !found; j++) {
+                            const DocBlock *x = &got[j], *y = &lb[i].b;
+                            found = x->q0 == y->q0 && x->nq == y->nq && x->k0 == y->k0 && x->nk == y->nk && x->causal == y->causal;
+                        }
+                        faults += !found;
+                    }
+                    blocks += k;
+                    free(got);
+                    free(lb);
+                }
+                layout_free(&L);
+                free(start); free(pos); free(want); free(zz); free(tok);
+                free(d.start); free(d.pos); free(d.rows);
+                windows++;
+            }
+    EXPECT(!faults, "a stage's windows: %lld faults over %lld windows (%lld blocks)", (long long)faults, (long long)windows,
+           (long long)blocks);
+    printf("  a stage's windows: layout_window's rows and layout_ring_block's calls are the layout's over %lld windows at "
+           "P = 1, 2, 3, 4, 8 (%lld blocks), %lld faults\n", (long long)windows, (long long)blocks, (long long)faults);
+}
+
 /* Linear attention's state passing on the balanced layout (tests/ref_layout.c: tests/ref_gdn.c's maps
  * composed per document along its pieces in window order) equals the token-by-token rule run on each
  * document alone, forward (outputs, each document's final state) and backward (dq, dk, dv, dg, dbeta,
@@ -3155,6 +3234,7 @@ int main(int argc, char **argv) {
     test_layout();
     test_layout_balance();
     test_layout_ring();
+    test_layout_window();
     test_layout_gdn();
     printf("[host AdamW]\n");
     test_cpu_adam();

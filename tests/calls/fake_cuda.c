@@ -278,3 +278,4 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
     fn(arg);
     return cudaSuccess;
 }
+

@@ -44,10 +44,15 @@ void comm_calls_note(const char *line) {
 }
 
 /* the communicator's collectives, recorded as their calls return (a phase-ending fence and barrier
- * inside come first). Only the functions the tree declares are wrapped (build.sh: HAVE_name). */
+ * inside come first). Only the functions the tree declares are wrapped (build.sh: HAVE_name). The
+ * five that carry tensors also go to the rank's call log, in stream order with its kernels: what
+ * every rank must agree on (kind, count, stream; a send/recv's peers as offsets from this rank),
+ * which tests/calls/layout_calls.sh compares across ranks. */
 #ifdef HAVE_comm_all_gather_bf16
 void __real_comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cudaStream_t st);
 void __wrap_comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t n, cudaStream_t st) {
+    char s_[32];
+    calls_log("collective all_gather_bf16 n=%lld %s", (long long)n, calls_stream(st, s_, sizeof s_));
     __real_comm_all_gather_bf16(c, out, in, n, st);
     calls_comm("C comm all-gather %lld bf16", (long long)n);
 }
@@ -55,6 +60,9 @@ void __wrap_comm_all_gather_bf16(Comm *c, bf16_t *out, const bf16_t *in, int64_t
 #ifdef HAVE_comm_reduce_scatter_f32
 void __real_comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, float scale, cudaStream_t st);
 void __wrap_comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_t n, float scale, cudaStream_t st) {
+    char s_[32];
+    calls_log("collective reduce_scatter_f32 n=%lld scale=%.9g %s", (long long)n, (double)scale,
+              calls_stream(st, s_, sizeof s_));
     __real_comm_reduce_scatter_f32(c, out, in, n, scale, st);
     calls_comm("C comm reduce-scatter %lld f32 scale %.9g", (long long)n, (double)scale);
 }
@@ -62,6 +70,8 @@ void __wrap_comm_reduce_scatter_f32(Comm *c, float *out, const float *in, int64_
 #ifdef HAVE_comm_all_reduce_f64
 void __real_comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st);
 void __wrap_comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st) {
+    char s_[32];
+    calls_log("collective all_reduce_f64 n=%lld %s", (long long)n, calls_stream(st, s_, sizeof s_));
     __real_comm_all_reduce_f64(c, buf, n, st);
     calls_comm("C comm all-reduce %lld f64", (long long)n);
 }
@@ -69,14 +79,19 @@ void __wrap_comm_all_reduce_f64(Comm *c, double *buf, int64_t n, cudaStream_t st
 #ifdef HAVE_comm_sendrecv
 void __real_comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st);
 void __wrap_comm_sendrecv(Comm *c, const void *send, int to, void *recv, int from, int64_t bytes, cudaStream_t st) {
-    __real_comm_sendrecv(c, send, to, recv, from, bytes, st);
     const int r = comm_rank_id(c), P = comm_size(c);
+    char s_[32];
+    calls_log("collective sendrecv %lld bytes to +%d from -%d %s", (long long)bytes, (to - r + P) % P, (r - from + P) % P,
+              calls_stream(st, s_, sizeof s_));
+    __real_comm_sendrecv(c, send, to, recv, from, bytes, st);
     calls_comm("C comm send/recv %lld bytes to +%d from -%d", (long long)bytes, (to - r + P) % P, (r - from + P) % P);
 }
 #endif
 #ifdef HAVE_comm_barrier
 void __real_comm_barrier(Comm *c, cudaStream_t st);
 void __wrap_comm_barrier(Comm *c, cudaStream_t st) {
+    char s_[32];
+    calls_log("collective barrier %s", calls_stream(st, s_, sizeof s_));
     __real_comm_barrier(c, st);
     calls_comm("C comm barrier");
 }

@@ -8,7 +8,9 @@
 #   bash tests/calls/same_calls.sh OLD_TREE        # e.g. a `git worktree add /tmp/old HEAD~3`
 # Prints one line per case and "N same, M differ"; a differing case prints its first differences.
 # Nothing is computed: this sees the order and the arguments of the work, not its numbers (those are
-# tests/same_as_gpu.sh's, on a GPU).
+# tests/same_as_gpu.sh's, on a GPU). Packed documents in stages 3-5 run on the zigzag layout
+# (--layout zigzag, given to a tree whose stages take it): the balanced layout's calls are checked
+# against common/layout.c's blocks by tests/calls/layout_calls.sh.
 set -u
 cd "$(dirname "$0")/../.."
 old=${1:?usage: same_calls.sh OLD_TREE}
@@ -20,14 +22,19 @@ bash tests/calls/build.sh "$old" "$out/old" > "$out.old.log" 2>&1 || { cat "$out
 tmp=$(mktemp -d)
 for g in tests/golden/*/; do g=${g%/}; ./build/check_stage tokens "$g" "$tmp/$(basename "$g").tok" > "$tmp/$(basename "$g").seq"; done
 same=0; differ=0; missing=0
-# case NAME STAGE ARGS...: run both builds, compare every rank's log
+# case NAME STAGE ARGS...: run both builds, compare every rank's log. LAYOUT=WORD: --layout WORD too,
+# to each build whose stage takes it
 case_() {
     local name=$1 st=$2; shift 2
-    local a="$tmp/$name.old" b="$tmp/$name.new"
+    local a="$tmp/$name.old" b="$tmp/$name.new" la= lb=
     mkdir -p "$a" "$b" "$a.save" "$b.save"
-    (cd "$tmp" && CALLS_DIR="$a" timeout 120 "$out/old/$st" "$@" ${SAVE:+--save "$a.save"} > "$a.out" 2>&1)
+    if [ -n "${LAYOUT:-}" ]; then
+        "$out/old/$st" --help 2>/dev/null | grep -q -- '--layout' && la="--layout $LAYOUT"
+        "$out/new/$st" --help 2>/dev/null | grep -q -- '--layout' && lb="--layout $LAYOUT"
+    fi
+    (cd "$tmp" && CALLS_DIR="$a" timeout 120 "$out/old/$st" "$@" $la ${SAVE:+--save "$a.save"} > "$a.out" 2>&1)
     local ra=$?
-    (cd "$tmp" && CALLS_DIR="$b" timeout 120 "$out/new/$st" "$@" ${SAVE:+--save "$b.save"} > "$b.out" 2>&1)
+    (cd "$tmp" && CALLS_DIR="$b" timeout 120 "$out/new/$st" "$@" $lb ${SAVE:+--save "$b.save"} > "$b.out" 2>&1)
     local rb=$?
     local bad=
     [ $ra -eq $rb ] || bad="exit $ra vs $rb"
@@ -66,7 +73,7 @@ for st in stage1 stage2 stage3 stage4 stage5; do
         case_ "$tag.masked" $st $r $(tok masked_gqa4_s128) $HP $extra --eval-data "$tmp/masked_gqa4_s128.tok" --eval-windows 1
         case_ "$tag.yarn" $st $r $(tok yarn4_orig32) $HP $extra
         case_ "$tag.moe" $st $r $(tok moe_e8_k2) $HP $extra
-        case_ "$tag.packed" $st $r $(tok packed_gqa4_s128) $HP $extra --packing 7
+        LAYOUT=zigzag case_ "$tag.packed" $st $r $(tok packed_gqa4_s128) $HP $extra --packing 7
         case_ "$tag.q35" $st $r $(tok q35_l2_s112) $HP $extra
         case_ "$tag.q35packed" $st $r $(tok q35_packed_l2_s112) $HP $extra --packing 7
         case_ "$tag.q35moe" $st $r $(tok q35moe_l2_s112) $HP $extra
@@ -76,7 +83,7 @@ for st in stage1 stage2 stage3 stage4 stage5; do
         stage4|stage5)
             for k in "--keep-attn gpu:1,host:1" "--keep-attn 1 --offload ckpt" "--keep-attn none --offload states" "--offload none --keep-attn all"; do
                 case_ "$st.$(echo $k | tr -c 'a-z0-9\n' _)" $st --local-ranks 2 $(tok untied_gqa4_s100) $HP $extra $k
-                case_ "$st.packed.$(echo $k | tr -c 'a-z0-9\n' _)" $st --local-ranks 2 $(tok packed_gqa4_s128) $HP $extra $k --packing 7
+                LAYOUT=zigzag case_ "$st.packed.$(echo $k | tr -c 'a-z0-9\n' _)" $st --local-ranks 2 $(tok packed_gqa4_s128) $HP $extra $k --packing 7
             done ;;
     esac
     [ $st = stage5 ] && case_ stage5.groups stage5 --local-ranks 2 $(tok untied_gqa4_s100) $HP --mlp-tile 16 --attn-groups 2
