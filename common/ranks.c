@@ -97,6 +97,25 @@ static void check_rendezvous(const char *spec, int64_t node_rank) {
         STOP("--rendezvous %s: node 0 cannot write in %s (%s)", spec, dir, strerror(errno));
 }
 
+/* Several nodes over TCP, before the GPU is touched: every node holds the job secret, and node 0's
+ * HOST is this machine with PORT free (a trial listen), so neither is found out after a model loads */
+static void check_job_secret(const RankOpts *o) {
+    RdvTcp t;
+    char err[512];
+    if (o->local_ranks > 0 || o->rehearse >= 0 || o->nnodes < 2 || !o->rendezvous ||
+        rdv_parse(o->rendezvous, &t, err, sizeof err) != 1)
+        return;
+    RdvSecret key;
+    const int got = rdv_secret(&key, err, sizeof err);
+    rdv_secret_wipe(&key);
+    if (got < 0) STOP("%s", err);
+    if (!got) STOP("%s", RDV_SECRET_HOWTO);
+    if (o->node_rank != 0) return;
+    const int fd = rdv_tcp_listen(t.host, t.port, err, sizeof err);
+    if (fd < 0) STOP("node 0: %s", err);
+    close(fd);
+}
+
 void ranks_check_opts(RankOpts *o, int saves) {
     place(o);
     if (o->local_ranks && (o->gpus || o->nnodes > 1 || o->rehearse >= 0))
@@ -129,26 +148,9 @@ void ranks_check_opts(RankOpts *o, int saves) {
      * Slurm's only matter between nodes) */
     if (((o->comm.run_id && o->comm.run_id[0]) || nodes) && rdv_run_id_check(o->comm.run_id, err, sizeof err))
         STOP("%s", err);
+    check_job_secret(o); /* a dry-run too: it refuses what the run would */
 }
 
-/* Several nodes over TCP, before the GPU is touched: every node holds the job secret, and node 0's
- * HOST is this machine with PORT free (a trial listen), so neither is found out after a model loads */
-static void check_job_secret(const RankOpts *o) {
-    RdvTcp t;
-    char err[512];
-    if (o->local_ranks > 0 || o->rehearse >= 0 || o->nnodes < 2 || !o->rendezvous ||
-        rdv_parse(o->rendezvous, &t, err, sizeof err) != 1)
-        return;
-    RdvSecret key;
-    const int got = rdv_secret(&key, err, sizeof err);
-    rdv_secret_wipe(&key);
-    if (got < 0) STOP("%s", err);
-    if (!got) STOP("%s", RDV_SECRET_HOWTO);
-    if (o->node_rank != 0) return;
-    const int fd = rdv_tcp_listen(t.host, t.port, err, sizeof err);
-    if (fd < 0) STOP("node 0: %s", err);
-    close(fd);
-}
 
 const char *ranks_place_line(const RankOpts *o, char *buf, size_t n) {
     buf[0] = 0;
@@ -279,7 +281,6 @@ int ranks_per_node(const RankOpts *o) {
 }
 
 void ranks_run(const RankOpts *o, const MemPlan *mp, double gpu_gib, void (*fn)(const Rank *r, void *arg), void *arg) {
-    check_job_secret(o);
     ranks_need_gpu();
     const int here = ranks_here(o);
     CommWorld *world;

@@ -135,6 +135,9 @@ static void refusals(void) {
 
 int main(void) {
     slurm_clear(); /* a test run inside a Slurm job sees only what it sets */
+    /* the nodes' checks below are about places and paths: every node holds the job secret */
+    unsetenv("LONGCTX_JOB_SECRET_FILE");
+    setenv("LONGCTX_JOB_SECRET", "a secret these tests' nodes share", 1);
     ranks_device_count = eight;
     RankOpts o = {.gpus = 0, .nnodes = 1, .rehearse = -1};
     EXPECT(ranks_in_job(&o) == 8, "--gpus omitted on an 8-GPU node: 8 ranks in the job");

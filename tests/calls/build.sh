@@ -35,7 +35,7 @@ done
 gcc $cflags -I"$here" -I"$tree" -c -o "$out/obj/stubs.o" "$out/stubs.c" &
 gcc $cflags -I"$here" -c -o "$out/obj/fake_cuda.o" "$here/fake_cuda.c" &
 gcc $cflags $have -I"$here" -c -o "$out/obj/fake_nccl.o" "$here/fake_nccl.c" &
-gcc $cflags -I"$here" -c -o "$out/obj/comm_cpu.o" "$here/comm_cpu.c" &
+gcc $cflags -I"$here" -I"$here/../.." -c -o "$out/obj/comm_cpu.o" "$here/comm_cpu.c" &
 wait
 fakes=("$out/obj/stubs.o" "$out/obj/fake_cuda.o" "$out/obj/fake_nccl.o")
 gcc $cflags -o "$out/comm_cpu" "$out/obj/comm_cpu.o" "${objs[@]}" "${fakes[@]}" $wrap $libs -lpthread -lm -lstdc++ ||
