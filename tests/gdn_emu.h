@@ -49,7 +49,6 @@ struct Block {
     int n = 0, cur = 0;
     std::vector<Thread> th;
     std::vector<unsigned char> smem;
-    std::vector<char> stacks;
     ucontext_t sched;
     int bar_n = 0;
     long bar_gen = 0;
@@ -104,14 +103,39 @@ inline void tramp() {
     b->body();
     b->th[b->cur].done = true;
 }
+/* which thread runs u-th in a round: GDN_EMU_ORDER=reverse runs the last first, =shuffle a new random
+ * order every round (a missing barrier shows in some order as a read of what another warp has not yet
+ * written, or has already overwritten) */
+inline int order(int u, int n) {
+    static int mode = -1;
+    static std::vector<int> perm;
+    static uint64_t s = 0x2545F4914F6CDD1Dull;
+    if (mode < 0) {
+        const char *e = getenv("GDN_EMU_ORDER");
+        mode = !e ? 0 : !strcmp(e, "reverse") ? 1 : !strcmp(e, "shuffle") ? 2 : 0;
+    }
+    if (mode == 0) return u;
+    if (mode == 1) return n - 1 - u;
+    if (u == 0) { /* a new round: Fisher-Yates */
+        perm.resize((size_t)n);
+        for (int i = 0; i < n; i++) perm[(size_t)i] = i;
+        for (int i = n - 1; i > 0; i--) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            const int j = (int)(s % (uint64_t)(i + 1)), x = perm[(size_t)i];
+            perm[(size_t)i] = perm[(size_t)j], perm[(size_t)j] = x;
+        }
+    }
+    return perm[(size_t)u];
+}
 /* run body as every thread of every block of grid, blocks one after another */
 inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
     Block b;
     b.bdim = block, b.gdim = grid, b.n = (int)(block.x * block.y * block.z), b.body = body;
     if (b.n % 32) { fprintf(stderr, "emu: a block of %d threads\n", b.n); exit(1); }
-    const size_t stack = 256 * 1024;
+    const size_t stack = 128 * 1024;
+    static std::vector<char> stacks; /* kept from launch to launch: a fresh 32 MB each time costs more than the kernel */
+    if (stacks.size() < stack * (size_t)b.n) stacks.resize(stack * (size_t)b.n);
     b.th.resize((size_t)b.n);
-    b.stacks.resize(stack * (size_t)b.n);
     b.smem.resize(smem + 16);
     blk() = &b;
     for (unsigned z = 0; z < grid.z; z++)
@@ -126,19 +150,21 @@ inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> bod
                     th.tid.x = (unsigned)t % block.x, th.tid.y = (unsigned)t / block.x % block.y, th.tid.z = (unsigned)t / (block.x * block.y);
                     th.done = false;
                     getcontext(&th.ctx);
-                    th.ctx.uc_stack.ss_sp = b.stacks.data() + stack * (size_t)t;
+                    th.ctx.uc_stack.ss_sp = stacks.data() + stack * (size_t)t;
                     th.ctx.uc_stack.ss_size = stack;
                     th.ctx.uc_link = &b.sched;
                     makecontext(&th.ctx, tramp, 0);
                 }
                 for (;;) {
                     bool any = false;
-                    for (int t = 0; t < b.n; t++)
+                    for (int u = 0; u < b.n; u++) {
+                        const int t = order(u, b.n);
                         if (!b.th[(size_t)t].done) {
                             any = true;
                             b.cur = t;
                             swapcontext(&b.sched, &b.th[(size_t)t].ctx);
                         }
+                    }
                     if (!any) break;
                 }
             }
