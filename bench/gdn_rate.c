@@ -35,17 +35,6 @@
 #include "../common/safetensors.h"
 #include "../kernels/kernels.h"
 
-/* kernels/gdn_chunked.cu: gdn_rule_*'s contracts */
-void gdn_chunked_fwd(bf16_t *o, float *states, float *S_io, const bf16_t *qkv, const float *g, const float *beta,
-                     const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk,
-                     int64_t dv, int64_t chunk, cudaStream_t st);
-void gdn_chunked_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta, float *dS_io, const bf16_t *dout,
-                     const float *states, float *scratch, const bf16_t *qkv, const float *g, const float *beta,
-                     const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv,
-                     int64_t dk_head, int64_t dv, int64_t chunk, int c_only, cudaStream_t st);
-void gdn_chunked_maps(float *maps, const bf16_t *qkv, const float *g, const float *beta, const float *rq, const float *rk,
-                      const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, cudaStream_t st);
-void gdn_chunked_precision(int exact);
 
 #define MAXSEQ 16
 

@@ -13,11 +13,12 @@
  *   2. races: the emulation runs a block's threads one at a time, in order, so a missing
  *      __syncthreads() shows there only if the order happens to expose it (run the GPU test twice:
  *      the results may differ in the last bits from atomics, never by more);
- *   3. shared memory and registers: `nvcc --resource-usage` (the numbers at build time are in the
- *      header of this lane's report and docs/chunked_delta_rule.md §12), launch failures with too much
- *      dynamic shared memory (the launchers set cudaFuncAttributeMaxDynamicSharedMemorySize);
+ *   3. shared memory and registers: `nvcc --resource-usage` (the numbers at the time of writing are in
+ *      docs/chunked_delta_rule.md §12), launch failures with too much dynamic shared memory (up to
+ *      192 KB; the launchers set cudaFuncAttributeMaxDynamicSharedMemorySize);
  *   4. speed: ./build/gdn_rate --rule chunked. Nothing here is tuned: operands are read element by
  *      element from shared or global memory into fragments, chunks are staged without cp.async.
+ * bench/gdn_chunked_device.sh runs the build, the test, the timings and FLA's in one device call. 
  *
  * The plan (§12): per group of chunks (a whole number of the caller's checkpoint segments, sized to a
  * workspace budget),
@@ -53,6 +54,8 @@
 #endif
 #include <math.h>
 #include <string.h>
+
+#include <mutex>
 
 #define CH 64    /* tokens a chunk (§2) */
 #define BLK 16   /* the solve's diagonal blocks (§4) */
@@ -845,28 +848,47 @@ extern "C" void gdn_chunked_precision(int exact) { chunked_px = exact ? 1 : 0; }
 static int64_t ws_budget = 1LL << 30;
 extern "C" void gdn_chunked_workspace(int64_t bytes) { ws_budget = bytes > 0 ? bytes : 1LL << 30; }
 
-/* the workspace, per device, grown as needed (the interface has no argument for it) */
-static void *ws_buf[64];
-static size_t ws_have[64];
-static void *ws_get(size_t bytes) {
+/* The workspace, grown as needed (the interface has no argument for it): one per device and stream,
+ * so that callers on several streams (local ranks sharing a GPU) never share one. Host threads may call
+ * at once: the table is behind a lock. */
+struct WsSlot {
+    int dev;
+    cudaStream_t st;
+    void *buf;
+    size_t have;
+};
+static WsSlot ws_slots[64];
+static int ws_nslots;
+static std::mutex ws_lock;
+static void *ws_get(size_t bytes, cudaStream_t st) {
     int dev = 0;
     cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64) dev = 0;
-    if (ws_have[dev] < bytes) {
-        if (ws_buf[dev]) cudaFree(ws_buf[dev]);
-        if (cudaMalloc(&ws_buf[dev], bytes) != cudaSuccess) {
+    std::lock_guard<std::mutex> hold(ws_lock);
+    WsSlot *w = NULL;
+    for (int i = 0; i < ws_nslots && !w; i++)
+        if (ws_slots[i].dev == dev && ws_slots[i].st == st) w = &ws_slots[i];
+    if (!w) {
+        if (ws_nslots == 64) { fprintf(stderr, "error: gdn_chunked: workspaces for more than 64 streams\n"); exit(1); }
+        w = &ws_slots[ws_nslots++];
+        *w = WsSlot{dev, st, NULL, 0};
+    }
+    if (w->have < bytes) {
+        if (w->buf) cudaStreamSynchronize(st), cudaFree(w->buf);
+        if (cudaMalloc(&w->buf, bytes) != cudaSuccess) {
             fprintf(stderr, "error: gdn_chunked: cannot allocate its %.1f MB workspace (gdn_chunked_workspace sets the budget)\n",
                     bytes / 1e6);
             exit(1);
         }
-        ws_have[dev] = bytes;
+        w->have = bytes;
     }
-    return ws_buf[dev];
+    return w->buf;
 }
 extern "C" void gdn_chunked_release(void) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev >= 0 && dev < 64 && ws_buf[dev]) cudaFree(ws_buf[dev]), ws_buf[dev] = NULL, ws_have[dev] = 0;
+    std::lock_guard<std::mutex> hold(ws_lock);
+    cudaDeviceSynchronize();
+    for (int i = 0; i < ws_nslots; i++)
+        if (ws_slots[i].buf) cudaFree(ws_slots[i].buf);
+    ws_nslots = 0;
 }
 
 static size_t smem_of(int which, int dk, int dv) {
@@ -912,10 +934,10 @@ static Plan plan(const bf16_t *qkv, const float *g, const float *beta, const flo
     return p;
 }
 /* the workspace's arrays for chunks [c0, c0 + nc) */
-static void carve_ws(Plan &p, int bwd) {
+static float *carve_ws(Plan &p, int bwd, cudaStream_t st) {
     Args &a = p.a;
-    const int64_t G = p.group * a.Hv;
-    unsigned char *w = (unsigned char *)ws_get(p.per_chunk * (size_t)p.group + 256);
+    const int64_t G = p.group * a.Hv, carry = (int64_t)a.Hv * a.dv * a.dk; /* a zero state where the caller keeps none */
+    unsigned char *w = (unsigned char *)ws_get(p.per_chunk * (size_t)p.group + (size_t)carry * 4 + 512, st);
     Carve c{w, w};
     a.W = c.take<float>(G * CH * a.dk);
     a.U = c.take<float>(G * CH * a.dv);
@@ -924,6 +946,7 @@ static void carve_ws(Plan &p, int bwd) {
     a.info = c.take<ChunkInfo>(G);
     a.Sst = bwd ? c.take<float>(G * a.dv * a.dk) : NULL;
     a.dSn = bwd ? c.take<float>(G * a.dv * a.dk) : NULL;
+    return c.take<float>(carry);
 }
 
 template <typename K> static void allow_smem(K kernel, size_t bytes) {
@@ -968,33 +991,14 @@ static void run_grad(const Args &a, const bf16_t *dout, float *dq, float *dk, bf
     default: { constexpr int DK = 128; CALL; break; }                                                                 \
     }
 
-/* the state carried between groups when the caller keeps none: [Hv, rows, dk] of zeros */
-static float *zero_carry(int64_t floats, cudaStream_t st) {
-    static float *buf[64];
-    static int64_t have[64];
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64) dev = 0;
-    if (have[dev] < floats) {
-        if (buf[dev]) cudaFree(buf[dev]);
-        if (cudaMalloc((void **)&buf[dev], (size_t)floats * 4) != cudaSuccess) {
-            fprintf(stderr, "error: gdn_chunked: cannot allocate %lld floats\n", (long long)floats);
-            exit(1);
-        }
-        have[dev] = floats;
-    }
-    cudaMemsetAsync(buf[dev], 0, (size_t)floats * 4, st);
-    return buf[dev];
-}
-
 /* gdn_rule_fwd's contract (kernels.h) */
 extern "C" void gdn_chunked_fwd(bf16_t *o, float *states, float *S_io, const bf16_t *qkv, const float *g,
                                 const float *beta, const float *rq, const float *rk, const int32_t *pos, int64_t S,
                                 int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t chunk, cudaStream_t st) {
     if (S <= 0) return;
     Plan p = plan(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dk, dv, chunk, 0);
-    carve_ws(p, 0);
-    float *carry = S_io ? S_io : zero_carry(Hv * dv * dk, st);
+    float *zero = carve_ws(p, 0, st), *carry = S_io;
+    if (!carry) carry = zero, cudaMemsetAsync(zero, 0, (size_t)(Hv * dv * dk) * 4, st);
     for (int64_t c0 = 0; c0 < p.nchunks; c0 += p.group) {
         p.a.c0 = c0, p.a.nc = (int)(c0 + p.group < p.nchunks ? p.group : p.nchunks - c0);
         CK_DISPATCH(dk, (run_prep<DK>(p.a, st), run_pass<DK>(p.a, PASS_FWD, (int)dv, carry, states, o, st)))
@@ -1016,8 +1020,8 @@ extern "C" void gdn_chunked_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, f
     if (!dout) { fprintf(stderr, "error: gdn_chunked_bwd needs the output's gradient (dout is NULL)\n"); exit(1); }
     if (S <= 0) return;
     Plan p = plan(qkv, g, beta, rq, rk, pos, S, Hk, Hv, dkh, dv, chunk, 1);
-    carve_ws(p, 1);
-    float *dcarry = dS_io ? dS_io : zero_carry(Hv * dv * dkh, st);
+    float *zero = carve_ws(p, 1, st), *dcarry = dS_io;
+    if (!dcarry) dcarry = zero, cudaMemsetAsync(zero, 0, (size_t)(Hv * dv * dkh) * 4, st);
     const int64_t last = (p.nchunks - 1) / p.group * p.group;
     for (int64_t c0 = last; c0 >= 0; c0 -= p.group) {
         p.a.c0 = c0, p.a.nc = (int)(c0 + p.group < p.nchunks ? p.group : p.nchunks - c0);
@@ -1045,7 +1049,7 @@ extern "C" void gdn_chunked_maps(float *maps, const bf16_t *qkv, const float *g,
                Hv, (int)dv, (int)dk);
     KCHECK();
     if (S <= 0) return;
-    carve_ws(p, 0);
+    carve_ws(p, 0, st);
     for (int64_t c0 = 0; c0 < p.nchunks; c0 += p.group) {
         p.a.c0 = c0, p.a.nc = (int)(c0 + p.group < p.nchunks ? p.group : p.nchunks - c0);
         CK_DISPATCH(dk, (run_prep<DK>(p.a, st), run_pass<DK>(p.a, PASS_MAPS, (int)(dv + dk), maps, NULL, NULL, st)))

@@ -127,6 +127,34 @@ inline int order(int u, int n) {
     }
     return perm[(size_t)u];
 }
+/* one block: its threads as fibers, run round by round until every one has returned */
+inline void run_block(Block &b, char *stacks, size_t stack) {
+    memset(b.smem.data(), 0xFF, b.smem.size()); /* NaN: unwritten shared memory shows */
+    b.bar_n = 0;
+    for (int w = 0; w < 32; w++) b.wn[w] = 0;
+    for (int t = 0; t < b.n; t++) {
+        Thread &th = b.th[(size_t)t];
+        th.tid.x = (unsigned)t % b.bdim.x, th.tid.y = (unsigned)t / b.bdim.x % b.bdim.y, th.tid.z = (unsigned)t / (b.bdim.x * b.bdim.y);
+        th.done = false;
+        getcontext(&th.ctx);
+        th.ctx.uc_stack.ss_sp = stacks + stack * (size_t)t;
+        th.ctx.uc_stack.ss_size = stack;
+        th.ctx.uc_link = &b.sched;
+        makecontext(&th.ctx, tramp, 0);
+    }
+    for (;;) {
+        bool any = false;
+        for (int u = 0; u < b.n; u++) {
+            const int t = order(u, b.n);
+            if (!b.th[(size_t)t].done) {
+                any = true;
+                b.cur = t;
+                swapcontext(&b.sched, &b.th[(size_t)t].ctx);
+            }
+        }
+        if (!any) break;
+    }
+}
 /* run body as every thread of every block of grid, blocks one after another */
 inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
     Block b;
@@ -142,31 +170,7 @@ inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> bod
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 b.bid.x = x, b.bid.y = y, b.bid.z = z;
-                memset(b.smem.data(), 0xFF, b.smem.size()); /* NaN: unwritten shared memory shows */
-                b.bar_n = 0;
-                for (int w = 0; w < 32; w++) b.wn[w] = 0;
-                for (int t = 0; t < b.n; t++) {
-                    Thread &th = b.th[(size_t)t];
-                    th.tid.x = (unsigned)t % block.x, th.tid.y = (unsigned)t / block.x % block.y, th.tid.z = (unsigned)t / (block.x * block.y);
-                    th.done = false;
-                    getcontext(&th.ctx);
-                    th.ctx.uc_stack.ss_sp = stacks.data() + stack * (size_t)t;
-                    th.ctx.uc_stack.ss_size = stack;
-                    th.ctx.uc_link = &b.sched;
-                    makecontext(&th.ctx, tramp, 0);
-                }
-                for (;;) {
-                    bool any = false;
-                    for (int u = 0; u < b.n; u++) {
-                        const int t = order(u, b.n);
-                        if (!b.th[(size_t)t].done) {
-                            any = true;
-                            b.cur = t;
-                            swapcontext(&b.sched, &b.th[(size_t)t].ctx);
-                        }
-                    }
-                    if (!any) break;
-                }
+                run_block(b, stacks.data(), stack);
             }
     blk() = nullptr;
 }
