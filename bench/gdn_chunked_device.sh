@@ -14,7 +14,8 @@
 #   2. make -j all (build.log); the chunked kernels' registers, spills and shared memory (resources.txt)
 #   3. build/test_gdn_chunked, exact and fast precision, beside the tiled kernels (test_gdn_chunked.log)
 #   4. build/gdn_rate --rule tiled, then --rule chunked, at Qwen3.5-9B's shape (16 key heads, 32 value
-#      heads, 128 x 128) and 27B's (16, 48), 8K to 128K tokens (gdn_rate_{tiled,chunked}_{9b,27b}.log)
+#      heads, 128 x 128) and 27B's (16, 48), 8K to 128K tokens (gdn_rate_{tiled,chunked}_{9b,27b}.log);
+#      then at 32K each chunked kernel timed on its own (gdn_rate_profile.log)
 #   5. bench/peer_gdn.py: FLA's chunk_gated_delta_rule at the same shapes (peer_gdn.jsonl), after its
 #      --device cpu check (peer_gdn_cpu.jsonl)
 #   6. tests/gdn_chunked_gpu.sh's repeat check is left out (time); test_gdn_chunked is step 3.
@@ -61,6 +62,10 @@ for shape in "9b 32" "27b 48"; do
     run "gdn_rate_chunked_$1.log" 75 ./build/gdn_rate --rule chunked --seq "$SEQS" --hk 16 --hv "$2"
 done
 grep -h "32768" "$OUT"/gdn_rate_*.log | tee -a "$OUT/steps.log"
+export GDN_CHUNKED_PROFILE=1 # where the chunked rule's time goes, kernel by kernel, at 32K
+run gdn_rate_profile.log 40 ./build/gdn_rate --rule chunked --seq 32768 --hk 16 --hv 32 --iters 1
+unset GDN_CHUNKED_PROFILE
+grep profile "$OUT/gdn_rate_profile.log" | tee -a "$OUT/steps.log"
 
 step "5. bench/peer_gdn.py: flash-linear-attention"
 PY=${PY:-/opt/torch/.venv/bin/python}

@@ -21,7 +21,9 @@
  *                    [--rule plain|tiled|chunked|all]
  * (--tile: the tiled kernels' tokens a tile; by default 16 where the grid stays resident, else 8;
  * --rule: which kernels; by default plain and tiled, as before; all: the three)
- * Each line: ms a call (median of --iters after 2 warm-up calls, CUDA events), and ns a token. */
+ * Each line: ms a call (median of --iters after 2 warm-up calls, CUDA events), and ns a token.
+ * With GDN_CHUNKED_PROFILE set, each chunked measurement is followed by one more call with every kernel
+ * timed on its own (gdn_chunked_profile): the time by kernel (prep, pass, back, grad). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -196,6 +198,15 @@ static void run(int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int i
                        (long long)S, (long long)Hk, (long long)Hv, (long long)dk, (long long)dv, (long long)b.chunk,
                        exact ? "chunked/exact" : "chunked/fast", names[w], t, 1e6 * t / (double)S, flop, flop / (t * 1e-3) / 1e12);
                 fflush(stdout);
+                if (getenv("GDN_CHUNKED_PROFILE")) { /* one call more, each kernel timed: where the time goes */
+                    gdn_chunked_profile(1);
+                    call(&b, w, st);
+                    CUDA_CHECK(cudaStreamSynchronize(st));
+                    char tag[96];
+                    snprintf(tag, sizeof tag, "S %lld Hv %lld %s %s", (long long)S, (long long)Hv, exact ? "exact" : "fast", names[w]);
+                    gdn_chunked_profile_print(tag);
+                    gdn_chunked_profile(0);
+                }
             }
         }
         gdn_chunked_precision(1);

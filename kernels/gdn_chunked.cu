@@ -313,6 +313,23 @@ __device__ void load_scal(Scal &s, const ChunkInfo *ci) {
     }
 }
 
+/* chunk c's inputs of the sequential passes into L2 while the current chunk computes: its W, P and
+ * ChunkInfo, the raw k and q rows of key head kh, and (u0 >= 0) U's columns u0.. of the CTA's rows */
+__device__ void prefetch_chunk(const Args &a, int64_t c, int h, int kh, int u0) {
+    int64_t t0;
+    int n;
+    chunk_span(a, c, t0, n);
+    const int DKf = a.dk;
+    for (int e = threadIdx.x; e < CH * DKf / 32; e += NTHR) prefetch_l2(ws_W(a, c, h) + e * 32);
+    for (int e = threadIdx.x; e < CH * CH / 32; e += NTHR) prefetch_l2(ws_P(a, c, h) + e * 32);
+    for (int e = threadIdx.x; e < (int)(sizeof(ChunkInfo) / 128); e += NTHR) prefetch_l2((const char *)ws_info(a, c, h) + e * 128);
+    for (int e = threadIdx.x; e < n * 2; e += NTHR) /* a head's row of k or q: dk bf16, one or two lines */
+        for (int b = 0; b < DKf * 2; b += 128)
+            prefetch_l2((const char *)(a.qkv + (t0 + e / 2) * a.C + (int64_t)(e % 2 ? kh : a.Hk + kh) * DKf) + b);
+    if (u0 >= 0)
+        for (int e = threadIdx.x; e < CH; e += NTHR) prefetch_l2(ws_U(a, c, h) + (int64_t)e * a.dv + u0);
+}
+
 /* ---------------------------------------------------------------- prep: each chunk alone (§2-§6) */
 struct PrepSmem {
     bf16_t *k, *q, *v; /* [CH][d + 8] raw bf16, zero past the chunk's end */
@@ -514,8 +531,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_pass_kernel(Args a, int mode, int
         const ChunkInfo *ci = ws_info(a, c, h);
         load_scal(m.s, ci);
         const float gn = ci->gn;
-        if (c + 1 < cend) /* the next chunk's W into L2 while this one runs */
-            for (int e = threadIdx.x; e < CH * DK / 32; e += NTHR) prefetch_l2(ws_W(a, c + 1, h) + e * 32);
+        if (c + 1 < cend) prefetch_chunk(a, c + 1, h, kh, has_v ? i0 : -1); /* the next chunk into L2 while this one runs */
         __syncthreads();
         /* D = U - W S^T  [CH x RS, dk deep] (§3, §5) */
         block_gemm<2>(CH, RS, DK, mat(m.W, lds, 1), mat(m.S, lds, 1).t(),
@@ -594,8 +610,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_back_kernel(Args a, const bf16_t 
         const ChunkInfo *ci = ws_info(a, c, h);
         load_scal(m.s, ci);
         const float gn = ci->gn;
-        if (c > a.c0)
-            for (int e = threadIdx.x; e < CH * DK / 32; e += NTHR) prefetch_l2(ws_W(a, c - 1, h) + e * 32);
+        if (c > a.c0) prefetch_chunk(a, c - 1, h, kh, -1);
         __syncthreads();
         /* dD = diag(r rk) (K_raw dS^T) + P^T dO  [CH x RS] (§8.1, §8.2) */
         const float *P = ws_P(a, c, h);
@@ -949,6 +964,38 @@ static float *carve_ws(Plan &p, int bwd, cudaStream_t st) {
     return c.take<float>(carry);
 }
 
+/* gdn_chunked_profile(1): every launch timed by CUDA events (each waited for: the kernels no longer
+ * overlap) and summed by kind until gdn_chunked_profile_print, which says where a call's time goes */
+enum { K_PREP, K_PASS, K_KEEP, K_BACK, K_GRAD, K_N };
+static int prof_on;
+static double prof_ms[K_N];
+static int prof_n[K_N];
+extern "C" void gdn_chunked_profile(int on) {
+    prof_on = on;
+    for (int k = 0; k < K_N; k++) prof_ms[k] = 0, prof_n[k] = 0;
+}
+extern "C" void gdn_chunked_profile_print(const char *tag) {
+    static const char *name[K_N] = {"prep", "pass", "pass (states again)", "back", "grad"};
+    printf("gdn_chunked profile %s:", tag);
+    for (int k = 0; k < K_N; k++)
+        if (prof_n[k]) printf("  %s %.3f ms (%d launches)", name[k], prof_ms[k], prof_n[k]);
+    printf("\n");
+    gdn_chunked_profile(prof_on);
+}
+template <class F> static void timed(int kind, cudaStream_t st, F launch) {
+    if (!prof_on) { launch(); return; }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    cudaEventRecord(e0, st);
+    launch();
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    prof_ms[kind] += ms, prof_n[kind]++;
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
 template <typename K> static void allow_smem(K kernel, size_t bytes) {
     if (bytes > 48 * 1024) cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
@@ -956,7 +1003,7 @@ template <typename K> static void allow_smem(K kernel, size_t bytes) {
 template <int DK> static void run_prep(const Args &a, cudaStream_t st) {
     const size_t sm = smem_of(0, DK, a.dv);
     allow_smem(gdn_ck_prep_kernel<DK>, sm);
-    GDN_LAUNCH(gdn_ck_prep_kernel<DK>, dim3((unsigned)a.nc, (unsigned)a.Hv), sm, st, a);
+    timed(K_PREP, st, [&] { GDN_LAUNCH(gdn_ck_prep_kernel<DK>, dim3((unsigned)a.nc, (unsigned)a.Hv), sm, st, a); });
     KCHECK();
 }
 template <int DK>
@@ -964,14 +1011,16 @@ static void run_pass(const Args &a, int mode, int rows, float *carry, float *sta
     const size_t sm = smem_of(1, DK, a.dv);
     allow_smem(gdn_ck_pass_kernel<DK>, sm);
     const unsigned runs = mode == PASS_KEEP ? (unsigned)((a.nc + a.nsub - 1) / a.nsub) : 1u;
-    GDN_LAUNCH(gdn_ck_pass_kernel<DK>, dim3((unsigned)a.Hv, (unsigned)(rows / RS), runs), sm, st, a, mode, rows, carry,
-               states, o);
+    timed(mode == PASS_KEEP ? K_KEEP : K_PASS, st, [&] {
+        GDN_LAUNCH(gdn_ck_pass_kernel<DK>, dim3((unsigned)a.Hv, (unsigned)(rows / RS), runs), sm, st, a, mode, rows, carry,
+                   states, o);
+    });
     KCHECK();
 }
 template <int DK> static void run_back(const Args &a, const bf16_t *dout, float *dcarry, int keep, cudaStream_t st) {
     const size_t sm = smem_of(2, DK, a.dv);
     allow_smem(gdn_ck_back_kernel<DK>, sm);
-    GDN_LAUNCH(gdn_ck_back_kernel<DK>, dim3((unsigned)a.Hv, (unsigned)(a.dv / RS)), sm, st, a, dout, dcarry, keep);
+    timed(K_BACK, st, [&] { GDN_LAUNCH(gdn_ck_back_kernel<DK>, dim3((unsigned)a.Hv, (unsigned)(a.dv / RS)), sm, st, a, dout, dcarry, keep); });
     KCHECK();
 }
 template <int DK>
@@ -980,7 +1029,9 @@ static void run_grad(const Args &a, const bf16_t *dout, float *dq, float *dk, bf
     const size_t sm = smem_of(3, DK, a.dv);
     allow_smem(gdn_ck_grad_kernel<DK>, sm);
     const int vec2 = (uintptr_t)dq % 8 == 0 && (uintptr_t)dk % 8 == 0;
-    GDN_LAUNCH(gdn_ck_grad_kernel<DK>, dim3((unsigned)a.nc, (unsigned)a.Hv), sm, st, a, dout, dq, dk, dqkv, dg, dbeta, vec2);
+    timed(K_GRAD, st, [&] {
+        GDN_LAUNCH(gdn_ck_grad_kernel<DK>, dim3((unsigned)a.nc, (unsigned)a.Hv), sm, st, a, dout, dq, dk, dqkv, dg, dbeta, vec2);
+    });
     KCHECK();
 }
 

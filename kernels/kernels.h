@@ -208,6 +208,9 @@ void gdn_chunked_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta
 void gdn_chunked_precision(int exact);
 void gdn_chunked_workspace(int64_t bytes);
 void gdn_chunked_release(void);
+/* 1: each of its launches timed (and waited for) by kind, printed and reset by gdn_chunked_profile_print */
+void gdn_chunked_profile(int on);
+void gdn_chunked_profile_print(const char *tag);
 /* the gated RMSNorm over rows of n: y = w (x / rms(x)) silu(z); rstd [rows] kept */
 void gdn_norm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w, int64_t rows, int64_t n,
                   float eps, cudaStream_t st);
