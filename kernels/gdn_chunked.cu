@@ -61,7 +61,7 @@
 #define BLK 16   /* the solve's diagonal blocks (§4) */
 #define NTHR 256 /* threads of every kernel here: 8 warps */
 #define NWARP (NTHR / 32)
-#define RS 32    /* rows of a state one CTA of a sequential pass carries */
+#define PASS_ROWS 32 /* rows of a state one CTA of a sequential pass carries, RS below (GDN_CHUNKED_ROWS=16: 16) */
 #define LDS (CH + 4) /* row stride of a chunk x chunk fp32 matrix in shared memory */
 
 /* ---------------------------------------------------------------- device primitives */
@@ -473,7 +473,7 @@ struct PassSmem {
     float *U, *D;     /* [CH][RS + 4] the rows' columns of U; of D */
     Scal s;
 };
-template <class C> __host__ __device__ void carve_pass(C &c, PassSmem &m, int dk) {
+template <class C> __host__ __device__ void carve_pass(C &c, PassSmem &m, int dk, int RS) {
     m.S = c.template take<float>(RS * (dk + 4));
     m.W = c.template take<float>(CH * (dk + 4));
     m.k = c.template take<bf16_t>(CH * (dk + 8));
@@ -490,14 +490,14 @@ template <class C> __host__ __device__ void carve_pass(C &c, PassSmem &m, int dk
  *   state before each segment into states [seg][Hv][dk][dv] (NULL: not kept), o written.
  * PASS_MAPS: the same with rows = dv + dk, U = 0 on M's rows, no output.
  * PASS_KEEP: run z is segment z of the group, from states; each chunk's initial state into Sst. */
-template <int DK>
+template <int DK, int RS>
 __global__ void __launch_bounds__(NTHR) gdn_ck_pass_kernel(Args a, int mode, int rows, float *carry, float *states,
                                                            bf16_t *o) {
     const int h = blockIdx.x, i0 = blockIdx.y * RS, kh = h / (a.Hv / a.Hk), ldk = DK + 8, lds = DK + 4;
     const bool has_v = i0 < a.dv; /* M's rows write no value */
     Carve cv{smem_base(), smem_base()};
     PassSmem m;
-    carve_pass(cv, m, DK);
+    carve_pass(cv, m, DK, RS);
     int64_t cfirst = a.c0, cend = a.c0 + a.nc;
     if (mode == PASS_KEEP) cfirst = a.c0 + (int64_t)blockIdx.z * a.nsub, cend = cfirst + a.nsub < cend ? cfirst + a.nsub : cend;
     /* the initial rows */
@@ -568,7 +568,7 @@ struct BackSmem {
     float *dO, *dD;   /* [CH][RS + 4] the rows' columns of dO (exact), of dD */
     Scal s;
 };
-template <class C> __host__ __device__ void carve_back(C &c, BackSmem &m, int dk) {
+template <class C> __host__ __device__ void carve_back(C &c, BackSmem &m, int dk, int RS) {
     m.dS = c.template take<float>(RS * (dk + 4));
     m.W = c.template take<float>(CH * (dk + 4));
     m.k = c.template take<bf16_t>(CH * (dk + 8));
@@ -582,12 +582,12 @@ template <class C> __host__ __device__ void carve_back(C &c, BackSmem &m, int dk
  * the chunk's final state (dcarry [Hv][dv][dk] in, the group's initial state's out),
  *     dD = diag(r) K dS^T + P^T dO,   dS <- e^{gamma_n} dS + (diag(e0) dO)^T Q - dD^T W
  * and each chunk's dS_n kept in dSn (NULL: c_only, §9's C). */
-template <int DK>
+template <int DK, int RS>
 __global__ void __launch_bounds__(NTHR) gdn_ck_back_kernel(Args a, const bf16_t *dout, float *dcarry, int keep) {
     const int h = blockIdx.x, i0 = blockIdx.y * RS, kh = h / (a.Hv / a.Hk), ldk = DK + 8, lds = DK + 4;
     Carve cv{smem_base(), smem_base()};
     BackSmem m;
-    carve_back(cv, m, DK);
+    carve_back(cv, m, DK, RS);
     for (int e = threadIdx.x; e < RS * DK; e += NTHR) m.dS[(e / DK) * lds + e % DK] = dcarry[((int64_t)h * a.dv + i0 + e / DK) * DK + e % DK];
     for (int64_t c = a.c0 + a.nc - 1; c >= a.c0; c--) {
         int64_t t0;
@@ -906,11 +906,11 @@ extern "C" void gdn_chunked_release(void) {
     ws_nslots = 0;
 }
 
-static size_t smem_of(int which, int dk, int dv) {
+static size_t smem_of(int which, int dk, int dv, int rs = PASS_ROWS) {
     Carve c{NULL, NULL};
     if (which == 0) { PrepSmem m; carve_prep(c, m, dk, dv); }
-    else if (which == 1) { PassSmem m; carve_pass(c, m, dk); }
-    else if (which == 2) { BackSmem m; carve_back(c, m, dk); }
+    else if (which == 1) { PassSmem m; carve_pass(c, m, dk, rs); }
+    else if (which == 2) { BackSmem m; carve_back(c, m, dk, rs); }
     else { GradSmem m; carve_grad(c, m, dk, dv); }
     return c.used();
 }
@@ -924,9 +924,9 @@ struct Plan {
 };
 static Plan plan(const bf16_t *qkv, const float *g, const float *beta, const float *rq, const float *rk, const int32_t *pos,
                  int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t Cs, int bwd) {
-    if (dv % RS || Hv % Hk || (dk != 32 && dk != 64 && dk != 128) || Cs < 1) {
+    if (dv % PASS_ROWS || Hv % Hk || (dk != 32 && dk != 64 && dk != 128) || Cs < 1) {
         fprintf(stderr, "error: gdn_chunked takes dk 32, 64 or 128 (%lld), dv a multiple of %d (%lld), Hv a multiple of Hk "
-                "(%lld, %lld) and a segment of at least 1 token (%lld)\n", (long long)dk, RS, (long long)dv, (long long)Hv,
+                "(%lld, %lld) and a segment of at least 1 token (%lld)\n", (long long)dk, PASS_ROWS, (long long)dv, (long long)Hv,
                 (long long)Hk, (long long)Cs);
         exit(1);
     }
@@ -1006,22 +1006,40 @@ template <int DK> static void run_prep(const Args &a, cudaStream_t st) {
     timed(K_PREP, st, [&] { GDN_LAUNCH(gdn_ck_prep_kernel<DK>, dim3((unsigned)a.nc, (unsigned)a.Hv), sm, st, a); });
     KCHECK();
 }
-template <int DK>
-static void run_pass(const Args &a, int mode, int rows, float *carry, float *states, bf16_t *o, cudaStream_t st) {
-    const size_t sm = smem_of(1, DK, a.dv);
-    allow_smem(gdn_ck_pass_kernel<DK>, sm);
+/* rows of the state a CTA of the sequential passes carries: 32, or 16 with GDN_CHUNKED_ROWS=16 (twice
+ * the CTAs, each a shorter step per chunk: a knob for the GPU session to time) */
+static int pass_rows() {
+    static int r = 0;
+    if (!r) r = getenv("GDN_CHUNKED_ROWS") && atoi(getenv("GDN_CHUNKED_ROWS")) == 16 ? 16 : PASS_ROWS;
+    return r;
+}
+template <int DK, int R>
+static void run_pass_r(const Args &a, int mode, int rows, float *carry, float *states, bf16_t *o, cudaStream_t st) {
+    const size_t sm = smem_of(1, DK, a.dv, R);
+    allow_smem(gdn_ck_pass_kernel<DK, R>, sm);
     const unsigned runs = mode == PASS_KEEP ? (unsigned)((a.nc + a.nsub - 1) / a.nsub) : 1u;
     timed(mode == PASS_KEEP ? K_KEEP : K_PASS, st, [&] {
-        GDN_LAUNCH(gdn_ck_pass_kernel<DK>, dim3((unsigned)a.Hv, (unsigned)(rows / RS), runs), sm, st, a, mode, rows, carry,
+        GDN_LAUNCH((gdn_ck_pass_kernel<DK, R>), dim3((unsigned)a.Hv, (unsigned)(rows / R), runs), sm, st, a, mode, rows, carry,
                    states, o);
     });
     KCHECK();
 }
-template <int DK> static void run_back(const Args &a, const bf16_t *dout, float *dcarry, int keep, cudaStream_t st) {
-    const size_t sm = smem_of(2, DK, a.dv);
-    allow_smem(gdn_ck_back_kernel<DK>, sm);
-    timed(K_BACK, st, [&] { GDN_LAUNCH(gdn_ck_back_kernel<DK>, dim3((unsigned)a.Hv, (unsigned)(a.dv / RS)), sm, st, a, dout, dcarry, keep); });
+template <int DK>
+static void run_pass(const Args &a, int mode, int rows, float *carry, float *states, bf16_t *o, cudaStream_t st) {
+    if (pass_rows() == 16) run_pass_r<DK, 16>(a, mode, rows, carry, states, o, st);
+    else run_pass_r<DK, PASS_ROWS>(a, mode, rows, carry, states, o, st);
+}
+template <int DK, int R> static void run_back_r(const Args &a, const bf16_t *dout, float *dcarry, int keep, cudaStream_t st) {
+    const size_t sm = smem_of(2, DK, a.dv, R);
+    allow_smem(gdn_ck_back_kernel<DK, R>, sm);
+    timed(K_BACK, st, [&] {
+        GDN_LAUNCH((gdn_ck_back_kernel<DK, R>), dim3((unsigned)a.Hv, (unsigned)(a.dv / R)), sm, st, a, dout, dcarry, keep);
+    });
     KCHECK();
+}
+template <int DK> static void run_back(const Args &a, const bf16_t *dout, float *dcarry, int keep, cudaStream_t st) {
+    if (pass_rows() == 16) run_back_r<DK, 16>(a, dout, dcarry, keep, st);
+    else run_back_r<DK, PASS_ROWS>(a, dout, dcarry, keep, st);
 }
 template <int DK>
 static void run_grad(const Args &a, const bf16_t *dout, float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta,

@@ -195,7 +195,8 @@ void gdn_rule_tile(int tokens);
  * scratch unused; a workspace of their own, grown as needed up to gdn_chunked_workspace's bytes, 1 GB
  * by default, 0: the default; gdn_chunked_release frees it). dk 32, 64 or 128, dv a multiple of 32.
  * gdn_chunked_precision(1) (the default): about fp32 throughout; 0: the output side's products
- * (P, dP, dL, dY) in plain tf32 (tests/test_gdn_chunked.c states both bands). Not yet run on a GPU. */
+ * (P, dP, dL, dY) in plain tf32 (tests/test_gdn_chunked.c states both bands). GDN_CHUNKED_ROWS=16 in the
+ * environment: the sequential passes at 16 state rows a CTA instead of 32. Not yet run on a GPU. */
 void gdn_chunked_fwd(bf16_t *o, float *states, float *S_io, const bf16_t *qkv, const float *g, const float *beta,
                      const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk,
                      int64_t dv, int64_t chunk, cudaStream_t st);

@@ -3,8 +3,9 @@
 # build/test_gdn_chunked against the fp64 recurrence (tests/ref_gdn.c) and against the tiled
 # token-by-token kernels on the same inputs, in both precisions (exact, then fast). tests/run_gpu.sh
 # runs it only with GDN_CHUNKED=1: the kernels were written without a GPU, and must not break the GPU
-# suite before a GPU session has run them. Then it runs twice more (exact), and the two must end on the
-# same count (atomics may move the last bits of the printed errors, not a check's outcome).
+# suite before a GPU session has run them. Then it runs twice more (exact; the second with
+# GDN_CHUNKED_ROWS=16, the sequential passes' other width), and the two must end on the same count
+# (atomics may move the last bits of the printed errors, not a check's outcome).
 # Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -14,9 +15,9 @@ need_gpu tests/gdn_chunked_gpu.sh
 tmp=$(mktemp -d)
 echo "== build/test_gdn_chunked (exact and fast precision; the tiled kernels beside)"
 GDN_CHUNKED_FAST=1 timeout 600 ./build/test_gdn_chunked 2>&1 | tee "$tmp/t1.txt"; count "$tmp/t1.txt" test_gdn_chunked
-echo "== twice more (exact): the same counts"
+echo "== twice more (exact): again, and with the sequential passes at 16 state rows a CTA"
 timeout 600 ./build/test_gdn_chunked > "$tmp/t2.txt" 2>&1
-timeout 600 ./build/test_gdn_chunked > "$tmp/t3.txt" 2>&1
+GDN_CHUNKED_ROWS=16 timeout 600 ./build/test_gdn_chunked > "$tmp/t3.txt" 2>&1; count "$tmp/t3.txt" "test_gdn_chunked, 16 rows a CTA"
 ok "two runs of build/test_gdn_chunked end alike: $(tail -1 "$tmp/t2.txt")" "[ \"\$(tail -1 $tmp/t2.txt)\" = \"\$(tail -1 $tmp/t3.txt)\" ]"
 rm -rf "$tmp"
 echo "$pass passed, $fail failed"
