@@ -857,6 +857,26 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_grad_kernel(Args a, const bf16_t 
     }
 }
 
+/* ---------------------------------------------------------------- a check of the tiles alone */
+/* The first thing to run on a new GPU: three small products through block_gemm, whose inputs the host
+ * knows (tests/test_gdn_chunked.c computes them again), so that a wrong fragment layout or tf32
+ * conversion shows at once, apart from everything else. in: A [32][24], B [24][16], both row-major, and
+ * the same numbers again as At [24][32] and Bt [16][24]; out [3][32][16]:
+ *   0: A B read as one tf32 number each (the test's A and B are small integers: exact)
+ *   1: At^T Bt^T through transposed views (the same product)
+ *   2: A B with both split (the test passes numbers that tf32 cannot hold: about fp32's accuracy) */
+__global__ void __launch_bounds__(NTHR) gdn_ck_mma_check_kernel(float *out, const float *A, const float *B, const float *At,
+                                                                const float *Bt) {
+    block_gemm<2>(32, 16, 24, mat(A, 24, 0), mat(B, 16, 0), [&](int i, int j, float v) { out[i * 16 + j] = v; });
+    block_gemm<2>(32, 16, 24, mat(At, 32, 0).t(), mat(Bt, 24, 0).t(), [&](int i, int j, float v) { out[512 + i * 16 + j] = v; });
+    block_gemm<2>(32, 16, 24, mat(A, 24, 1), mat(B, 16, 1), [&](int i, int j, float v) { out[1024 + i * 16 + j] = v; });
+}
+extern "C" void gdn_chunked_mma_check(float *out, const float *A, const float *B, const float *At, const float *Bt,
+                                      cudaStream_t st) {
+    GDN_LAUNCH(gdn_ck_mma_check_kernel, dim3(1), 0, st, out, A, B, At, Bt);
+    KCHECK();
+}
+
 /* ---------------------------------------------------------------- launchers */
 static int chunked_px = 1;
 extern "C" void gdn_chunked_precision(int exact) { chunked_px = exact ? 1 : 0; }

@@ -212,6 +212,9 @@ void gdn_chunked_release(void);
 /* 1: each of its launches timed (and waited for) by kind, printed and reset by gdn_chunked_profile_print */
 void gdn_chunked_profile(int on);
 void gdn_chunked_profile_print(const char *tag);
+/* three small products through the chunked kernels' tensor-core tiles (out [3][32][16]; gdn_chunked.cu
+ * says which): a wrong fragment layout shows here first */
+void gdn_chunked_mma_check(float *out, const float *A, const float *B, const float *At, const float *Bt, cudaStream_t st);
 /* the gated RMSNorm over rows of n: y = w (x / rms(x)) silu(z); rstd [rows] kept */
 void gdn_norm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w, int64_t rows, int64_t n,
                   float eps, cudaStream_t st);

@@ -67,6 +67,8 @@ static const Case CASES[] = {
     {"random, segments of 16, 100 tokens", 100, 16, 1, 2, 32, 32, 0, NULL, 0, 0, 1},
     {"random, segments of 64, 150 tokens", 150, 64, 1, 2, 32, 32, 0, NULL, 0, 0, 1},
     {"random, segments of 100 (chunks of 64 and 36)", 250, 100, 1, 2, 32, 64, 0, NULL, 0, 0, 1},
+    {"one token", 1, 16, 1, 2, 32, 32, 0, NULL, 0, 0, 1},
+    {"65 tokens: a last chunk of one token", 65, 256, 1, 2, 64, 32, 0, NULL, 0, 0, 1},
     {"documents mid-chunk, on edges, 1 token long (64)", 200, 64, 1, 2, 32, 32, 0, DOCS_64, 8, 0, 1},
     {"documents from token 0, on edges (16)", 100, 16, 1, 2, 32, 32, 0, DOCS_16, 8, 0, 1},
     {"strong decay, g ~ -20 a token (64)", 150, 64, 1, 2, 32, 32, 1, NULL, 0, 0, 1},
@@ -384,6 +386,50 @@ static void run_case(const Case *c, int exact, double *worst) {
     free_inputs(&in);
 }
 
+/* the tiles alone first (gdn_chunked_mma_check): small integers, exact in tf32, through plain and
+ * transposed views; then numbers tf32 cannot hold, through split operands. A wrong fragment layout or
+ * tf32 conversion fails here by O(1), before any case. */
+static void test_mma_tiles(void) {
+    float A[32 * 24], B[24 * 16], At[24 * 32], Bt[16 * 24], A3[32 * 24], B3[24 * 16], At3[24 * 32], Bt3[16 * 24];
+    for (int i = 0; i < 32; i++)
+        for (int k = 0; k < 24; k++) {
+            A[i * 24 + k] = At[k * 32 + i] = (float)((i * 7 + k * 3) % 9 - 4);
+            A3[i * 24 + k] = At3[k * 32 + i] = (float)(1.0 + (i * 24 + k) * 1.0e-5 + 3.0e-7 * (k % 5));
+        }
+    for (int k = 0; k < 24; k++)
+        for (int j = 0; j < 16; j++) {
+            B[k * 16 + j] = Bt[j * 24 + k] = (float)((k * 5 + j * 11) % 7 - 3);
+            B3[k * 16 + j] = Bt3[j * 24 + k] = (float)(0.5 - (k * 16 + j) * 2.0e-5 + 1.0e-7 * (j % 3));
+        }
+    float *d[9];
+    const float *h[8] = {A, B, At, Bt, A3, B3, At3, Bt3};
+    const size_t n[8] = {sizeof A, sizeof B, sizeof At, sizeof Bt, sizeof A3, sizeof B3, sizeof At3, sizeof Bt3};
+    for (int i = 0; i < 8; i++) d[i] = dput(h[i], n[i]);
+    d[8] = dpoison(3 * 512 * 4);
+    gdn_chunked_mma_check(d[8], d[0], d[1], d[2], d[3], st);
+    float *o1 = fget(d[8], 3 * 512);
+    gdn_chunked_mma_check(d[8], d[4], d[5], d[6], d[7], st);
+    float *o2 = fget(d[8], 3 * 512);
+    double e_plain = 0, e_t = 0, e_split = 0, e_one = 0, mag = 0;
+    for (int i = 0; i < 32; i++)
+        for (int j = 0; j < 16; j++) {
+            double c = 0, c3 = 0;
+            for (int k = 0; k < 24; k++) c += (double)A[i * 24 + k] * B[k * 16 + j], c3 += (double)A3[i * 24 + k] * B3[k * 16 + j];
+            e_plain = fmax(e_plain, fabs(o1[i * 16 + j] - c)), e_t = fmax(e_t, fabs(o1[512 + i * 16 + j] - c));
+            e_split = fmax(e_split, fabs(o2[1024 + i * 16 + j] - c3)), e_one = fmax(e_one, fabs(o2[i * 16 + j] - c3));
+            mag = fmax(mag, fabs(c3));
+            if (!isfinite(o1[i * 16 + j]) || !isfinite(o1[512 + i * 16 + j]) || !isfinite(o2[1024 + i * 16 + j])) e_plain = NAN;
+        }
+    printf("  tensor-core tiles: integers exact %.1e, through transposed views %.1e; split operands %.1e of %.1f "
+           "(one tf32 number each: %.1e)\n", e_plain, e_t, e_split, mag, e_one);
+    EXPECT_LE(e_plain, 0.0, "mma tiles: a product of small integers is off by %.3e (the fragment layout?)", e_plain);
+    EXPECT_LE(e_t, 0.0, "mma tiles: the same through transposed views is off by %.3e", e_t);
+    EXPECT_LE(e_split, 2e-6 * mag, "mma tiles: split operands off by %.3e of %.1f (the split or tf32 conversion?)", e_split, mag);
+    EXPECT(e_one > 10 * e_split, "mma tiles: one tf32 number each (%.3e) should lose more than split operands (%.3e)", e_one, e_split);
+    for (int i = 0; i < 9; i++) cudaFree(d[i]);
+    free(o1); free(o2);
+}
+
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
 #ifdef GDN_EMU
@@ -395,6 +441,7 @@ int main(int argc, char **argv) {
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("test_gdn_chunked: no usable GPU\n"); return 1; }
     CK(cudaStreamCreate(&st));
 #endif
+    test_mma_tiles();
     const int fast = getenv("GDN_CHUNKED_FAST") != NULL, only = getenv("GDN_CASE") ? atoi(getenv("GDN_CASE")) : -1;
     double worst[2][E_N] = {{0}};
     for (int ci = 0; ci < NCASES; ci++) {
