@@ -8,17 +8,18 @@
  * compiled as C++ for the CPU emulation of tests/gdn_emu.h (fibers for threads, an emulated
  * mma.m16n8k8 with the fragment layout written below), against the fp64 references, by
  * `make test-gdn-emu`. What the emulation cannot show and a GPU session must check first:
- *   1. that the PTX fragment layout below is the hardware's (tests/test_gdn_chunked.c's first case is
- *      tiny: if it fails everywhere by O(1), suspect the layout or the tf32 conversion);
- *   2. races: the emulation runs a block's threads one at a time, in order, so a missing
- *      __syncthreads() shows there only if the order happens to expose it (run the GPU test twice:
- *      the results may differ in the last bits from atomics, never by more);
+ *   1. that the PTX fragment layout below is the hardware's: tests/test_gdn_chunked.c checks it first,
+ *      on its own (gdn_chunked_mma_check: three small products through the tiles); if that fails,
+ *      nothing after it means anything;
+ *   2. races: the emulation runs a block's threads one at a time (in order, reversed or shuffled:
+ *      GDN_EMU_ORDER), so a missing __syncthreads() shows there only if an order exposes it; on the
+ *      GPU, two runs may differ in the last bits (atomics), never in a check's outcome;
  *   3. shared memory and registers: `nvcc --resource-usage` (the numbers at the time of writing are in
  *      docs/chunked_delta_rule.md §12), launch failures with too much dynamic shared memory (up to
  *      192 KB; the launchers set cudaFuncAttributeMaxDynamicSharedMemorySize);
  *   4. speed: ./build/gdn_rate --rule chunked. Nothing here is tuned: operands are read element by
  *      element from shared or global memory into fragments, chunks are staged without cp.async.
- * bench/gdn_chunked_device.sh runs the build, the test, the timings and FLA's in one device call. 
+ * bench/gdn_chunked_device.sh runs the build, the test, the timings and FLA's in one device call.
  *
  * The plan (§12): per group of chunks (a whole number of the caller's checkpoint segments, sized to a
  * workspace budget),
@@ -26,7 +27,8 @@
  *           T = (I + L)^-1 by 16 x 16 diagonal blocks and block rows (§4, fp32 scalar code), the WY
  *           factors U = T diag(b) V and W = T diag(b e0) K (§5), and P = Gamma . Q K^T (§6): all to
  *           the workspace.
- *   pass    the sequential state pass, one CTA per (value head, 32 rows of the state): per chunk
+ *   pass    the sequential state pass, one CTA per (value head, 32 rows of the state; 16 with
+ *           GDN_CHUNKED_ROWS=16): per chunk
  *           D = U - W S^T, o = diag(e0) Q S^T + P D, S <- e^{gamma_n} S + D^T K~ (§6). The maps are
  *           the same pass on dv + dk rows (B's from 0, M's from I with U = 0: §9); the backward runs
  *           it again from the kept states to keep every chunk's initial state.
