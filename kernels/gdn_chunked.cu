@@ -151,6 +151,7 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo, 
 template <int NT, class TA, class TB>
 __device__ void warp_gemm(float (&acc)[NT][4], const Mat<TA> &A, const Mat<TB> &B, int m0, int n0, int K) {
     const int lane = lane_id(), g = lane >> 2, q = lane & 3;
+#pragma unroll 2 /* two k steps a loop: the second step's loads issue before the first's products wait */
     for (int k0 = 0; k0 < K; k0 += 8) {
         uint32_t ah[4], al[4];
         split_tf32(A.at(m0 + g, k0 + q), ah[0], al[0], A.split);
