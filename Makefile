@@ -43,7 +43,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test test-gpu test-gdn-emu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe $(B)/test_gdn_chunked
+all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_gpu $(B)/test_comm $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe $(B)/test_gdn_chunked $(B)/test_gdn_chunked_emu
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -135,7 +135,7 @@ $(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/golden.o $(B)/tests/ref_mo
 
 # the chunked gated delta rule (kernels/gdn_chunked.cu) against the fp64 references: on a GPU
 # (tests/gdn_chunked_gpu.sh; `GDN_CHUNKED=1 make test-gpu` adds it), and compiled for the CPU emulation
-# of tests/gdn_emu.h (make test-gdn-emu: no GPU, a few minutes on 2 cores)
+# of tests/gdn_emu.h (make test-gdn-emu, and in make test: no GPU, about a minute on 2 cores)
 $(B)/test_gdn_chunked: $(B)/tests/test_gdn_chunked.o $(B)/tests/ref_gdn.o $(HOST_OBJ) $(GPU_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
 CXX ?= g++

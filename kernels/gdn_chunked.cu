@@ -61,8 +61,8 @@
 
 #define CH 64    /* tokens a chunk (§2) */
 #define BLK 16   /* the solve's diagonal blocks (§4) */
-#define NTHR 256 /* threads of every kernel here: 8 warps */
-#define NWARP (NTHR / 32)
+#define NTHR 256 /* threads of the kernels here (8 warps), but grad: GRAD_THREADS */
+#define GRAD_THREADS 512 /* 16 warps: one CTA an SM (its shared memory), the more warps to hide latency */
 #define PASS_ROWS 32 /* rows of a state one CTA of a sequential pass carries, RS below (GDN_CHUNKED_ROWS=16: 16) */
 #define LDS (CH + 4) /* row stride of a chunk x chunk fp32 matrix in shared memory */
 
@@ -99,11 +99,14 @@ __device__ __forceinline__ unsigned char *smem_base() {
     extern __shared__ __align__(16) unsigned char gdn_ck_smem[];
     return gdn_ck_smem;
 }
-#define GDN_LAUNCH(kern, grid, smem, st, ...) kern<<<(grid), NTHR, (smem), (st)>>>(__VA_ARGS__)
+#define GDN_LAUNCH_T(kern, grid, threads, smem, st, ...) kern<<<(grid), (threads), (smem), (st)>>>(__VA_ARGS__)
 #endif
+#define GDN_LAUNCH(kern, grid, smem, st, ...) GDN_LAUNCH_T(kern, grid, NTHR, smem, st, __VA_ARGS__)
 
 __device__ __forceinline__ int lane_id() { return (int)(threadIdx.x & 31); }
 __device__ __forceinline__ int warp_id() { return (int)(threadIdx.x >> 5); }
+__device__ __forceinline__ int nthr() { return (int)blockDim.x; }
+__device__ __forceinline__ int nwarp() { return (int)(blockDim.x >> 5); }
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(bf16_t x) { return bf2f(x); }
 __device__ __forceinline__ float warp_sum_f(float v) {
@@ -194,7 +197,7 @@ template <int NT> __device__ void scale_rows(float (&acc)[NT][4], int m0, const 
 /* body(m0, n0) for each 16 x 8 NT tile of an M x N result this warp owns (tiles dealt round the warps) */
 template <int NT, class F> __device__ void for_tiles(int M, int N, F body) {
     const int tn = N / (8 * NT), tiles = (M / 16) * tn;
-    for (int tile = warp_id(); tile < tiles; tile += NWARP) body(tile / tn * 16, tile % tn * 8 * NT);
+    for (int tile = warp_id(); tile < tiles; tile += nwarp()) body(tile / tn * 16, tile % tn * 8 * NT);
 }
 /* out(i, j, v) for every element of the M x N product A B, K deep */
 template <int NT, class TA, class TB, class F>
@@ -289,7 +292,7 @@ struct Carve {
 /* rows [t0, t0 + n) of d channels from channel ch of qkv (or another [S, ld] bf16 tensor) into dst
  * [CH][ldd] bf16, zero from row n on */
 __device__ void stage_rows(bf16_t *dst, int ldd, const bf16_t *src, int64_t ld, int64_t t0, int64_t ch, int n, int d) {
-    for (int e = threadIdx.x; e < CH * d / 2; e += NTHR) {
+    for (int e = threadIdx.x; e < CH * d / 2; e += nthr()) {
         const int t = e / (d / 2), j = 2 * (e % (d / 2));
         uint32_t v = 0;
         if (t < n) v = *reinterpret_cast<const uint32_t *>(src + (t0 + t) * ld + ch + j);
@@ -310,7 +313,7 @@ template <class C> __host__ __device__ void carve_scal(C &c, Scal &s) {
     for (int i = 0; i < 7; i++) *f[i] = c.template take<float>(CH);
 }
 __device__ void load_scal(Scal &s, const ChunkInfo *ci) {
-    for (int t = threadIdx.x; t < CH; t += NTHR) {
+    for (int t = threadIdx.x; t < CH; t += nthr()) {
         s.gam[t] = ci->gam[t], s.seg[t] = ci->seg[t], s.e0[t] = ci->e0[t], s.r[t] = ci->r[t], s.b[t] = ci->b[t];
         s.rk[t] = ci->rk[t], s.rqs[t] = ci->rqs[t], s.rrk[t] = ci->r[t] * ci->rk[t], s.eq[t] = ci->e0[t] * ci->rqs[t];
     }
@@ -323,14 +326,14 @@ __device__ void prefetch_chunk(const Args &a, int64_t c, int h, int kh, int u0) 
     int n;
     chunk_span(a, c, t0, n);
     const int DKf = a.dk;
-    for (int e = threadIdx.x; e < CH * DKf / 32; e += NTHR) prefetch_l2(ws_W(a, c, h) + e * 32);
-    for (int e = threadIdx.x; e < CH * CH / 32; e += NTHR) prefetch_l2(ws_P(a, c, h) + e * 32);
-    for (int e = threadIdx.x; e < (int)(sizeof(ChunkInfo) / 128); e += NTHR) prefetch_l2((const char *)ws_info(a, c, h) + e * 128);
-    for (int e = threadIdx.x; e < n * 2; e += NTHR) /* a head's row of k or q: dk bf16, one or two lines */
+    for (int e = threadIdx.x; e < CH * DKf / 32; e += nthr()) prefetch_l2(ws_W(a, c, h) + e * 32);
+    for (int e = threadIdx.x; e < CH * CH / 32; e += nthr()) prefetch_l2(ws_P(a, c, h) + e * 32);
+    for (int e = threadIdx.x; e < (int)(sizeof(ChunkInfo) / 128); e += nthr()) prefetch_l2((const char *)ws_info(a, c, h) + e * 128);
+    for (int e = threadIdx.x; e < n * 2; e += nthr()) /* a head's row of k or q: dk bf16, one or two lines */
         for (int b = 0; b < DKf * 2; b += 128)
             prefetch_l2((const char *)(a.qkv + (t0 + e / 2) * a.C + (int64_t)(e % 2 ? kh : a.Hk + kh) * DKf) + b);
     if (u0 >= 0)
-        for (int e = threadIdx.x; e < CH; e += NTHR) prefetch_l2(ws_U(a, c, h) + (int64_t)e * a.dv + u0);
+        for (int e = threadIdx.x; e < CH; e += nthr()) prefetch_l2(ws_U(a, c, h) + (int64_t)e * a.dv + u0);
 }
 
 /* ---------------------------------------------------------------- prep: each chunk alone (§2-§6) */
@@ -370,7 +373,7 @@ __device__ void chunk_decays(const Args &a, Scal &s, int64_t t0, int n, int h, f
         *gn = n > 0 && s.seg[n - 1] == 0 ? (float)exp(s.gam[n - 1]) : 0.f;
     }
     __syncthreads();
-    for (int t = threadIdx.x; t < CH; t += NTHR) {
+    for (int t = threadIdx.x; t < CH; t += nthr()) {
         s.e0[t] = t < n && s.seg[t] == 0 ? (float)exp(s.gam[t]) : 0.f;
         s.r[t] = n > 0 ? decay(s.gam, s.seg, n - 1, t) : 0.f;
     }
@@ -381,7 +384,7 @@ __device__ void chunk_decays(const Args &a, Scal &s, int64_t t0, int n, int h, f
  * T[m, s]; the column's entries above s are 0, so the sum may run over all m < t). Then block rows
  * I = 1, 2, 3 in order: X_IJ = sum_{J <= M < I} L_IM T_MJ, T_IJ = -T_II X_IJ (fp32 scalar code). */
 __device__ void solve_unit_lower(const float *L, float *T, float *X) {
-    for (int e = threadIdx.x; e < CH * CH; e += NTHR) T[(e / CH) * LDS + e % CH] = 0.f;
+    for (int e = threadIdx.x; e < CH * CH; e += nthr()) T[(e / CH) * LDS + e % CH] = 0.f;
     __syncthreads();
     const int w = warp_id(), s = lane_id();
     if (w < CH / BLK && s < BLK) {
@@ -399,14 +402,14 @@ __device__ void solve_unit_lower(const float *L, float *T, float *X) {
     }
     __syncthreads();
     for (int I = 1; I < CH / BLK; I++) {
-        for (int e = threadIdx.x; e < I * BLK * BLK; e += NTHR) { /* X_IJ, J = e / 256, into X[16 J + row][col] */
+        for (int e = threadIdx.x; e < I * BLK * BLK; e += nthr()) { /* X_IJ, J = e / 256, into X[16 J + row][col] */
             const int J = e / (BLK * BLK), i = (e / BLK) % BLK, j = e % BLK;
             float sum = 0.f;
             for (int m = J * BLK; m < I * BLK; m++) sum += L[(I * BLK + i) * LDS + m] * T[m * LDS + J * BLK + j];
             X[(J * BLK + i) * BLK + j] = sum;
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < I * BLK * BLK; e += NTHR) { /* T_IJ = -T_II X_IJ */
+        for (int e = threadIdx.x; e < I * BLK * BLK; e += nthr()) { /* T_IJ = -T_II X_IJ */
             const int J = e / (BLK * BLK), i = (e / BLK) % BLK, j = e % BLK;
             float sum = 0.f;
             for (int m = 0; m <= i; m++) sum += T[(I * BLK + i) * LDS + I * BLK + m] * X[(J * BLK + m) * BLK + j];
@@ -432,7 +435,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_prep_kernel(Args a) {
     stage_rows(m.k, ldk, a.qkv, a.C, t0, (int64_t)(a.Hk + kh) * DK, n, DK);
     stage_rows(m.q, ldk, a.qkv, a.C, t0, (int64_t)kh * DK, n, DK);
     stage_rows(m.v, ldv, a.qkv, a.C, t0, 2 * (int64_t)a.Hk * DK + (int64_t)h * a.dv, n, a.dv);
-    for (int t = threadIdx.x; t < CH; t += NTHR) {
+    for (int t = threadIdx.x; t < CH; t += nthr()) {
         const bool in = t < n;
         m.s.b[t] = in ? a.beta[(t0 + t) * a.Hv + h] : 0.f;
         m.s.rk[t] = in ? a.rk[(t0 + t) * a.Hk + kh] : 0.f;
@@ -440,7 +443,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_prep_kernel(Args a) {
     }
     chunk_decays(a, m.s, t0, n, h, m.gn);
     __syncthreads();
-    for (int t = threadIdx.x; t < CH; t += NTHR) m.bek[t] = m.s.b[t] * m.s.e0[t] * m.s.rk[t], m.bb[t] = m.s.b[t];
+    for (int t = threadIdx.x; t < CH; t += nthr()) m.bek[t] = m.s.b[t] * m.s.e0[t] * m.s.rk[t], m.bb[t] = m.s.b[t];
     const Scal &s = m.s;
     /* L[t, s] = b_t Gamma[t, s] (k_t . k_s) for s < t: raw bf16 k (exact in tf32), the norms after */
     block_gemm<2>(CH, CH, DK, mat(m.k, ldk, 0), mat(m.k, ldk, 0).t(), [&](int t, int u, float v) {
@@ -458,9 +461,9 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_prep_kernel(Args a) {
     block_gemm<2>(CH, DK, CH, mat(m.T, LDS, 1).cols(m.bek), mat(m.k, ldk, 0), [&](int t, int j, float v) { W[t * DK + j] = v; });
     block_gemm<2>(CH, a.dv, CH, mat(m.T, LDS, 1).cols(m.bb), mat(m.v, ldv, 0),
                   [&](int t, int i, float v) { U[t * a.dv + i] = v; });
-    for (int e = threadIdx.x; e < CH * CH; e += NTHR) Tg[e] = m.T[(e / CH) * LDS + e % CH];
+    for (int e = threadIdx.x; e < CH * CH; e += nthr()) Tg[e] = m.T[(e / CH) * LDS + e % CH];
     ChunkInfo *ci = ws_info(a, c, h);
-    for (int t = threadIdx.x; t < CH; t += NTHR) {
+    for (int t = threadIdx.x; t < CH; t += nthr()) {
         ci->gam[t] = s.gam[t], ci->seg[t] = s.seg[t], ci->e0[t] = s.e0[t], ci->r[t] = s.r[t], ci->b[t] = s.b[t];
         ci->rk[t] = s.rk[t], ci->rqs[t] = s.rqs[t];
     }
@@ -504,7 +507,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_pass_kernel(Args a, int mode, int
     int64_t cfirst = a.c0, cend = a.c0 + a.nc;
     if (mode == PASS_KEEP) cfirst = a.c0 + (int64_t)blockIdx.z * a.nsub, cend = cfirst + a.nsub < cend ? cfirst + a.nsub : cend;
     /* the initial rows */
-    for (int e = threadIdx.x; e < RS * DK; e += NTHR) {
+    for (int e = threadIdx.x; e < RS * DK; e += nthr()) {
         const int i = e / DK, j = e % DK;
         m.S[i * lds + j] = mode == PASS_KEEP ? states[((cfirst / a.nsub) * a.Hv + h) * (int64_t)DK * a.dv + (int64_t)j * a.dv + i0 + i]
                                              : carry[((int64_t)h * rows + i0 + i) * DK + j];
@@ -515,21 +518,21 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_pass_kernel(Args a, int mode, int
         chunk_span(a, c, t0, n);
         __syncthreads(); /* the previous chunk's update of S is done */
         if (mode == PASS_FWD && states && c % a.nsub == 0)
-            for (int e = threadIdx.x; e < RS * DK; e += NTHR) { /* [dk][dv]: consecutive threads, consecutive rows i */
+            for (int e = threadIdx.x; e < RS * DK; e += nthr()) { /* [dk][dv]: consecutive threads, consecutive rows i */
                 const int j = e / RS, i = e % RS;
                 states[((c / a.nsub) * a.Hv + h) * (int64_t)DK * a.dv + (int64_t)j * a.dv + i0 + i] = m.S[i * lds + j];
             }
         if (mode == PASS_KEEP) {
             float *dst = ws_Sst(a, c, h);
-            for (int e = threadIdx.x; e < RS * DK; e += NTHR) dst[(int64_t)(i0 + e / DK) * DK + e % DK] = m.S[(e / DK) * lds + e % DK];
+            for (int e = threadIdx.x; e < RS * DK; e += nthr()) dst[(int64_t)(i0 + e / DK) * DK + e % DK] = m.S[(e / DK) * lds + e % DK];
         }
         if (n == 0) continue;
         /* the chunk: W, raw k and q, U's columns i0.., the scalars */
         const float *Wg = ws_W(a, c, h), *Ug = ws_U(a, c, h);
-        for (int e = threadIdx.x; e < CH * DK; e += NTHR) m.W[(e / DK) * lds + e % DK] = Wg[e];
+        for (int e = threadIdx.x; e < CH * DK; e += nthr()) m.W[(e / DK) * lds + e % DK] = Wg[e];
         stage_rows(m.k, ldk, a.qkv, a.C, t0, (int64_t)(a.Hk + kh) * DK, n, DK);
         if (mode == PASS_FWD) stage_rows(m.q, ldk, a.qkv, a.C, t0, (int64_t)kh * DK, n, DK);
-        for (int e = threadIdx.x; e < CH * RS; e += NTHR)
+        for (int e = threadIdx.x; e < CH * RS; e += nthr())
             m.U[(e / RS) * (RS + 4) + e % RS] = has_v ? Ug[(e / RS) * a.dv + i0 + e % RS] : 0.f;
         const ChunkInfo *ci = ws_info(a, c, h);
         load_scal(m.s, ci);
@@ -560,7 +563,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_pass_kernel(Args a, int mode, int
     }
     __syncthreads();
     if (mode != PASS_KEEP)
-        for (int e = threadIdx.x; e < RS * DK; e += NTHR) carry[((int64_t)h * rows + i0 + e / DK) * DK + e % DK] = m.S[(e / DK) * lds + e % DK];
+        for (int e = threadIdx.x; e < RS * DK; e += nthr()) carry[((int64_t)h * rows + i0 + e / DK) * DK + e % DK] = m.S[(e / DK) * lds + e % DK];
 }
 
 /* ---------------------------------------------------------------- the reverse pass (§8, §9's C) */
@@ -591,7 +594,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_back_kernel(Args a, const bf16_t 
     Carve cv{smem_base(), smem_base()};
     BackSmem m;
     carve_back(cv, m, DK, RS);
-    for (int e = threadIdx.x; e < RS * DK; e += NTHR) m.dS[(e / DK) * lds + e % DK] = dcarry[((int64_t)h * a.dv + i0 + e / DK) * DK + e % DK];
+    for (int e = threadIdx.x; e < RS * DK; e += nthr()) m.dS[(e / DK) * lds + e % DK] = dcarry[((int64_t)h * a.dv + i0 + e / DK) * DK + e % DK];
     for (int64_t c = a.c0 + a.nc - 1; c >= a.c0; c--) {
         int64_t t0;
         int n;
@@ -599,14 +602,14 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_back_kernel(Args a, const bf16_t 
         __syncthreads();
         if (keep) {
             float *dst = ws_dSn(a, c, h);
-            for (int e = threadIdx.x; e < RS * DK; e += NTHR) dst[(int64_t)(i0 + e / DK) * DK + e % DK] = m.dS[(e / DK) * lds + e % DK];
+            for (int e = threadIdx.x; e < RS * DK; e += nthr()) dst[(int64_t)(i0 + e / DK) * DK + e % DK] = m.dS[(e / DK) * lds + e % DK];
         }
         if (n == 0) continue;
         const float *Wg = ws_W(a, c, h);
-        for (int e = threadIdx.x; e < CH * DK; e += NTHR) m.W[(e / DK) * lds + e % DK] = Wg[e];
+        for (int e = threadIdx.x; e < CH * DK; e += nthr()) m.W[(e / DK) * lds + e % DK] = Wg[e];
         stage_rows(m.k, ldk, a.qkv, a.C, t0, (int64_t)(a.Hk + kh) * DK, n, DK);
         stage_rows(m.q, ldk, a.qkv, a.C, t0, (int64_t)kh * DK, n, DK);
-        for (int e = threadIdx.x; e < CH * RS; e += NTHR) {
+        for (int e = threadIdx.x; e < CH * RS; e += nthr()) {
             const int t = e / RS, i = e % RS;
             m.dO[t * (RS + 4) + i] = t < n ? bf2f(dout[((t0 + t) * a.Hv + h) * a.dv + i0 + i]) : 0.f;
         }
@@ -636,7 +639,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_back_kernel(Args a, const bf16_t 
         });
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < RS * DK; e += NTHR) dcarry[((int64_t)h * a.dv + i0 + e / DK) * DK + e % DK] = m.dS[(e / DK) * lds + e % DK];
+    for (int e = threadIdx.x; e < RS * DK; e += nthr()) dcarry[((int64_t)h * a.dv + i0 + e / DK) * DK + e % DK] = m.dS[(e / DK) * lds + e % DK];
 }
 
 /* ---------------------------------------------------------------- grad: each chunk alone (§8) */
@@ -647,7 +650,7 @@ struct GradSmem {
     Scal s;
     float *be0;          /* b e0 */
     double *dgam, *dbeta; /* [CH] */
-    float *red;          /* [NWARP] */
+    float *red;          /* [32]: a value per warp */
 };
 template <class C> __host__ __device__ void carve_grad(C &c, GradSmem &m, int dk, int dv) {
     const int ldb = (dk > dv ? dk : dv) + 4;
@@ -663,13 +666,13 @@ template <class C> __host__ __device__ void carve_grad(C &c, GradSmem &m, int dk
     m.be0 = c.template take<float>(CH);
     m.dgam = c.template take<double>(CH);
     m.dbeta = c.template take<double>(CH);
-    m.red = c.template take<float>(NWARP);
+    m.red = c.template take<float>(32);
 }
 
 /* rows[t] += w[t] * (row t of A . row t of B) over d columns, t < n (one warp a row) */
 template <class TA, class TB>
 __device__ void row_dots(double *rows, const float *w, int n, const TA *A, int lda, const TB *B, int64_t ldb, int d) {
-    for (int t = warp_id(); t < n; t += NWARP) {
+    for (int t = warp_id(); t < n; t += nwarp()) {
         float sum = 0.f;
         for (int j = lane_id(); j < d; j += 32) sum += to_f(A[t * lda + j]) * to_f(B[t * ldb + j]);
         sum = warp_sum_f(sum);
@@ -680,8 +683,8 @@ __device__ void row_dots(double *rows, const float *w, int n, const TA *A, int l
 /* One CTA per (chunk, value head): the chunk's gradients from its initial state S_0 (Sst), its final
  * state's gradient dS_n (dSn) and the prep's W, U, P, T. Writes dv (bf16, into dqkv's v channels);
  * adds dq, dk (of the prepared q, k; atomics: the value heads of a key head share them), dg, dbeta. */
-template <int DK>
-__global__ void __launch_bounds__(NTHR) gdn_ck_grad_kernel(Args a, const bf16_t *dout, float *dq, float *dk, bf16_t *dqkv,
+template <int DK, int THR>
+__global__ void __launch_bounds__(THR) gdn_ck_grad_kernel(Args a, const bf16_t *dout, float *dq, float *dk, bf16_t *dqkv,
                                                            float *dg, float *dbeta, int vec2) {
     const int64_t c = a.c0 + blockIdx.x;
     const int h = blockIdx.y, kh = h / (a.Hv / a.Hk), ldk = DK + 8, dv = a.dv, ldo = dv + 8, ldb = (DK > dv ? DK : dv) + 4;
@@ -703,19 +706,19 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_grad_kernel(Args a, const bf16_t 
     stage_rows(m.q, ldk, a.qkv, a.C, t0, (int64_t)kh * DK, n, DK);
     stage_rows(m.dO, ldo, dout, (int64_t)a.Hv * dv, t0, (int64_t)h * dv, n, dv);
     load_scal(m.s, ci);
-    for (int t = threadIdx.x; t < CH; t += NTHR) m.be0[t] = ci->b[t] * ci->e0[t], m.dgam[t] = 0, m.dbeta[t] = 0;
+    for (int t = threadIdx.x; t < CH; t += nthr()) m.be0[t] = ci->b[t] * ci->e0[t], m.dgam[t] = 0, m.dbeta[t] = 0;
     __syncthreads();
 
     /* §8.1's single: dgamma_n += e^{gamma_n} <dS_n, S_0> */
     {
         float sum = 0.f;
-        for (int64_t e = threadIdx.x; e < (int64_t)dv * DK; e += NTHR) sum += dSn[e] * S0[e];
+        for (int64_t e = threadIdx.x; e < (int64_t)dv * DK; e += nthr()) sum += dSn[e] * S0[e];
         sum = warp_sum_f(sum);
         if (lane == 0) m.red[warp_id()] = sum;
         __syncthreads();
         if (threadIdx.x == 0) {
             double tot = 0;
-            for (int w = 0; w < NWARP; w++) tot += m.red[w];
+            for (int w = 0; w < nwarp(); w++) tot += m.red[w];
             atomicAdd(&m.dgam[n - 1], gn * tot);
         }
     }
@@ -726,7 +729,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_grad_kernel(Args a, const bf16_t 
     block_gemm<2>(CH, dv, DK, mat(m.k, ldk, 0), mat(dSn, DK, 1).t(),
                   [&](int t, int i, float v) { m.B2[t * ldb + i] = s.rrk[t] * v; });
     __syncthreads();
-    for (int u = warp_id(); u < n - 1; u += NWARP) {
+    for (int u = warp_id(); u < n - 1; u += nwarp()) {
         float sum = 0.f;
         for (int i = lane; i < dv; i += 32) sum += m.B1[u * ldb + i] * m.B2[u * ldb + i];
         sum = warp_sum_f(sum);
@@ -775,12 +778,12 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_grad_kernel(Args a, const bf16_t 
             }
     });
     /* dk, first part, kept in registers to the end: diag(r) D dS_n (§8.1) + (dP . Gamma)^T Q (§8.2) */
-    constexpr int KT = (CH / 16) * (DK / 32), KPW = (KT + NWARP - 1) / NWARP; /* 16 x 32 tiles of dk */
+    constexpr int NW = THR / 32, KT = (CH / 16) * (DK / 32), KPW = (KT + NW - 1) / NW; /* 16 x 32 tiles of dk */
     float kacc[KPW][4][4];
 #pragma unroll
     for (int u = 0; u < KPW; u++) {
         zero(kacc[u]);
-        const int tile = warp_id() + u * NWARP, m0 = tile / (DK / 32) * 16, n0 = tile % (DK / 32) * 32;
+        const int tile = warp_id() + u * NW, m0 = tile / (DK / 32) * 16, n0 = tile % (DK / 32) * 32;
         if (tile < KT) {
             warp_gemm<4>(kacc[u], mat(m.B1, ldb, 1).rows(s.r), mat(dSn, DK, 1), m0, n0, dv);
             warp_gemm<4>(kacc[u], mat(m.X3, LDS, a.px).t().cols(s.rqs), mat(m.q, ldk, 0), m0, n0, CH);
@@ -792,7 +795,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_grad_kernel(Args a, const bf16_t 
     /* dY_w = T^T dW -> B1 (§8.4); dbeta_t += e0_t dY_w[t] . k_t, dgamma_t += b_t e0_t (the same) */
     block_gemm<2>(CH, DK, CH, mat(Tg, CH, 1).t(), mat(m.B3, ldb, a.px), [&](int t, int j, float v) { m.B1[t * ldb + j] = v; });
     __syncthreads();
-    for (int t = warp_id(); t < n; t += NWARP) {
+    for (int t = warp_id(); t < n; t += nwarp()) {
         float sum = 0.f;
         for (int j = lane; j < DK; j += 32) sum += m.B1[t * ldb + j] * bf2f(m.k[t * ldk + j]);
         sum = warp_sum_f(sum) * s.rk[t] * s.e0[t];
@@ -830,7 +833,7 @@ __global__ void __launch_bounds__(NTHR) gdn_ck_grad_kernel(Args a, const bf16_t 
     /* dk += diag(b e0) dY_w (§8.4) + Z K + Z^T K (§8.5); added into dk */
 #pragma unroll
     for (int u = 0; u < KPW; u++) {
-        const int tile = warp_id() + u * NWARP, m0 = tile / (DK / 32) * 16, n0 = tile % (DK / 32) * 32;
+        const int tile = warp_id() + u * NW, m0 = tile / (DK / 32) * 16, n0 = tile % (DK / 32) * 32;
         if (tile >= KT) continue;
         warp_gemm<4>(kacc[u], mat(m.X4, LDS, a.px).cols(s.rk), mat(m.k, ldk, 0), m0, n0, CH);
         warp_gemm<4>(kacc[u], mat(m.X4, LDS, a.px).t().cols(s.rk), mat(m.k, ldk, 0), m0, n0, CH);
@@ -1068,10 +1071,11 @@ template <int DK>
 static void run_grad(const Args &a, const bf16_t *dout, float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta,
                      cudaStream_t st) {
     const size_t sm = smem_of(3, DK, a.dv);
-    allow_smem(gdn_ck_grad_kernel<DK>, sm);
+    allow_smem(gdn_ck_grad_kernel<DK, GRAD_THREADS>, sm);
     const int vec2 = (uintptr_t)dq % 8 == 0 && (uintptr_t)dk % 8 == 0;
     timed(K_GRAD, st, [&] {
-        GDN_LAUNCH(gdn_ck_grad_kernel<DK>, dim3((unsigned)a.nc, (unsigned)a.Hv), sm, st, a, dout, dq, dk, dqkv, dg, dbeta, vec2);
+        GDN_LAUNCH_T((gdn_ck_grad_kernel<DK, GRAD_THREADS>), dim3((unsigned)a.nc, (unsigned)a.Hv), GRAD_THREADS, sm, st, a, dout, dq, dk,
+                     dqkv, dg, dbeta, vec2);
     });
     KCHECK();
 }
@@ -1127,7 +1131,7 @@ extern "C" void gdn_chunked_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, f
 /* maps: B's dv rows from 0, M's dk rows from I (§9) */
 __global__ void gdn_ck_maps_init_kernel(float *maps, int64_t Hv, int dv, int dk) {
     const int64_t rows = dv + dk;
-    for (int64_t e = (int64_t)blockIdx.x * NTHR + threadIdx.x; e < Hv * rows * dk; e += (int64_t)gridDim.x * NTHR) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < Hv * rows * dk; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = (e / dk) % rows, j = e % dk;
         maps[e] = i >= dv && i - dv == j ? 1.f : 0.f;
     }

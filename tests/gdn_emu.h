@@ -181,7 +181,7 @@ inline void launch(dim3 grid, dim3 block, size_t smem, std::function<void()> bod
 #define blockDim (emu::blk()->bdim)
 #define gridDim (emu::blk()->gdim)
 #define __syncthreads() emu::syncthreads()
-#define GDN_LAUNCH(kern, grid, smem, st, ...) emu::launch((grid), dim3(NTHR), (smem), [=] { kern(__VA_ARGS__); })
+#define GDN_LAUNCH_T(kern, grid, threads, smem, st, ...) emu::launch((grid), dim3(threads), (smem), [=] { kern(__VA_ARGS__); })
 
 inline float u2f(uint32_t u) { return emu::u2f(u); }
 /* cvt.rna.tf32.f32: nearest, ties away from zero, at 10 stored mantissa bits */
