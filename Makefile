@@ -42,8 +42,8 @@ STAGE_BINS := $(foreach s,$(STAGES),$(firstword $(subst _, ,$(s))))
 
 $(info longctx.c: CUDA_HOME=$(CUDA_HOME) CUDNN_HOME=$(CUDNN_HOME) NCCL_HOME=$(NCCL_HOME) GPU_ARCH=$(GPU_ARCH))
 
-.PHONY: all test test-gpu diffs clean $(STAGE_BINS)
-all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/layout_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_run $(B)/test_gpu $(B)/test_comm $(B)/alloc_order_gpu $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe
+.PHONY: all test test-gpu test-gdn-emu diffs clean $(STAGE_BINS)
+all: $(STAGE_BINS) $(B)/zigzag_grid $(B)/layout_grid $(B)/test_cpu $(B)/test_rendezvous $(B)/test_ranks $(B)/test_advice $(B)/test_run $(B)/test_gpu $(B)/test_comm $(B)/alloc_order_gpu $(B)/check_stage $(B)/ring_blocks $(B)/docs_attn $(B)/offload $(B)/sdpa_rate $(B)/gdn_rate $(B)/gpu_probe $(B)/test_gdn_chunked $(B)/test_gdn_chunked_emu
 
 # ./stageN from stageN_*.c
 define stage_rule
@@ -143,6 +143,27 @@ $(B)/bench/%.o: bench/%.c
 
 $(B)/check_stage: $(B)/tests/check_stage.o $(B)/tests/golden.o $(B)/tests/ref_model.o $(B)/tests/ref_gdn.o $(B)/tests/ref_qwen35.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ -lm -lpthread
+
+# the chunked gated delta rule (kernels/gdn_chunked.cu) against the fp64 references: on a GPU
+# (tests/gdn_chunked_gpu.sh; `GDN_CHUNKED=1 make test-gpu` adds it), and compiled for the CPU emulation
+# of tests/gdn_emu.h (make test-gdn-emu, and in make test: no GPU, about a minute on 2 cores)
+$(B)/test_gdn_chunked: $(B)/tests/test_gdn_chunked.o $(B)/tests/ref_gdn.o $(HOST_OBJ) $(GPU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(GPU_LIBS) -lstdc++
+CXX ?= g++
+EMU_FLAGS := -std=c++17 -O2 -g -DGDN_EMU -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -I$(CUDA_HOME)/include
+$(B)/emu/gdn_chunked.o: kernels/gdn_chunked.cu tests/gdn_emu.h kernels/kernels.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_FLAGS) -x c++ -c -o $@ $<
+$(B)/emu/gdn_emu_rt.o: tests/gdn_emu_rt.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_FLAGS) -c -o $@ $<
+$(B)/emu/test_gdn_chunked.o: tests/test_gdn_chunked.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DGDN_EMU -I$(CUDA_HOME)/include -c -o $@ $<
+$(B)/test_gdn_chunked_emu: $(B)/emu/test_gdn_chunked.o $(B)/emu/gdn_chunked.o $(B)/emu/gdn_emu_rt.o $(B)/tests/ref_gdn.o $(HOST_OBJ)
+	$(CXX) -o $@ $^ -lm -lpthread
+test-gdn-emu: $(B)/test_gdn_chunked_emu
+	./$(B)/test_gdn_chunked_emu
 
 # ---------------------------------------------------------------- fuzzing (tests/fuzz/README.md)
 # libFuzzer harnesses of the input readers, built with clang + ASan/UBSan from the host sources

@@ -190,6 +190,31 @@ int64_t gdn_scratch_floats(int64_t Hv, int64_t dk, int64_t dv, int64_t chunk);
  * so the grid stays resident); for the tests and the bench. */
 void gdn_rule_plain(int on);
 void gdn_rule_tile(int tokens);
+/* The same rule in chunks of 64 tokens on tensor cores (gdn_chunked.cu; docs/chunked_delta_rule.md):
+ * gdn_rule_fwd's, gdn_rule_maps' and gdn_rule_bwd's contracts, one call for the other (the backward's
+ * scratch unused; a workspace of their own, grown as needed up to gdn_chunked_workspace's bytes, 1 GB
+ * by default, 0: the default; gdn_chunked_release frees it). dk 32, 64 or 128, dv a multiple of 32.
+ * gdn_chunked_precision(1) (the default): about fp32 throughout; 0: the output side's products
+ * (P, dP, dL, dY) in plain tf32 (tests/test_gdn_chunked.c states both bands). GDN_CHUNKED_ROWS=16 in the
+ * environment: the sequential passes at 16 state rows a CTA instead of 32. Not yet run on a GPU. */
+void gdn_chunked_fwd(bf16_t *o, float *states, float *S_io, const bf16_t *qkv, const float *g, const float *beta,
+                     const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk,
+                     int64_t dv, int64_t chunk, cudaStream_t st);
+void gdn_chunked_maps(float *maps, const bf16_t *qkv, const float *g, const float *beta, const float *rq, const float *rk,
+                      const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, cudaStream_t st);
+void gdn_chunked_bwd(float *dq, float *dk, bf16_t *dqkv, float *dg, float *dbeta, float *dS_io, const bf16_t *dout,
+                     const float *states, float *scratch, const bf16_t *qkv, const float *g, const float *beta,
+                     const float *rq, const float *rk, const int32_t *pos, int64_t S, int64_t Hk, int64_t Hv,
+                     int64_t dk_head, int64_t dv, int64_t chunk, int c_only, cudaStream_t st);
+void gdn_chunked_precision(int exact);
+void gdn_chunked_workspace(int64_t bytes);
+void gdn_chunked_release(void);
+/* 1: each of its launches timed (and waited for) by kind, printed and reset by gdn_chunked_profile_print */
+void gdn_chunked_profile(int on);
+void gdn_chunked_profile_print(const char *tag);
+/* three small products through the chunked kernels' tensor-core tiles (out [3][32][16]; gdn_chunked.cu
+ * says which): a wrong fragment layout shows here first */
+void gdn_chunked_mma_check(float *out, const float *A, const float *B, const float *At, const float *Bt, cudaStream_t st);
 /* the gated RMSNorm over rows of n: y = w (x / rms(x)) silu(z); rstd [rows] kept */
 void gdn_norm_fwd(bf16_t *y, float *rstd, const bf16_t *x, const bf16_t *z, const bf16_t *w, int64_t rows, int64_t n,
                   float eps, cudaStream_t st);

@@ -137,13 +137,29 @@ echo "== MoE (tests/golden/moe_e8_k2) on a window of ~40 documents: stages 3-5 b
 ML="--model tests/golden/moe_e8_k2 --data $tmp/moe_docs.tok --seq 1008 --steps 1 --loss-chunk 7 $HP --packing $EOT"
 $T ./stage1 $ML --dump-grads "$tmp/moe1.grads" > "$tmp/moe1.log" 2>&1
 ok "stage1 MoE --packing runs" "[ $? -eq 0 ]" || tail -5 "$tmp/moe1.log"
+# The band. A router's top-2 choice flips where two experts' logits nearly tie, and any change in the
+# order of a sum (a ring's merges, another split of the tokens) moves a logit by a rounding: a flipped
+# token's expert gradients move with it. On this window of 1008 random tokens the same model unpacked,
+# stage 3 on the zigzag at P = 2, 3, 4 against stage 1, gives a worst cosine of 0.986 (H200, measured),
+# so the balanced layout is held to 0.98 here, and to the same control on this run (printed below);
+# the strict bands are the dense model's above, against each document alone.
+MOE_SAME="0.98 1e-3 1e-2"
+worst() { grep -o 'cosine [0-9.]*' "$1" | awk '{print $2}' | sort -n | head -1; }
+ML_U=${ML/ --packing $EOT/}
+$T ./stage1 $ML_U --dump-grads "$tmp/moeu1.grads" > "$tmp/moeu1.log" 2>&1
+for P in 2 3 4; do
+    $T ./stage3 --local-ranks $P $ML_U --dump-grads "$tmp/moeu.grads" > "$tmp/moeu.log" 2>&1
+    ./build/check_stage same "$tmp/moeu1.grads" "$tmp/moeu.grads" 0.999 1e-3 1e-2 > "$tmp/cu.txt" 2>&1
+    echo "  control: unpacked stage3 P=$P against stage 1, worst cosine $(worst "$tmp/cu.txt")"
+done
 for st in stage3 stage4 stage5; do
     for P in 2 3 4; do
         $T ./$st --local-ranks $P $ML --dump-grads "$tmp/moe.$st.$P.grads" > "$tmp/moe.$st.$P.log" 2>&1
         ok "$st MoE P=$P --packing (balanced) runs" "[ $? -eq 0 ] && grep -q 'layout balanced' '$tmp/moe.$st.$P.log'" ||
             tail -5 "$tmp/moe.$st.$P.log"
-        ./build/check_stage same "$tmp/moe1.grads" "$tmp/moe.$st.$P.grads" 0.999 1e-3 1e-2 > "$tmp/c.txt" 2>&1
-        echo "  $st MoE P=$P balanced: $(tail -1 "$tmp/c.txt")"; grep -E "^FAIL" "$tmp/c.txt" | head -3
+        ./build/check_stage same "$tmp/moe1.grads" "$tmp/moe.$st.$P.grads" $MOE_SAME > "$tmp/c.txt" 2>&1
+        echo "  $st MoE P=$P balanced: $(tail -1 "$tmp/c.txt"), worst cosine $(worst "$tmp/c.txt")"
+        grep -E "^FAIL" "$tmp/c.txt" | head -3
         count "$tmp/c.txt" "$st MoE P=$P balanced packed"
     done
 done
@@ -159,9 +175,12 @@ open(sys.argv[2], "w").write(s.replace(sys.argv[3], sys.argv[4], 1))' "$1" "buil
     [ -n "${5:-}" ] && link=${link/$5/$6}
     eval "$link"
 }
-rm -f build/plant/s1_positions build/plant/s3_boundary build/plant/docs_late.o "$tmp/pl3.grads"
-plant stage1_single_gpu.c s1_positions "docs_positions(d->start, n, d->pos);" \
-    "for (int64_t t = 0; t < S; t++) d->pos[t] = (int32_t)t; /* planted */"
+rm -f build/plant/s1_positions build/plant/s3_boundary build/plant/docs_late.o build/plant/docs_pos.o "$tmp/pl3.grads"
+# positions not restarted: the window's cut (common/docs.c) numbers its tokens 0, 1, 2, ... straight on
+sed 's|    docs_positions(d->start, d->n, d->pos);|    for (int64_t t = 0; t < seq; t++) d->pos[t] = (int32_t)t; /* planted */|' common/docs.c > build/plant/docs_pos.c
+ok "the positions plant applies" "! cmp -s common/docs.c build/plant/docs_pos.c"
+ok "the positions plant compiles" "cc -O2 -std=c11 -Icommon -c -o build/plant/docs_pos.o build/plant/docs_pos.c"
+plant stage1_single_gpu.c s1_positions "#define STAGE 1" "#define STAGE 1" build/common/docs.o build/plant/docs_pos.o
 ok "the positions plant builds" "[ -x build/plant/s1_positions ]"
 $T ./build/plant/s1_positions --packing $EOT --model "$g" --data "$tmp/p.tok" --seq "$S" --steps 1 --loss-chunk 7 $HP \
     --trace "$tmp/pl.trace" > "$tmp/pl.log" 2>&1

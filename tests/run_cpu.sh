@@ -12,6 +12,8 @@ count() { # add the last "N passed, M failed" line of a log
 log=$(mktemp -d)
 echo "== C tests (build/test_cpu)"
 ./build/test_cpu tests/golden | tee "$log/c.txt"; count "$log/c.txt" test_cpu
+echo "== the chunked gated delta rule's GPU kernels in a CPU emulation, against fp64 (build/test_gdn_chunked_emu)"
+./build/test_gdn_chunked_emu | tee "$log/ge.txt"; count "$log/ge.txt" test_gdn_chunked_emu
 echo "== the TCP rendezvous across processes on loopback, a node's place from Slurm (build/test_rendezvous)"
 ./build/test_rendezvous | tee "$log/t.txt"; count "$log/t.txt" test_rendezvous
 echo "== rank counting with a stubbed device count (build/test_ranks)"

@@ -16,6 +16,7 @@
 # SKIP_HYBRID=1 leaves out tests/hybrid_gpu.sh (the Qwen3.5 hybrid fixtures, save, resume, transformers);
 # SKIP_PREEMPT=1 leaves out tests/preempt_gpu.sh (SIGTERM/SIGUSR1 save and stop) and tests/refusals.sh;
 # SKIP_JOB=1 leaves out tests/job_gpu.sh (a save's record of its run; two nodes' options, --save and --resume);
+# SKIP_GDN_CHUNKED=1 leaves out tests/gdn_chunked_gpu.sh (the chunked gated delta rule, kernels/gdn_chunked.cu);
 # SKIP_LONG=1 leaves out tests/long_grad_gpu.sh (stage 5's gradients at 64K and 128K against fp32; ~2 minutes);
 # LATE_ONLY=1 runs only save + resume and what follows stage 4 (memory plans, traces, failure drills,
 # transformers), for a device call after the rest ran; SKIP_STAGE5=1 leaves out tests/stage5_gpu.sh (run alone, so each of
@@ -31,6 +32,10 @@ early() { [ -z "${LATE_ONLY:-}" ]; } # LATE_ONLY=1: only save/resume and the sec
 if early; then
 echo "== kernels, GEMM, attention"
 ./build/test_gpu ${QUICK:+--quick} 2>&1 | tee "$tmp/unit.txt"; count "$tmp/unit.txt" test_gpu
+if [ -z "${SKIP_GDN_CHUNKED:-}" ]; then
+    echo "== the chunked gated delta rule against the fp64 references (tests/gdn_chunked_gpu.sh)"
+    bash tests/gdn_chunked_gpu.sh 2>&1 | tee "$tmp/gdnc.txt"; count "$tmp/gdnc.txt" gdn_chunked
+fi
 echo "== communicator: local backend (2-4 ranks on one GPU) and NCCL"
 $T ./build/test_comm 2>&1 | tee "$tmp/comm.txt"; count "$tmp/comm.txt" test_comm
 echo "== a kernel in flight while another rank thread allocates, with and without allocation phases (tests/alloc_order_gpu.sh)"

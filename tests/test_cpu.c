@@ -1916,6 +1916,8 @@ static void test_gdn_sim(void) {
         {"bf16, fp32 D S T", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_FP32, SIM_BF16, SIM_FP32, 0, 0}, 0},
         {"bf16, fp32 T U W K~", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_BF16, SIM_FP32, SIM_BF16, 0, 0}, 0},
         {"bf16 P dP dL only", {SIM_BF16, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 0}, 0},
+        /* kernels/gdn_chunked.cu's fast precision (gdn_chunked_precision(0)): its bands in tests/test_gdn_chunked.c */
+        {"tf32 P dP dL only, gamma fp64", {SIM_TF32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, SIM_FP32, 0, 1}, 0},
     };
     const int nm = (int)(sizeof modes / sizeof modes[0]);
     /* o, S_end, dq, dk, dv, dg, dbeta, dS0, M, B, C */
