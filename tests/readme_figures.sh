@@ -88,12 +88,16 @@ for step, r, q, k, kind in grid:
 ok(f"./build/zigzag_grid 4: 8 block-units per rank (got {work})", work and set(work.values()) == {8.0})
 ok("README says so", "Every rank does 8 block-units of work" in readme)
 
-# the packed-documents picture's count, from common/docs.c's blocks as the README prints the command
-cmd = "./build/zigzag_grid 4 64 0 5 6 20 41"
-blk = [list(map(int, l.split()[1:])) for l in run(cmd).splitlines() if l.startswith("block")]
-pairs = sum(nq * (nq + 1) // 2 if causal else nq * nk for _, _, _, nq, _, nk, causal in blk)
-ok(f"README quotes {cmd} and its 628 of the 2080 causal pairs (the blocks give {pairs})",
-   cmd in readme and "628 of the 2080 causal pairs" in readme and pairs == 628)
+# the balanced layout's claim: on bench/packed_window.py's 1M window, 8 ranks, the busiest rank's pairs
+# against the mean: 1.79x on the zigzag, 1.01x balanced, as common/layout.c lays the window out
+cmd = "python3 bench/packed_window.py W.tok && ./build/layout_grid 8 --tok W.tok"
+import tempfile, os
+with tempfile.TemporaryDirectory() as d:
+    out = subprocess.run(cmd.replace("W.tok", os.path.join(d, "W.tok")) + " 2>&1", shell=True,
+                         capture_output=True, text=True).stdout
+bal = re.findall(r"balance: busiest rank ([0-9.]+)x the mean", out)
+ok(f"README quotes `{cmd}` and its 1.79x and 1.01x (layout_grid gives {bal})",
+   cmd in readme and "1.79x the mean rank's pairs" in readme and "falls to 1.01x" in readme and bal == ["1.79", "1.01"])
 
 # GPU figures: named beside where they were measured, and held by RESULTS.md
 for fig, where in [("946.4 s", "The ladder's closing table"), ("73.3 GiB", "The ladder's closing table"),
