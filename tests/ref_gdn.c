@@ -441,8 +441,7 @@ void ref_gdn_map(const GdnHeads *h, int64_t T, const double *k, const double *v,
     ref_gdn(h, T, NULL, k, v, g, beta, B, NULL); /* B: the chunk from a zero state (no outputs needed) */
 }
 
-/* S <- S M + B, per head */
-static void apply_map(const GdnHeads *h, double *S, const double *M, const double *B) {
+void ref_gdn_map_apply(const GdnHeads *h, double *S, const double *M, const double *B, int bwd) {
     const int64_t dk = h->dk, dv = h->dv;
     double *row = xmalloc((size_t)dk * 8);
     for (int64_t j = 0; j < h->H; j++)
@@ -450,7 +449,7 @@ static void apply_map(const GdnHeads *h, double *S, const double *M, const doubl
             double *s = S + (j * dv + r) * dk;
             for (int64_t e = 0; e < dk; e++) {
                 double a = B[(j * dv + r) * dk + e];
-                for (int64_t f = 0; f < dk; f++) a += s[f] * M[(j * dk + f) * dk + e];
+                for (int64_t f = 0; f < dk; f++) a += s[f] * (bwd ? M[(j * dk + e) * dk + f] : M[(j * dk + f) * dk + e]);
                 row[e] = a;
             }
             memcpy(s, row, (size_t)dk * 8);
@@ -475,7 +474,7 @@ int64_t ref_gdn_zigzag(const GdnHeads *h, int64_t S, int P, const double *q, con
     double *start = xcalloc((size_t)((n + 1) * mb), 8);
     for (int64_t ch = 0; ch < n; ch++) {
         memcpy(start + (ch + 1) * mb, start + ch * mb, (size_t)mb * 8);
-        apply_map(h, start + (ch + 1) * mb, M + ch * mk, B + ch * mb);
+        ref_gdn_map_apply(h, start + (ch + 1) * mb, M + ch * mk, B + ch * mb, 0);
     }
     /* 3. every rank runs its chunks from their true initial states */
     double *St = xmalloc((size_t)mb * 8);
@@ -575,7 +574,7 @@ void ref_gdn_zigzag_bwd(const GdnHeads *h, int64_t S, int P, const double *q, co
     }
     for (int64_t ch = 0; ch < n; ch++) {
         memcpy(start + (ch + 1) * mb, start + ch * mb, (size_t)mb * 8);
-        apply_map(h, start + (ch + 1) * mb, M + ch * mk, B + ch * mb);
+        ref_gdn_map_apply(h, start + (ch + 1) * mb, M + ch * mk, B + ch * mb, 0);
     }
     /* 1. every rank, alone: C of its chunks, the backward from a zero final-state gradient */
     double *C = xcalloc((size_t)(n * mb), 8);

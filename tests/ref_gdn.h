@@ -82,6 +82,10 @@ extern int ref_gdn_chunked_plant;
 void ref_gdn_map(const GdnHeads *h, int64_t T, const double *k, const double *v, const double *g, const double *beta,
                  double *M, double *B);
 
+/* S <- S M + B (bwd 0) or S M^T + B (bwd 1, the backward's dS M^T + C), per head: S and B [H, dv, dk],
+ * M [H, dk, dk] */
+void ref_gdn_map_apply(const GdnHeads *h, double *S, const double *M, const double *B, int bwd);
+
 /* The sequence of S tokens over P zigzag ranks (rank r holds chunks r and 2P-1-r of 2P): maps per
  * chunk, composed in sequence order, each chunk run from its initial state. o [S, H, dv] in sequence
  * order, S_final [H, dv, dk]. Returns the floats each rank sends (its two maps). */

@@ -13,53 +13,12 @@
 
 void ref_layout_ring_init(RefRing *R, const Layout *L, RefHeads a, const double *q, const double *k, const double *v,
                           const double *dO) {
-    memset(R, 0, sizeof *R);
-    const int P = L->P;
-    R->P = P, R->S = L->S, R->n = L->n, R->a = a;
-    const int64_t n = R->n, QW = a.Hq * a.D, KW = a.Hkv * a.D, KVB = 2 * n * KW;
-    R->pos = xmalloc((size_t)(P * n) * 8);
-    double ***bufs[] = {&R->q, &R->dout, &R->own, &R->o, &R->lse, &R->dq, &R->dkv,
-                        &R->kv_cur, &R->kv_nxt, &R->dkv_cur, &R->dkv_nxt};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) *bufs[i] = xcalloc((size_t)P, sizeof(double *));
-    int **tags[] = {&R->kv_tag, &R->kv_tag_nxt, &R->dkv_tag, &R->dkv_tag_nxt};
-    for (size_t i = 0; i < 4; i++) *tags[i] = xcalloc((size_t)P, sizeof(int));
-    for (int r = 0; r < P; r++) {
-        layout_positions(L, r, R->pos + r * n);
-        R->q[r] = xmalloc((size_t)(n * QW) * 8);
-        R->dout[r] = xmalloc((size_t)(n * QW) * 8);
-        R->own[r] = xmalloc((size_t)KVB * 8);
-        R->o[r] = xcalloc((size_t)(n * QW), 8);
-        R->lse[r] = xmalloc((size_t)(n * a.Hq) * 8);
-        R->dq[r] = xcalloc((size_t)(n * QW), 8);
-        R->kv_cur[r] = xmalloc((size_t)KVB * 8);
-        R->kv_nxt[r] = xmalloc((size_t)KVB * 8);
-        R->dkv_cur[r] = xmalloc((size_t)KVB * 8);
-        R->dkv_nxt[r] = xmalloc((size_t)KVB * 8);
-        for (int64_t t = 0; t < n; t++) {
-            const int64_t g = R->pos[r * n + t];
-            memcpy(R->q[r] + t * QW, q + g * QW, (size_t)QW * 8);
-            memcpy(R->dout[r] + t * QW, dO + g * QW, (size_t)QW * 8);
-            memcpy(R->own[r] + t * KW, k + g * KW, (size_t)KW * 8);
-            memcpy(R->own[r] + (n + t) * KW, v + g * KW, (size_t)KW * 8);
-        }
-    }
+    int64_t *pos = xmalloc((size_t)(L->P * L->n) * 8);
+    for (int r = 0; r < L->P; r++) layout_positions(L, r, pos + r * L->n);
+    ref_ring_init_rows(R, L->P, L->S, L->n, pos, a, q, k, v, dO);
+    free(pos);
 }
 
-/* send cur[r] to rank r+1, receive rank r-1's (into a NaN-poisoned buffer), swap: ref_ring.c's pass */
-static void pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt, int64_t len) {
-    for (int r = 0; r < P; r++) {
-        for (int64_t i = 0; i < len; i++) nxt[r][i] = NAN;
-        tag_nxt[r] = -1;
-    }
-    for (int r = 0; r < P; r++) {
-        memcpy(nxt[(r + 1) % P], cur[r], (size_t)len * 8);
-        tag_nxt[(r + 1) % P] = tag[r];
-    }
-    for (int r = 0; r < P; r++) {
-        double *t = cur[r];
-        cur[r] = nxt[r], nxt[r] = t, tag[r] = tag_nxt[r];
-    }
-}
 
 static LayoutBlock *blocks_of(const Layout *L, int r, int step, int64_t *nb) {
     *nb = layout_blocks(L, r, step, NULL, 0);
@@ -101,7 +60,7 @@ void ref_layout_ring_forward(RefRing *R, const Layout *L, int drop_step) {
             }
             free(blk);
         }
-        if (step + 1 < P) pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
+        if (step + 1 < P) ref_ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
     }
     free(ob);
 }
@@ -135,8 +94,8 @@ void ref_layout_ring_backward(RefRing *R, const Layout *L, int drop_step) {
             }
             free(blk);
         }
-        if (P > 1) pass(P, R->dkv_cur, R->dkv_tag, R->dkv_nxt, R->dkv_tag_nxt, KVB);
-        if (step + 1 < P) pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
+        if (P > 1) ref_ring_pass(P, R->dkv_cur, R->dkv_tag, R->dkv_nxt, R->dkv_tag_nxt, KVB);
+        if (step + 1 < P) ref_ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
     }
     for (int r = 0; r < P; r++) {
         R->bad_src += R->dkv_tag[r] != r;
@@ -146,22 +105,6 @@ void ref_layout_ring_backward(RefRing *R, const Layout *L, int drop_step) {
 
 /* ------------------------------------------------------------------ linear attention's state */
 
-/* S <- S M + B (bwd 0) or S M^T + B (bwd 1), per head: S, B [H, dv, dk], M [H, dk, dk] */
-static void map_apply(const GdnHeads *h, double *S, const double *M, const double *B, int bwd) {
-    const int64_t dk = h->dk, dv = h->dv;
-    double *row = xmalloc((size_t)dk * 8);
-    for (int64_t j = 0; j < h->H; j++)
-        for (int64_t r = 0; r < dv; r++) {
-            double *s = S + (j * dv + r) * dk;
-            for (int64_t e = 0; e < dk; e++) {
-                double a = B[(j * dv + r) * dk + e];
-                for (int64_t f = 0; f < dk; f++) a += s[f] * (bwd ? M[(j * dk + e) * dk + f] : M[(j * dk + f) * dk + e]);
-                row[e] = a;
-            }
-            memcpy(s, row, (size_t)dk * 8);
-        }
-    free(row);
-}
 
 /* Each rank's rows of a window-order array x [S, w]: local[r] [n, w] */
 static double **scatter_ranks(const Layout *L, const double *x, int64_t w) {
@@ -259,7 +202,7 @@ static void initial_states(const GdnHeads *h, const Layout *L, const Ranks *x, i
         memset(S, 0, (size_t)mb * 8);
         if (plant == REF_LAYOUT_PLANT_ZERO) continue;
         const int64_t m = walk(L, i, 0, plant, list);
-        for (int64_t a = 0; a < m; a++) map_apply(h, S, x->M + list[a] * mk, x->B + list[a] * mb, 0);
+        for (int64_t a = 0; a < m; a++) ref_gdn_map_apply(h, S, x->M + list[a] * mk, x->B + list[a] * mb, 0);
     }
     free(list);
 }
@@ -332,7 +275,7 @@ void ref_layout_gdn_bwd(const GdnHeads *h, const Layout *L, int plant, const dou
             if (plant != REF_LAYOUT_PLANT_ZERO || p->next < 0) {
                 memcpy(dS, dS_final + p->doc * mb, (size_t)mb * 8);
                 const int64_t m = walk(L, i, 1, plant, list);
-                for (int64_t a = 0; a < m; a++) map_apply(h, dS, x.M + list[a] * mk, x.C + list[a] * mb, 1);
+                for (int64_t a = 0; a < m; a++) ref_gdn_map_apply(h, dS, x.M + list[a] * mk, x.C + list[a] * mb, 1);
             }
             ref_gdn_bwd(h, p->len, x.q[r] + t * H * dk_, x.k[r] + t * H * dk_, x.v[r] + t * H * dv_, x.g[r] + t * H,
                         x.b[r] + t * H, start + i * mb, x.dout[r] + t * H * dv_, dS, ldq[r] + t * H * dk_,

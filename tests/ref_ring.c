@@ -93,21 +93,21 @@ void ref_attention(const RefHeads *a, int64_t S, const double *q, const double *
 
 /* ------------------------------------------------------------------ the zigzag split */
 
-/* Rank r holds chunks r and 2P-1-r of the 2P chunks, in that order (common/zigzag.c): its queries,
- * their output gradient and its own K/V rows. Everything else it will see arrives by the ring. */
-void ref_ring_init(RefRing *R, int P, int64_t S, RefHeads a, const double *q, const double *k, const double *v,
-                   const double *dO) {
+/* Rank r holds the rows pos[r * n .. r * n + n) of the sequence, in that order: its queries, their
+ * output gradient and its own K/V rows. Everything else it will see arrives by the ring. */
+void ref_ring_init_rows(RefRing *R, int P, int64_t S, int64_t n, const int64_t *pos, RefHeads a, const double *q,
+                        const double *k, const double *v, const double *dO) {
     memset(R, 0, sizeof *R);
-    R->P = P, R->S = S, R->n = S / P, R->a = a;
-    const int64_t n = R->n, QW = a.Hq * a.D, KW = a.Hkv * a.D, KVB = 2 * n * KW;
-    R->pos = xmalloc((size_t)S * 8);
+    R->P = P, R->S = S, R->n = n, R->a = a;
+    const int64_t QW = a.Hq * a.D, KW = a.Hkv * a.D, KVB = 2 * n * KW;
+    R->pos = xmalloc((size_t)(P * n) * 8);
+    memcpy(R->pos, pos, (size_t)(P * n) * 8);
     double ***bufs[] = {&R->q, &R->dout, &R->own, &R->o, &R->lse, &R->dq, &R->dkv,
                         &R->kv_cur, &R->kv_nxt, &R->dkv_cur, &R->dkv_nxt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) *bufs[i] = xcalloc((size_t)P, sizeof(double *));
     int **tags[] = {&R->kv_tag, &R->kv_tag_nxt, &R->dkv_tag, &R->dkv_tag_nxt};
     for (size_t i = 0; i < 4; i++) *tags[i] = xcalloc((size_t)P, sizeof(int));
     for (int r = 0; r < P; r++) {
-        zigzag_positions(S, P, r, R->pos + r * n);
         R->q[r] = xmalloc((size_t)(n * QW) * 8);
         R->dout[r] = xmalloc((size_t)(n * QW) * 8);
         R->own[r] = xmalloc((size_t)KVB * 8);
@@ -128,13 +128,22 @@ void ref_ring_init(RefRing *R, int P, int64_t S, RefHeads a, const double *q, co
     }
 }
 
+/* The zigzag split: rank r holds chunks r and 2P-1-r of the 2P chunks, in that order (common/zigzag.c) */
+void ref_ring_init(RefRing *R, int P, int64_t S, RefHeads a, const double *q, const double *k, const double *v,
+                   const double *dO) {
+    int64_t *pos = xmalloc((size_t)S * 8);
+    for (int r = 0; r < P; r++) zigzag_positions(S, P, r, pos + r * (S / P));
+    ref_ring_init_rows(R, P, S, S / P, pos, a, q, k, v, dO);
+    free(pos);
+}
+
 /* ------------------------------------------------------------------ the ring */
 
 /* One ring step for all P ranks, as stage 3's ring_pass: rank r sends cur[r] to rank r+1 and
  * receives rank r-1's into nxt[r]; then what arrived becomes its current buffer and the old one its
  * next receive buffer (double buffering). Receive buffers are poisoned with NaN first, so a rank
  * that received nothing computes with NaN. Tags travel with the data. */
-static void ring_pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt, int64_t len) {
+void ref_ring_pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt, int64_t len) {
     for (int r = 0; r < P; r++) {
         for (int64_t i = 0; i < len; i++) nxt[r][i] = NAN;
         tag_nxt[r] = -1;
@@ -213,7 +222,7 @@ void ref_ring_forward(RefRing *R) {
         }
         /* the K/V go on to the next rank (stage 3 sends them while the block computes); after the
          * last step nobody needs them */
-        if (step + 1 < P) ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
+        if (step + 1 < P) ref_ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
     }
     free(ob);
     free(blk);
@@ -251,8 +260,8 @@ void ref_ring_backward(RefRing *R) {
                     }
             }
         }
-        if (P > 1) ring_pass(P, R->dkv_cur, R->dkv_tag, R->dkv_nxt, R->dkv_tag_nxt, KVB);
-        if (step + 1 < P) ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
+        if (P > 1) ref_ring_pass(P, R->dkv_cur, R->dkv_tag, R->dkv_nxt, R->dkv_tag_nxt, KVB);
+        if (step + 1 < P) ref_ring_pass(P, R->kv_cur, R->kv_tag, R->kv_nxt, R->kv_tag_nxt, KVB);
     }
     for (int r = 0; r < P; r++) {
         R->bad_src += R->dkv_tag[r] != r; /* after P passes: each rank's own total */

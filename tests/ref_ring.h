@@ -53,6 +53,11 @@ typedef struct {
 } RefRing;
 
 /* Split q, k, v, dO [S, ...] over P ranks by the zigzag (S % 2P == 0). */
+/* P ranks, rank r holding the sequence's rows pos[r * n .. r * n + n) (P * n entries) */
+void ref_ring_init_rows(RefRing *R, int P, int64_t S, int64_t n, const int64_t *pos, RefHeads a, const double *q,
+                        const double *k, const double *v, const double *dO);
+/* one ring step for all P ranks: rank r's cur goes to rank r+1's nxt (poisoned with NaN first), then swap */
+void ref_ring_pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt, int64_t len);
 void ref_ring_init(RefRing *R, int P, int64_t S, RefHeads a, const double *q, const double *k, const double *v,
                    const double *dO);
 /* P ring steps: each rank's blocks against the K/V it holds, merged by LSE into o, lse. With

@@ -1572,22 +1572,6 @@ static void test_gdn(const char *root) {
     free(q2); free(k2); free(v2); free(g2); free(b2); free(op); free(oz); free(Sp); free(Sz);
 }
 
-/* S <- S M + B (bwd 0) or S M^T + B (bwd 1), per head: S and B [H, dv, dk], M [H, dk, dk] */
-static void map_apply(const GdnHeads *h, double *S, const double *M, const double *B, int bwd) {
-    const int64_t dk = h->dk, dv = h->dv;
-    double *row = xmalloc((size_t)dk * 8);
-    for (int64_t j = 0; j < h->H; j++)
-        for (int64_t r = 0; r < dv; r++) {
-            double *s = S + (j * dv + r) * dk;
-            for (int64_t e = 0; e < dk; e++) {
-                double a = B[(j * dv + r) * dk + e];
-                for (int64_t f = 0; f < dk; f++) a += s[f] * (bwd ? M[(j * dk + e) * dk + f] : M[(j * dk + f) * dk + e]);
-                row[e] = a;
-            }
-            memcpy(s, row, (size_t)dk * 8);
-        }
-    free(row);
-}
 /* Rank r's walk as stage 3 makes it (linear_states, bwd 0; linear_state_grads, bwd 1): from zero through
  * the chunks' maps in sequence order, chunk 0 up to its tail (2P-1-r), or chunk 2P-1 down to its head (r),
  * noting at each of its chunks what it holds there (got [2, H dv dk]: head's, tail's). BC: B (bwd 0) or C
@@ -1602,7 +1586,7 @@ static int rank_walk(const GdnHeads *h, int P, int r, int bwd, int64_t skip, con
         for (int k = 0; k < 2; k++)
             if (zigzag_chunk(P, r, k) == ch) memcpy(got + k * ms, cur, (size_t)ms * 8);
         if (ch == to) break;
-        if (ch != skip) map_apply(h, cur, M + ch * mk, BC + ch * ms, bwd), n++;
+        if (ch != skip) ref_gdn_map_apply(h, cur, M + ch * mk, BC + ch * ms, bwd), n++;
     }
     free(cur);
     return n;
