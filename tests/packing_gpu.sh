@@ -140,10 +140,11 @@ ok "stage1 MoE --packing runs" "[ $? -eq 0 ]" || tail -5 "$tmp/moe1.log"
 # The band. A router's top-2 choice flips where two experts' logits nearly tie, and any change in the
 # order of a sum (a ring's merges, another split of the tokens) moves a logit by a rounding: a flipped
 # token's expert gradients move with it. On this window of 1008 random tokens the same model unpacked,
-# stage 3 on the zigzag at P = 2, 3, 4 against stage 1, gives a worst cosine of 0.986 (H200, measured),
-# so the balanced layout is held to 0.98 here, and to the same control on this run (printed below);
-# the strict bands are the dense model's above, against each document alone.
-MOE_SAME="0.98 1e-3 1e-2"
+# stage 3 on the zigzag at P = 2, 3, 4 against stage 1, gives a worst cosine of 0.986 and gradient
+# norms off by up to 2.9% (H200, measured; stage 1 twice: identical). So the balanced layout is held
+# to cosine 0.98 and norms within 5% here, with that control printed beside it on this run; the
+# strict bands are the dense model's above, against each document alone.
+MOE_SAME="0.98 1e-3 5e-2"
 worst() { grep -o 'cosine [0-9.]*' "$1" | awk '{print $2}' | sort -n | head -1; }
 ML_U=${ML/ --packing $EOT/}
 $T ./stage1 $ML_U --dump-grads "$tmp/moeu1.grads" > "$tmp/moeu1.log" 2>&1
