@@ -45,7 +45,26 @@ for w in ${*:-long short}; do
             END { if (n && t > 0) printf "%s %s: busiest rank %d at %.3f s, mean %.3f s: %.3fx the mean step time (pairs: %.3fx)\n",
                   w, lay, r, tm, t / n, tm * n / t, pm * n / p }' <<< "$rows" | tee -a "$S"
     done
+    say "$w balanced: $(grep -m1 '^split:' "$O/${w}_balanced_r0.txt" | cut -c1-150)"
     awk -v w="$w" '$1 == w && $3 == "busiest" { k = $2; sub(":", "", k); m[k] = $7 } END { if (m["zigzag"] && m["balanced"])
         printf "%s: the job'"'"'s step (its busiest rank) %.3f s zigzag, %.3f s balanced: %.1f%% less\n", w, m["zigzag"],
                m["balanced"], 100 * (1 - m["balanced"] / m["zigzag"]) }' "$S" | tee -a "$S"
+done
+# the same tokens unpacked: one causal sequence of 1M, every rank the same work (rank 0)
+f="$O/unpacked_r0.txt"
+timeout 240 ${BIN:-./stage5} --model 8B --layers 2 --seq 1M --gpus 8 --rehearse 0 --data "$O/long.tok" --steps 2 > "$f" 2>&1 ||
+    echo "  (unpacked: exit $?; $(tail -1 "$f" | cut -c1-160))"
+tu=$(grep -E '^step +2 ' "$f" | sed -nE 's/.*\| ([0-9.]+) s \|.*/\1/p')
+model=$(grep -oE '\(([0-9.e+]+) model TFLOP per rank' "$f" | head -1 | tr -d '(' | awk '{print $1}')
+say "unpacked rank 0: step ${tu:-?} s, ${model:-?} model TFLOP a rank a step"
+for w in ${*:-long short}; do
+    for lay in zigzag balanced; do
+        # the busiest rank: its step time and its attention TFLOP (of the unpacked attention's)
+        best=$(for R in 0 1 2 3 4 5 6 7; do grep -E '^step +2 ' "$O/${w}_${lay}_r$R.txt" | head -1 |
+            sed -nE 's/.*\| ([0-9.]+) s \|.*attention ([0-9.e+]+) of ([0-9.e+]+) TFLOP.*/\1 \2 \3/p'; done | sort -g | tail -1)
+        awk -v w="$w" -v lay="$lay" -v tu="${tu:-0}" -v m="${model:-0}" -v b="$best" 'BEGIN { split(b, x, " ");
+            if (tu > 0 && m > 0 && x[1] > 0) { fs = (x[3] - x[2]) / m; ts = (tu - x[1]) / tu;
+            printf "%s %s: busiest rank %.3f s against %.3f s unpacked: time saved %.1f%%, FLOPs saved %.1f%% (attention %s of %s TFLOP): %.2f of the FLOPs saved\n",
+                w, lay, x[1], tu, 100 * ts, 100 * fs, x[2], x[3], ts / fs } }' | tee -a "$S"
+    done
 done

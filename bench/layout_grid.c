@@ -9,7 +9,8 @@
  *   ./build/layout_grid [OPTIONS] P --tok FILE.tok    the first window of a token file (bench/packed_window.py),
  *                                                     its documents ended by <|endoftext|>
  * OPTIONS: --seq S (with --tok: the window, default 1048576), --eot ID (default 151643),
- *          --whole F (a document whose pairs are at most F x the mean rank's stays whole; default 1/32),
+ *          --whole F (a document whose pairs are at most F x the mean rank's stays whole; default: the stages'
+ *                    choice for the window, layout_best),
  *          --pieces (also print each piece: piece layout rank doc start len pos row),
  *          --blocks (also print each ring block: block layout step rank q_start nq k_start nk diag doc,
  *                    window positions; bench/plot_layout.py reads them) */
@@ -37,6 +38,7 @@ static void report(const Layout *L, const char *name, int pieces, int blocks) {
     printf("balance: busiest rank %.2fx the mean (%.4f; mean %.0f pairs)\n", bal, bal, mean);
     printf("ring: the busiest rank of each step, summed: %.4fx the mean; %lld pieces, %lld blocks over all ranks and steps\n",
            layout_ring_balance(L), (long long)L->npieces, (long long)nblocks);
+    printf("cost: the busiest rank's pairs + %d a block, %.4fx the mean rank's pairs\n", LAYOUT_BLOCK_PAIRS, layout_cost(L));
     if (!L->zigzag) {
         int64_t maps = 0; /* a linear layer's state maps a rank sends: its pieces whose document goes on after them */
         for (int r = 0; r < L->P; r++) {
@@ -70,7 +72,7 @@ static void report(const Layout *L, const char *name, int pieces, int blocks) {
 }
 
 int main(int argc, char **argv) {
-    double whole = LAYOUT_WHOLE_FRAC;
+    double whole = -1; /* -1: layout_best */
     int pieces = 0, blocks = 0, a = 1;
     int64_t seq = 1 << 20, eot = TOKEN_ENDOFTEXT;
     for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
@@ -114,8 +116,11 @@ int main(int argc, char **argv) {
         report(&L, "zigzag", pieces, blocks);
         layout_free(&L);
     }
-    if (layout_balanced(&L, start, nd, S, P, whole, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
-    printf("balanced (documents of more than %g of the mean rank's pairs split over the ranks):\n", whole);
+    if (whole < 0 ? layout_best(&L, start, nd, S, P, &whole, err, sizeof err)
+                  : layout_balanced(&L, start, nd, S, P, whole, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    if (L.zigzag) printf("balanced (the zigzag costs least: no split pays for its blocks):\n");
+    else if (whole > 1) printf("balanced (no document split: each kept whole):\n");
+    else printf("balanced (documents of more than %g of the mean rank's pairs split over the ranks):\n", whole);
     report(&L, "balanced", pieces, blocks);
     layout_free(&L);
     free(start);

@@ -276,6 +276,51 @@ int layout_balanced(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, i
     return 0;
 }
 
+int64_t layout_rank_blocks(const Layout *L, int r) {
+    int64_t nb = 0;
+    for (int64_t i = L->first[r]; i < L->first[r + 1]; i++)
+        for (int64_t j = i; j >= 0; j = L->piece[j].prev) nb++;
+    return nb;
+}
+
+double layout_cost(const Layout *L) {
+    double mx = 0;
+    for (int r = 0; r < L->P; r++) {
+        const double c = (double)L->pairs[r] + (double)LAYOUT_BLOCK_PAIRS * (double)layout_rank_blocks(L, r);
+        mx = c > mx ? c : mx;
+    }
+    return mx * L->P / (double)L->W;
+}
+
+/* Fewer splits, fewer blocks; more splits, pairs more even. The seed-1 1M window of bench/packed_window.py
+ * at P = 8 takes 1/8 (13 documents split at 1/32, 8 at 1/8: 214 and 133 blocks on the busiest rank, pairs
+ * 1.008x and 1.023x the mean). On a window of short documents (mean 4K) splitting pays nothing: 1/32 would
+ * split 67 and give each rank about 1,030 blocks (the H200 measured 1.1 s more a step than the zigzag), and
+ * with none split the stream's small documents pile 70 blocks on one rank; the zigzag's 1.09x pairs and 42
+ * blocks cost least there, and it is taken. */
+int layout_best(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, int P, double *frac, char *err,
+                size_t errlen) {
+    static const double fracs[] = {1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1e300};
+    double best = 0, cost = 0;
+    for (size_t i = 0; i < sizeof fracs / sizeof *fracs; i++) {
+        Layout t;
+        if (layout_balanced(&t, start, ndocs, S, P, fracs[i], err, errlen)) return -1;
+        const double c = layout_cost(&t);
+        if (i == 0 || c < cost) {
+            if (i) layout_free(L);
+            *L = t, cost = c, best = fracs[i];
+        } else
+            layout_free(&t);
+    }
+    Layout z; /* the whole-window zigzag too: on short documents its few cuts can cost least */
+    if (S % (2 * P) == 0 && !layout_zigzag(&z, start, ndocs, S, P, err, errlen)) {
+        if (layout_cost(&z) < cost) layout_free(L), *L = z, best = 0;
+        else layout_free(&z);
+    }
+    if (frac) *frac = best;
+    return 0;
+}
+
 int layout_zigzag(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, int P, char *err, size_t errlen) {
     memset(L, 0, sizeof *L);
     if (check_starts(start, ndocs, S, P, 2 * (int64_t)P, err, errlen)) return -1;
@@ -393,7 +438,7 @@ void layout_window(DocsWindow *d, const uint32_t *tok, int64_t seq, int64_t eot,
     if (balanced) {
         Layout L;
         char err[256];
-        if (layout_balanced(&L, d->start, d->n, seq, P, LAYOUT_WHOLE_FRAC, err, sizeof err)) DIE("%s", err);
+        if (layout_best(&L, d->start, d->n, seq, P, NULL, err, sizeof err)) DIE("%s", err);
         for (int r = 0; r < P; r++) layout_positions(&L, r, d->rows + r * n);
         layout_free(&L);
     } else
@@ -425,13 +470,27 @@ void layout_plan(FILE *f, const TokenFile *tf, int64_t seq, int P, int64_t eot, 
     loader_window(&ld, 0, ids);
     const int64_t nd = docs_split(ids, seq, (uint32_t)eot, start);
     Layout L;
-    if (balanced ? layout_balanced(&L, start, nd, seq, P, LAYOUT_WHOLE_FRAC, err, sizeof err)
+    double frac = 0;
+    if (balanced ? layout_best(&L, start, nd, seq, P, &frac, err, sizeof err)
                  : layout_zigzag(&L, start, nd, seq, P, err, sizeof err))
         fprintf(f, "packed layout: %s\n", err);
     else {
         fprintf(f, "the first window: %lld documents, %.4f of the unpacked attention pairs; each rank's share:\n",
                 (long long)nd, (double)L.W / ((double)seq * (double)(seq + 1) / 2));
         layout_print(f, &L);
+        int64_t nb = 0;
+        for (int r = 0; r < P; r++) nb = layout_rank_blocks(&L, r) > nb ? layout_rank_blocks(&L, r) : nb;
+        if (balanced && L.zigzag)
+            fprintf(f, "split: the zigzag's chunks; at most %lld attention blocks a rank a ring pass (a block weighs about "
+                    "%d pairs: no split of this window's documents costs the busiest rank less)\n", (long long)nb,
+                    LAYOUT_BLOCK_PAIRS);
+        else if (balanced && frac > 1)
+            fprintf(f, "split: none of %lld documents; at most %lld attention blocks a rank a ring pass (a block weighs about "
+                    "%d pairs: splitting would cost the busiest rank more)\n", (long long)nd, (long long)nb, LAYOUT_BLOCK_PAIRS);
+        else if (balanced)
+            fprintf(f, "split: %lld of %lld documents, those over 1/%.0f of the mean rank's pairs; at most %lld attention "
+                    "blocks a rank a ring pass (a block weighs about %d pairs: this split costs the busiest rank least)\n",
+                    (long long)L.nsplit, (long long)nd, 1 / frac, (long long)nb, LAYOUT_BLOCK_PAIRS);
         layout_free(&L);
     }
     free(ids);

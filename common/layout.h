@@ -63,8 +63,11 @@
 #include "tokens.h"
 #include "zigzag.h"
 
-/* a document whose pairs are at most this share of the mean rank's pairs stays whole */
-#define LAYOUT_WHOLE_FRAC (1.0 / 32)
+/* What a block costs beyond its pairs. Every block is a cuDNN call (per head group, forward, recompute and
+ * backward) plus its LSE merge, and small blocks run padded: on the H200 (stage 5, Qwen3-8B, 4 heads a call)
+ * a block cost its rank 1.1-1.9 ms a step of 2 layers where a pair cost 2.3e-10 s, so a block weighs about
+ * as much as this many pairs. Splitting a document evens the pairs and adds blocks at every ring step. */
+#define LAYOUT_BLOCK_PAIRS 6000000
 
 typedef struct {
     int64_t doc;   /* its document, an index into the window's starts */
@@ -97,10 +100,20 @@ typedef struct {
 
 /* The balanced layout of a window of S tokens whose ndocs documents start at start[0..ndocs-1]
  * (start[0] = 0, increasing, start[ndocs] = S), over P ranks; S % P == 0. whole_frac: see step 1
- * (LAYOUT_WHOLE_FRAC; 0 splits every document of at least 2P tokens). Deterministic. Returns 0, or
+ * (0 splits every document of at least 2P tokens; layout_best chooses it for a window). Deterministic. Returns 0, or
  * -1 with a message. */
 int layout_balanced(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, int P, double whole_frac, char *err,
                     size_t errlen);
+/* The layout a window gets (--layout balanced): of layout_balanced at whole_frac 1/64 .. 1/2 and none
+ * split, and the whole-window zigzag (when S % 2P == 0), the one whose busiest rank costs least
+ * (layout_cost). Its whole_frac to *frac (may be NULL): 0 for the zigzag (L->zigzag), above 1 for none split. */
+int layout_best(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, int P, double *frac, char *err,
+                size_t errlen);
+/* rank r's attention blocks over a step's ring (every step summed): its pieces, each against itself and
+ * the pieces of its document before it */
+int64_t layout_rank_blocks(const Layout *L, int r);
+/* the busiest rank's modelled cost, its pairs + LAYOUT_BLOCK_PAIRS x its blocks, over the mean rank's pairs */
+double layout_cost(const Layout *L);
 /* The whole-window zigzag (zigzag.h) as a layout: rank r holds chunks r and 2P-1-r cut at the
  * document boundaries. S % 2P == 0. */
 int layout_zigzag(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, int P, char *err, size_t errlen);
@@ -148,7 +161,7 @@ int layout_option(const char *v, int packed, int hybrid);
 /* The window positions of rank `rank`'s rows (pos[seq / P]) for the window tok[seq + 1]. Not packed
  * (eot < 0): the zigzag's. Packed: the window's documents are cut into d (docs_window_cut: d->start,
  * d->n, d->pos) and every rank's rows written to d->rows (its ring sources' too), from the balanced
- * layout (layout_balanced, LAYOUT_WHOLE_FRAC) or the zigzag. */
+ * layout (layout_best) or the zigzag. */
 void layout_window(DocsWindow *d, const uint32_t *tok, int64_t seq, int64_t eot, int P, int rank, int balanced,
                    int64_t *pos);
 /* Ring step `step`'s attention call of rank r: the zigzag's (ring_block), or on the balanced layout

@@ -2789,7 +2789,7 @@ static void expect_faults(const LayoutFaults *f, const char *what, int64_t built
 static void test_layout(void) {
     LayoutFaults f = {0}, z = {0};
     int64_t built = 0, st[16];
-    const double fracs[3] = {0, LAYOUT_WHOLE_FRAC, 1e9};
+    const double fracs[3] = {0, (1.0 / 32), 1e9};
     for (int64_t S = 1; S <= 12; S++) /* every window of up to 12 tokens, every cut into documents */
         for (int P = 1; P <= 8; P++) {
             if (S % P) continue;
@@ -2827,7 +2827,7 @@ static void test_layout(void) {
         for (int64_t S = 2 * P; S <= 64 * P; S += 2 * P) {
             const int64_t zero = 0;
             Layout B, Z;
-            layout_balanced(&B, &zero, 1, S, P, LAYOUT_WHOLE_FRAC, err, sizeof err);
+            layout_balanced(&B, &zero, 1, S, P, (1.0 / 32), err, sizeof err);
             layout_zigzag(&Z, &zero, 1, S, P, err, sizeof err);
             int64_t *pb = xmalloc((size_t)B.n * 8), *pz = xmalloc((size_t)B.n * 8);
             for (int r = 0; r < P; r++) {
@@ -2862,10 +2862,10 @@ static void test_layout_balance(void) {
         Layout B, Z;
         LayoutFaults f = {0}, zf = {0};
         int64_t built = 0;
-        layout_one(SEED1_STARTS, nd1, S, P, LAYOUT_WHOLE_FRAC, 0, &f, &zf, &built);
+        layout_one(SEED1_STARTS, nd1, S, P, (1.0 / 32), 0, &f, &zf, &built);
         expect_faults(&f, "balanced, the seed-1 1M window", built);
         expect_faults(&zf, "zigzag, the seed-1 1M window", built);
-        layout_balanced(&B, SEED1_STARTS, nd1, S, P, LAYOUT_WHOLE_FRAC, err, sizeof err);
+        layout_balanced(&B, SEED1_STARTS, nd1, S, P, (1.0 / 32), err, sizeof err);
         layout_zigzag(&Z, SEED1_STARTS, nd1, S, P, err, sizeof err);
         EXPECT(layout_balanced_within(&B, 0.05), "the seed-1 1M window on %d ranks, balanced: busiest rank %.4fx the mean "
                "(want <= 1.05)", P, layout_balance(&B));
@@ -2892,9 +2892,9 @@ static void test_layout_balance(void) {
                 const int64_t S = ((int64_t)1 << 20) - ((int64_t)1 << 20) % (2 * P);
                 int64_t nd = 0;
                 for (int64_t t = 0; t < S; t += (int64_t)(lo * pow(hi / lo, rnd(&seed) + 0.5))) st[nd++] = t;
-                layout_one(st, nd, S, P, LAYOUT_WHOLE_FRAC, 0, &f, NULL, &built);
+                layout_one(st, nd, S, P, (1.0 / 32), 0, &f, NULL, &built);
                 Layout B, Z;
-                layout_balanced(&B, st, nd, S, P, LAYOUT_WHOLE_FRAC, err, sizeof err);
+                layout_balanced(&B, st, nd, S, P, (1.0 / 32), err, sizeof err);
                 layout_zigzag(&Z, st, nd, S, P, err, sizeof err);
                 worst = fmax(worst, layout_balance(&B)), zworst = fmax(zworst, layout_balance(&Z));
                 zfail += !layout_balanced_within(&Z, 0.05), n++;
@@ -2916,7 +2916,7 @@ static void test_layout_balance(void) {
         s[nd++] = 0;
         for (int64_t t = 32; t < 64; t++) s[nd++] = t;
         Layout B, Z;
-        layout_balanced(&B, s, nd, 64, 4, LAYOUT_WHOLE_FRAC, err, sizeof err);
+        layout_balanced(&B, s, nd, 64, 4, (1.0 / 32), err, sizeof err);
         layout_zigzag(&Z, s, nd, 64, 4, err, sizeof err);
         EXPECT(layout_balanced_within(&B, 0.05) && !layout_balanced_within(&Z, 0.05), "planted, 64 tokens on 4 ranks (one "
                "32-token document, then 32 of one token): balanced %.4fx the mean passes, zigzag %.4fx fails",
@@ -2924,6 +2924,71 @@ static void test_layout_balance(void) {
         layout_free(&B);
         layout_free(&Z);
     }
+}
+
+/* The layout a window gets (layout_best): the least modelled cost of its busiest rank, pairs plus
+ * LAYOUT_BLOCK_PAIRS a block, over the candidate splits and the zigzag (checked against 1/32's and the
+ * zigzag's). On the seed-1 window it splits fewer documents than 1/32 and stays within 1.05x; on short
+ * documents (mean about 4K) it splits none, where 1/32 gives each rank about 1,000 blocks a ring pass
+ * (planted: that choice fails the block check). layout_rank_blocks against the ring's blocks counted
+ * step by step. */
+static void test_layout_best(void) {
+    char err[256];
+    uint64_t seed = 5;
+    int64_t *st = xmalloc((size_t)(1 << 20) * 8);
+    int64_t faults = 0, windows = 0;
+    for (int mix = 0; mix < 3; mix++)
+        for (int w = 0; w < 4; w++) {
+            const int P = w % 2 ? 8 : 3;
+            const int64_t S = ((int64_t)1 << 20) - ((int64_t)1 << 20) % (2 * P);
+            const double lo = mix == 1 ? 256 : 1024, hi = mix == 1 ? 16384 : 262144;
+            int64_t nd = 0;
+            if (mix == 2) memcpy(st, SEED1_STARTS, sizeof SEED1_STARTS), nd = sizeof SEED1_STARTS / sizeof *SEED1_STARTS;
+            else
+                for (int64_t t = 0; t < S; t += (int64_t)(lo * pow(hi / lo, rnd(&seed) + 0.5))) st[nd++] = t;
+            Layout B, F;
+            double frac = 0;
+            layout_best(&B, st, nd, S, P, &frac, err, sizeof err);
+            layout_balanced(&F, st, nd, S, P, 1.0 / 32, err, sizeof err);
+            int64_t bmax = 0, fmax_ = 0;
+            for (int r = 0; r < P; r++) {
+                int64_t nb = 0;
+                for (int s = 0; s < P; s++) nb += layout_blocks(&B, r, s, NULL, 0);
+                faults += nb != layout_rank_blocks(&B, r);
+                bmax = nb > bmax ? nb : bmax;
+                fmax_ = layout_rank_blocks(&F, r) > fmax_ ? layout_rank_blocks(&F, r) : fmax_;
+            }
+            faults += layout_cost(&B) > layout_cost(&F) + 1e-12;
+            Layout Z; /* the zigzag is a candidate too */
+            layout_zigzag(&Z, st, nd, S, P, err, sizeof err);
+            faults += layout_cost(&B) > layout_cost(&Z) + 1e-12 || (frac == 0) != B.zigzag;
+            layout_free(&Z);
+            windows++;
+            if (mix != 1) /* short documents: the pairs are cheap against the blocks, and the zigzag may win */
+                EXPECT(layout_balance(&B) <= 1.10, "layout_best, a long-document window %d at P %d: busiest rank %.4fx the "
+                       "mean pairs (want <= 1.10; split at 1/%.0f)", w, P, layout_balance(&B), 1 / frac);
+            if (mix == 1) {
+                EXPECT(B.nsplit == 0 && bmax <= 2 * nd / P + 16, "layout_best, short documents at P %d: %lld split, busiest "
+                       "rank %lld blocks a ring pass (want none split and at most %lld)", P, (long long)B.nsplit,
+                       (long long)bmax, (long long)(2 * nd / P + 16));
+                if (w == 1) printf("  layout_best, a window of %lld short documents at P 8: %s, busiest rank %.4fx the mean "
+                                   "pairs, %lld blocks a ring pass (1/32: %lld split, %lld blocks)\n", (long long)nd,
+                                   B.zigzag ? "the zigzag" : "none split", layout_balance(&B), (long long)bmax,
+                                   (long long)F.nsplit, (long long)fmax_);
+                EXPECT(!(fmax_ <= 2 * nd / P + 16), "planted: splitting at 1/32 must fail the block check on short "
+                       "documents at P %d (busiest rank %lld blocks)", P, (long long)fmax_);
+            }
+            if (mix == 2 && w == 1)
+                printf("  layout_best, the seed-1 window at P 8: split at 1/%.0f, %lld of %lld documents, busiest rank "
+                       "%.4fx the mean pairs, %lld blocks a ring pass (1/32: %lld split, %.4fx, %lld blocks)\n", 1 / frac,
+                       (long long)B.nsplit, (long long)nd, layout_balance(&B), (long long)bmax, (long long)F.nsplit,
+                       layout_balance(&F), (long long)fmax_);
+            layout_free(&B);
+            layout_free(&F);
+        }
+    EXPECT(!faults, "layout_best over %lld windows: %lld faults (a rank's blocks against the ring's step by step, or a cost "
+           "above 1/32's)", (long long)windows, (long long)faults);
+    free(st);
 }
 
 /* Ring attention on the balanced layout (tests/ref_layout.c) equals each document alone, forward and
@@ -3058,7 +3123,7 @@ static void test_layout_window(void) {
                 faults += nd != d.n || memcmp(start, d.start, (size_t)(nd + 1) * 8) != 0;
                 Layout L;
                 char err[256];
-                if (bal ? layout_balanced(&L, start, nd, seq, P, LAYOUT_WHOLE_FRAC, err, sizeof err)
+                if (bal ? layout_best(&L, start, nd, seq, P, NULL, err, sizeof err)
                         : layout_zigzag(&L, start, nd, seq, P, err, sizeof err)) DIE("%s", err);
                 for (int q = 0; q < P; q++) {
                     layout_positions(&L, q, want);
@@ -3219,6 +3284,7 @@ int main(int argc, char **argv) {
     printf("[packed documents balanced over the ranks]\n");
     test_layout();
     test_layout_balance();
+    test_layout_best();
     test_layout_ring();
     test_layout_window();
     test_layout_gdn();

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
         loader_weights(&ld, step, w);
         const int64_t nd = docs_split(tok, seq, (uint32_t)eot, start);
         Layout L;
-        if (balanced ? layout_balanced(&L, start, nd, seq, P, LAYOUT_WHOLE_FRAC, err, sizeof err)
+        if (balanced ? layout_best(&L, start, nd, seq, P, NULL, err, sizeof err)
                      : layout_zigzag(&L, start, nd, seq, P, err, sizeof err)) {
             fprintf(stderr, "%s\n", err);
             return 1;
