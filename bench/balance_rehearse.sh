@@ -4,8 +4,9 @@
 # layouts (--layout zigzag, the old one; --layout balanced, the default), on two 1M windows of
 # bench/packed_window.py:
 #   long:  seed 1, documents of 1K-256K tokens (23 in the window; zigzag's busiest rank 1.79x the mean
-#          rank's pairs, balanced 1.01x: docs/packed_balance.md, section 1)
-#   short: --min 256 --max 16384 --seed 1 (249 documents; 1.09x and 1.01x)
+#          rank's pairs, balanced 1.02x, 8 documents split: docs/packed_balance.md, sections 1 and 8)
+#   short: --min 256 --max 16384 --seed 1 (249 documents; 1.09x on the zigzag, which the balanced layout
+#          takes for this window: any split costs more in blocks than it evens)
 # One line a rank: its step time (step 2; step 1 builds the cuDNN plans), its attention pairs (the
 # plan's line for that rank), the attention TFLOP its step reports and its ring blocks' times (one
 # layer, forward and backward, measured). Then per window and layout: the busiest rank's step time
@@ -45,7 +46,7 @@ for w in ${*:-long short}; do
             END { if (n && t > 0) printf "%s %s: busiest rank %d at %.3f s, mean %.3f s: %.3fx the mean step time (pairs: %.3fx)\n",
                   w, lay, r, tm, t / n, tm * n / t, pm * n / p }' <<< "$rows" | tee -a "$S"
     done
-    say "$w balanced: $(grep -m1 '^split:' "$O/${w}_balanced_r0.txt" | cut -c1-150)"
+    say "$w balanced: $(grep -m1 '^split:' "$O/${w}_balanced_r0.txt")"
     awk -v w="$w" '$1 == w && $3 == "busiest" { k = $2; sub(":", "", k); m[k] = $7 } END { if (m["zigzag"] && m["balanced"])
         printf "%s: the job'"'"'s step (its busiest rank) %.3f s zigzag, %.3f s balanced: %.1f%% less\n", w, m["zigzag"],
                m["balanced"], 100 * (1 - m["balanced"] / m["zigzag"]) }' "$S" | tee -a "$S"

@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
     if (whole < 0 ? layout_best(&L, start, nd, S, P, &whole, err, sizeof err)
                   : layout_balanced(&L, start, nd, S, P, whole, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     if (L.zigzag) printf("balanced (the zigzag costs least: no split pays for its blocks):\n");
-    else if (whole > 1) printf("balanced (no document split: each kept whole):\n");
+    else if (!L.nsplit) printf("balanced (no document split: each kept whole):\n");
     else printf("balanced (documents of more than %g of the mean rank's pairs split over the ranks):\n", whole);
     report(&L, "balanced", pieces, blocks);
     layout_free(&L);

@@ -292,30 +292,42 @@ double layout_cost(const Layout *L) {
     return mx * L->P / (double)L->W;
 }
 
+/* Is candidate a a better layout than b? One whose busiest rank holds at most LAYOUT_MAX_BALANCE x the
+ * mean pairs beats one that does not; between two that do, the cheaper (layout_cost); between two that do
+ * not, the more even. Ties keep b, the earlier: the candidates' order decides, the same on every rank. */
+static int layout_better(const Layout *a, const Layout *b) {
+    const double ba = layout_balance(a), bb = layout_balance(b);
+    const int oka = ba <= LAYOUT_MAX_BALANCE, okb = bb <= LAYOUT_MAX_BALANCE;
+    if (oka != okb) return oka;
+    return oka ? layout_cost(a) < layout_cost(b) : ba < bb;
+}
+
 /* Fewer splits, fewer blocks; more splits, pairs more even. The seed-1 1M window of bench/packed_window.py
  * at P = 8 takes 1/8 (13 documents split at 1/32, 8 at 1/8: 214 and 133 blocks on the busiest rank, pairs
  * 1.008x and 1.023x the mean). On a window of short documents (mean 4K) splitting pays nothing: 1/32 would
  * split 67 and give each rank about 1,030 blocks (the H200 measured 1.1 s more a step than the zigzag), and
  * with none split the stream's small documents pile 70 blocks on one rank; the zigzag's 1.09x pairs and 42
- * blocks cost least there, and it is taken. */
+ * blocks cost least there, and it is taken. A one-document window takes the mirror slices of 1/64, the
+ * zigzag row for row when 2P divides it. */
 int layout_best(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, int P, double *frac, char *err,
                 size_t errlen) {
-    static const double fracs[] = {1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1e300};
-    double best = 0, cost = 0;
-    for (size_t i = 0; i < sizeof fracs / sizeof *fracs; i++) {
+    static const double fracs[] = {1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, INFINITY};
+    const int ncand = (int)(sizeof fracs / sizeof *fracs) + (S % (2 * (int64_t)P) == 0); /* the zigzag last */
+    memset(L, 0, sizeof *L);
+    double best = 0;
+    for (int i = 0; i < ncand; i++) {
         Layout t;
-        if (layout_balanced(&t, start, ndocs, S, P, fracs[i], err, errlen)) return -1;
-        const double c = layout_cost(&t);
-        if (i == 0 || c < cost) {
+        const int zig = i == (int)(sizeof fracs / sizeof *fracs);
+        if (zig ? layout_zigzag(&t, start, ndocs, S, P, err, errlen)
+                : layout_balanced(&t, start, ndocs, S, P, fracs[i], err, errlen)) {
             if (i) layout_free(L);
-            *L = t, cost = c, best = fracs[i];
+            return -1;
+        }
+        if (i == 0 || layout_better(&t, L)) {
+            if (i) layout_free(L);
+            *L = t, best = zig ? 0 : fracs[i];
         } else
             layout_free(&t);
-    }
-    Layout z; /* the whole-window zigzag too: on short documents its few cuts can cost least */
-    if (S % (2 * P) == 0 && !layout_zigzag(&z, start, ndocs, S, P, err, errlen)) {
-        if (layout_cost(&z) < cost) layout_free(L), *L = z, best = 0;
-        else layout_free(&z);
     }
     if (frac) *frac = best;
     return 0;
@@ -452,6 +464,22 @@ RingBlock layout_ring_block(int64_t seq, int P, int r, int step, int balanced) {
     return (RingBlock){.src = ((r - step) % P + P) % P, .causal = step == 0, .q0 = 0, .nq = n, .k0 = 0, .nk = n};
 }
 
+/* the plan's line for the split a window took (layout_best) */
+static void print_split(FILE *f, const Layout *L, double frac) {
+    int64_t nb = 0;
+    for (int r = 0; r < L->P; r++) {
+        const int64_t b = layout_rank_blocks(L, r);
+        nb = b > nb ? b : nb;
+    }
+    if (L->zigzag) fprintf(f, "split: the zigzag's chunks");
+    else if (!L->nsplit) fprintf(f, "split: none of %lld documents", (long long)L->ndocs);
+    else fprintf(f, "split: %lld of %lld documents, those over 1/%.0f of the mean rank's pairs", (long long)L->nsplit,
+                 (long long)L->ndocs, 1 / frac);
+    fprintf(f, "; at most %lld attention blocks a rank a ring pass. Of the layouts within %.2fx the mean pairs, "
+            "this one costs the busiest rank least, a block's call weighing about %d pairs\n", (long long)nb,
+            LAYOUT_MAX_BALANCE, LAYOUT_BLOCK_PAIRS);
+}
+
 void layout_plan(FILE *f, const TokenFile *tf, int64_t seq, int P, int64_t eot, int balanced, int hybrid) {
     if (balanced)
         fprintf(f, "packed layout (--layout balanced): each window's long documents split over the %d ranks in mirror "
@@ -478,19 +506,7 @@ void layout_plan(FILE *f, const TokenFile *tf, int64_t seq, int P, int64_t eot, 
         fprintf(f, "the first window: %lld documents, %.4f of the unpacked attention pairs; each rank's share:\n",
                 (long long)nd, (double)L.W / ((double)seq * (double)(seq + 1) / 2));
         layout_print(f, &L);
-        int64_t nb = 0;
-        for (int r = 0; r < P; r++) nb = layout_rank_blocks(&L, r) > nb ? layout_rank_blocks(&L, r) : nb;
-        if (balanced && L.zigzag)
-            fprintf(f, "split: the zigzag's chunks; at most %lld attention blocks a rank a ring pass (a block weighs about "
-                    "%d pairs: no split of this window's documents costs the busiest rank less)\n", (long long)nb,
-                    LAYOUT_BLOCK_PAIRS);
-        else if (balanced && frac > 1)
-            fprintf(f, "split: none of %lld documents; at most %lld attention blocks a rank a ring pass (a block weighs about "
-                    "%d pairs: splitting would cost the busiest rank more)\n", (long long)nd, (long long)nb, LAYOUT_BLOCK_PAIRS);
-        else if (balanced)
-            fprintf(f, "split: %lld of %lld documents, those over 1/%.0f of the mean rank's pairs; at most %lld attention "
-                    "blocks a rank a ring pass (a block weighs about %d pairs: this split costs the busiest rank least)\n",
-                    (long long)L.nsplit, (long long)nd, 1 / frac, (long long)nb, LAYOUT_BLOCK_PAIRS);
+        if (balanced) print_split(f, &L, frac);
         layout_free(&L);
     }
     free(ids);

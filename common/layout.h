@@ -40,7 +40,7 @@
  * most (tau + 1)/2, tau the longest whole document (the usual case: whole documents hold most of the
  * stream), B <= tau (tau+1)/2 + 1.5 (2P-1) (L_max + 1): the pairs of the longest whole document,
  * themselves at most whole_frac x the mean, plus a term of the longest split document's length.
- * The seed-1 1M window at P = 8: busiest rank 1.0084x the mean, B = 1.5% (zigzag: 1.788x).
+ * The seed-1 1M window at P = 8 split at 1/32: busiest rank 1.0084x the mean, B = 1.5% (zigzag: 1.788x).
  *
  * The ring on a layout. At step s rank r holds the K/V of rank src = (r - s) mod P, as under the
  * zigzag. A block is a (query piece of r, key piece of src) pair of the same document: DIAG (the
@@ -68,6 +68,10 @@
  * a block cost its rank 1.1-1.9 ms a step of 2 layers where a pair cost 2.3e-10 s, so a block weighs about
  * as much as this many pairs. Splitting a document evens the pairs and adds blocks at every ring step. */
 #define LAYOUT_BLOCK_PAIRS 6000000
+/* A layout whose busiest rank holds more than this times the mean rank's pairs is taken only when no
+ * candidate holds less: the step waits for that rank, and a tiny window's blocks would otherwise
+ * outweigh its pairs and pick an uneven cut. */
+#define LAYOUT_MAX_BALANCE 1.10
 
 typedef struct {
     int64_t doc;   /* its document, an index into the window's starts */
@@ -106,7 +110,9 @@ int layout_balanced(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, i
                     size_t errlen);
 /* The layout a window gets (--layout balanced): of layout_balanced at whole_frac 1/64 .. 1/2 and none
  * split, and the whole-window zigzag (when S % 2P == 0), the one whose busiest rank costs least
- * (layout_cost). Its whole_frac to *frac (may be NULL): 0 for the zigzag (L->zigzag), above 1 for none split. */
+ * (layout_cost) among those within LAYOUT_MAX_BALANCE of the mean pairs (none within: the most even).
+ * The whole_frac it took to *frac (may be NULL): 0 for the zigzag (L->zigzag), INFINITY for none split;
+ * L->nsplit says how many documents it split. */
 int layout_best(Layout *L, const int64_t *start, int64_t ndocs, int64_t S, int P, double *frac, char *err,
                 size_t errlen);
 /* rank r's attention blocks over a step's ring (every step summed): its pieces, each against itself and
@@ -151,7 +157,8 @@ void layout_print(FILE *f, const Layout *L);
 /* ------------------------------------------------------------------ a stage's windows (stages 3-5)
  * With --packing, a stage lays each window out anew: its documents cut, then the balanced layout
  * built and every rank's rows taken from it (docs/packed_balance.md, section 9). Without --packing a
- * window is one document, whose balanced layout is the zigzag: the stage keeps the zigzag. */
+ * window is one document, whose balanced layout is the zigzag: the stage keeps the zigzag (and layout_best
+ * takes it for a packed window of one document too). */
 
 /* --layout (zigzag | balanced; NULL: balanced when packed): 1 for the balanced layout. 0 without
  * --packing, and 0 for a Qwen3.5 hybrid (hybrid 1) whatever was asked: its linear layers pass their

@@ -7,7 +7,7 @@
  *   call STEP RANK RING_STEP SQ SKV N [q0 nq k0 nk causal]...
  *       ring step RING_STEP's attention call: its shape (SQ x SKV) and its N blocks, sorted, from
  *       layout_blocks (a block's rows: this rank's query rows and the source rank's key rows)
- * The layout is built here from the window's documents (layout_balanced or layout_zigzag), not
+ * The layout is built here from the window's documents (layout_best or layout_zigzag), not
  * through the stage's path (layout_window, docplan_add, docs_blocks), so the two agree only if the
  * stage loads the layout's rows and cuts its ring calls into the layout's blocks.
  *   expect_layout TOKENS SEQ P EOT balanced|zigzag STEPS */
