@@ -2786,10 +2786,12 @@ static void expect_faults(const LayoutFaults *f, const char *what, int64_t built
            "not deterministic %lld", what, (long long)f->bound, (long long)f->closed, (long long)f->determ);
 }
 
+/* the split the balanced layout's tests build by hand: documents over 1/32 of a rank's pairs */
+#define SPLIT_1_32 (1.0 / 32)
 static void test_layout(void) {
     LayoutFaults f = {0}, z = {0};
     int64_t built = 0, st[16];
-    const double fracs[3] = {0, (1.0 / 32), 1e9};
+    const double fracs[3] = {0, SPLIT_1_32, 1e9};
     for (int64_t S = 1; S <= 12; S++) /* every window of up to 12 tokens, every cut into documents */
         for (int P = 1; P <= 8; P++) {
             if (S % P) continue;
@@ -2827,7 +2829,7 @@ static void test_layout(void) {
         for (int64_t S = 2 * P; S <= 64 * P; S += 2 * P) {
             const int64_t zero = 0;
             Layout B, Z;
-            layout_balanced(&B, &zero, 1, S, P, (1.0 / 32), err, sizeof err);
+            layout_balanced(&B, &zero, 1, S, P, SPLIT_1_32, err, sizeof err);
             layout_zigzag(&Z, &zero, 1, S, P, err, sizeof err);
             int64_t *pb = xmalloc((size_t)B.n * 8), *pz = xmalloc((size_t)B.n * 8);
             for (int r = 0; r < P; r++) {
@@ -2862,10 +2864,10 @@ static void test_layout_balance(void) {
         Layout B, Z;
         LayoutFaults f = {0}, zf = {0};
         int64_t built = 0;
-        layout_one(SEED1_STARTS, nd1, S, P, (1.0 / 32), 0, &f, &zf, &built);
+        layout_one(SEED1_STARTS, nd1, S, P, SPLIT_1_32, 0, &f, &zf, &built);
         expect_faults(&f, "balanced, the seed-1 1M window", built);
         expect_faults(&zf, "zigzag, the seed-1 1M window", built);
-        layout_balanced(&B, SEED1_STARTS, nd1, S, P, (1.0 / 32), err, sizeof err);
+        layout_balanced(&B, SEED1_STARTS, nd1, S, P, SPLIT_1_32, err, sizeof err);
         layout_zigzag(&Z, SEED1_STARTS, nd1, S, P, err, sizeof err);
         EXPECT(layout_balanced_within(&B, 0.05), "the seed-1 1M window on %d ranks, balanced: busiest rank %.4fx the mean "
                "(want <= 1.05)", P, layout_balance(&B));
@@ -2892,9 +2894,9 @@ static void test_layout_balance(void) {
                 const int64_t S = ((int64_t)1 << 20) - ((int64_t)1 << 20) % (2 * P);
                 int64_t nd = 0;
                 for (int64_t t = 0; t < S; t += (int64_t)(lo * pow(hi / lo, rnd(&seed) + 0.5))) st[nd++] = t;
-                layout_one(st, nd, S, P, (1.0 / 32), 0, &f, NULL, &built);
+                layout_one(st, nd, S, P, SPLIT_1_32, 0, &f, NULL, &built);
                 Layout B, Z;
-                layout_balanced(&B, st, nd, S, P, (1.0 / 32), err, sizeof err);
+                layout_balanced(&B, st, nd, S, P, SPLIT_1_32, err, sizeof err);
                 layout_zigzag(&Z, st, nd, S, P, err, sizeof err);
                 worst = fmax(worst, layout_balance(&B)), zworst = fmax(zworst, layout_balance(&Z));
                 zfail += !layout_balanced_within(&Z, 0.05), n++;
@@ -2916,7 +2918,7 @@ static void test_layout_balance(void) {
         s[nd++] = 0;
         for (int64_t t = 32; t < 64; t++) s[nd++] = t;
         Layout B, Z;
-        layout_balanced(&B, s, nd, 64, 4, (1.0 / 32), err, sizeof err);
+        layout_balanced(&B, s, nd, 64, 4, SPLIT_1_32, err, sizeof err);
         layout_zigzag(&Z, s, nd, 64, 4, err, sizeof err);
         EXPECT(layout_balanced_within(&B, 0.05) && !layout_balanced_within(&Z, 0.05), "planted, 64 tokens on 4 ranks (one "
                "32-token document, then 32 of one token): balanced %.4fx the mean passes, zigzag %.4fx fails",
@@ -2932,7 +2934,6 @@ static void test_layout_balance(void) {
  * documents (mean about 4K): none split and few blocks, where 1/32 gives each rank about 1,000 blocks a
  * ring pass (planted: that choice fails the block check). One document: the zigzag row for row. And
  * layout_rank_blocks against the ring's blocks counted step by step. */
-#define SPLIT_1_32 (1.0 / 32)
 static int64_t busiest_blocks(const Layout *L) {
     int64_t m = 0;
     for (int r = 0; r < L->P; r++) m = layout_rank_blocks(L, r) > m ? layout_rank_blocks(L, r) : m;
