@@ -44,7 +44,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
         ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
-        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none (stage 4 adds N, auto and gpu:N,host:M). A Qwen3.5 hybrid keeps none yet: its attention layers recompute"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none (stage 4 adds N, auto and gpu:N,host:M). A Qwen3.5 hybrid counts its full attention layers only"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
@@ -189,8 +189,8 @@ static void carve(Model *M) {
     const int64_t R = M->slack; /* --packing: rows of zeros after each buffer blocks read */
     M->sv.x = arena_take(&A[A_CKPT], BF((L + 1) * S * D), "checkpoints");
     if (M->kept) {
-        M->sv.o = arena_take(&A[A_KEPT], BF(L * (S + R) * Q), "kept O");
-        M->sv.lse = arena_take(&A[A_KEPT], F32(L * c->heads * S), "kept LSE");
+        M->sv.o = arena_take(&A[A_KEPT], BF(M->kept * (S + R) * Q), "kept O"); /* the full attention layers */
+        M->sv.lse = arena_take(&A[A_KEPT], F32(M->kept * c->heads * S), "kept LSE");
     }
     w->sdpa_ws_bytes = sdpa_bwd_workspace_estimate(&M->attn);
     w->sdpa_ws = arena_take(&A[A_CUDNN], w->sdpa_ws_bytes, "cuDNN workspace");
@@ -284,8 +284,7 @@ static void load_config(Model *M) {
     const Opts *o = &M->o;
     if (config_for_run(&M->c, o->model, o->run.resume, o->layers, o->yarn_factor, o->yarn_original, err, sizeof err))
         STOP("%s", err);
-    if ((M->kept = kept_all_or_none(o->keep_attn, M->c.layers, err, sizeof err)) < 0) STOP("%s", err);
-    if (M->kept && M->c.lin_v_heads) STOP("--keep-attn with a Qwen3.5 hybrid: not yet (the layers it keeps would count its linear ones)");
+    if ((M->kept = kept_all_or_none(o->keep_attn, config_full_layers(&M->c), err, sizeof err)) < 0) STOP("%s", err);
     if ((M->eot = docs_eot_option(o->packing, M->c.vocab, !M->c.lin_v_heads, o->data, err, sizeof err)) == -2) STOP("%s", err);
     M->slack = M->eot >= 0 ? DOCS_SLACK_ROWS : 0;
     M->S = M->o.seq;
@@ -348,8 +347,8 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     cudaStream_t st = M->gpu.stream;
     if (M->kept) {
-        w->o = M->sv.o + l * (S + M->slack) * Q;
-        w->lse = M->sv.lse + l * c->heads * S;
+        w->o = M->sv.o + config_full_ix(c, l) * (S + M->slack) * Q;
+        w->lse = M->sv.lse + config_full_ix(c, l) * c->heads * S;
     }
     rmsnorm_fwd(w->xn, w->rstd1, x, W(M, P_IN_NORM, l), S, D, (float)c->eps, st);
     if (config_is_linear(c, l)) { /* Qwen3.5: common/deltanet.h */

@@ -58,7 +58,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
         ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
-        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split. A Qwen3.5 hybrid keeps none yet (auto: none; else refused)"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split. A Qwen3.5 hybrid counts its full attention layers only"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
@@ -351,7 +351,7 @@ static void carve(Model *M) {
     /* ---- end stage 3 ---- */
     w->rstd_q = arena_take(W, F32(S * c->heads), "rstd_q");
     w->rstd_k = arena_take(W, F32(S * c->kv_heads), "rstd_k");
-    if (M->kept < L) { /* stage 4: layers beyond the kept ones compute O here */
+    if (M->kept < config_full_layers(c)) { /* stage 4: layers beyond the kept ones compute O here */
         w->o = w->o_own = arena_take(W, BF((S + R) * Q), "o");
         w->lse = w->lse_own = arena_take(W, F32(c->heads * S), "lse");
     }
@@ -473,17 +473,13 @@ static double host_budget(const Model *M) { /* bytes per node: --host-gib, or wh
  * plan fits; gpu:N,host:M forces the split. */
 static void choose_kept(Model *M) {
     const Opts *o = &M->o;
-    const int64_t L = M->c.layers;
+    const int64_t L = config_full_layers(&M->c); /* Qwen3.5: its full attention layers only */
     int64_t want, gpu, host, asked;
     int counted;
     char err[256];
     M->kept = M->kept_gpu = 0;
     const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, &asked, err, sizeof err); /* memplan.c */
     if (split < 0) STOP("%s", err);
-    if (M->c.lin_v_heads && (want || gpu || host)) { /* Qwen3.5: kept layers would count its linear ones; auto keeps none */
-        if (strcmp(o->keep_attn, "auto")) STOP("--keep-attn %s with a Qwen3.5 hybrid: not yet", o->keep_attn);
-        want = gpu = host = 0;
-    }
     if (asked && !M->off.attn) STOP("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
         const MemPlan mp = plan_memory(M); /* with nothing kept */
@@ -625,9 +621,12 @@ static void offloaded_events(Offloaded *t) {
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&e[k][i], cudaEventDisableTiming));
 }
-static int kept(const Model *M, int64_t l) { return l < M->kept; }
-static int on_host(const Model *M, int64_t l) { return kept(M, l) && l >= M->kept_gpu; }
-static int64_t host_ix(const Model *M, int64_t l) { return l - M->kept_gpu; } /* among those on the host */
+/* the first M->kept full attention layers keep O and LSE, the first kept_gpu of them on the GPU */
+static int kept(const Model *M, int64_t l) { return !config_is_linear(&M->c, l) && config_full_ix(&M->c, l) < M->kept; }
+static int on_host(const Model *M, int64_t l) { return kept(M, l) && config_full_ix(&M->c, l) >= M->kept_gpu; }
+static int64_t host_ix(const Model *M, int64_t l) { /* among those on the host; -1: a linear layer */
+    return config_is_linear(&M->c, l) ? -1 : config_full_ix(&M->c, l) - M->kept_gpu;
+}
 /* ---- end stage 4 ---- */
 
 /* layer l's input x_l, kept from forward to backward (x_L feeds the final norm) */
@@ -785,8 +784,9 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     /* ---- stage 4: offload ---- */
     const int64_t h = host_ix(M, l);
     char *held = on_host(M, l) ? slot(&M->sv.hol, h) : NULL; /* O then LSE, in the layer's slot */
-    w->o = held ? (bf16_t *)held : kept(M, l) ? M->sv.o + l * (S + M->slack) * Q : w->o_own;
-    w->lse = held ? (float *)(held + BF((S + M->slack) * Q)) : kept(M, l) ? M->sv.lse + l * c->heads * S : w->lse_own;
+    const int64_t f = config_full_ix(c, l); /* its place among the full attention layers */
+    w->o = held ? (bf16_t *)held : kept(M, l) ? M->sv.o + f * (S + M->slack) * Q : w->o_own;
+    w->lse = held ? (float *)(held + BF((S + M->slack) * Q)) : kept(M, l) ? M->sv.lse + f * c->heads * S : w->lse_own;
     const int down = run_attn && held; /* forward: the kept O and LSE go to the host */
     if (down) will_write(M, &M->sv.hol, h);
     /* ---- end stage 4 ---- */

@@ -132,6 +132,13 @@ double config_attn_flops(const Qwen3Config *c, double pairs);
 double config_linear_flops(const Qwen3Config *c, int64_t T);
 /* the layers of full attention (all of a Qwen3's) */
 int64_t config_full_layers(const Qwen3Config *c);
+/* layer l's place among the full attention layers (l is one): --keep-attn keeps the first N of them,
+ * and a kept layer's O and LSE sit at that place (a Qwen3.5 hybrid's linear layers keep nothing) */
+static inline int64_t config_full_ix(const Qwen3Config *c, int64_t l) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < l; i++) n += !config_is_linear(c, i);
+    return n;
+}
 void config_print(const Qwen3Config *c);
 
 /* RoPE over the rotated dims (rot: head_dim, or Qwen3.5's quarter of it): inv_freq[rot/2] and the factor cos/sin are multiplied by (1 without YaRN),

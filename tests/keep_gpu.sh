@@ -9,7 +9,9 @@
 #   - the memory each placement measures (cudaMemGetInfo after the step) against its plan, within 5%,
 #     and above the recomputing run's by what the plan says, within a quarter of a layer's O and LSE;
 #   - three steps with an evaluation after each: the host's slots reused across steps and passes;
-#   - auto under a GPU cap that holds only some layers: the split it prints is the split it runs.
+#   - auto under a GPU cap that holds only some layers: the split it prints is the split it runs;
+#   - a Qwen3.5 hybrid (8 layers of 0.8B, 2 of them full attention) in stages 1, 3, 4, 5, its full
+#     attention layers kept on the GPU, on the host, or by auto, against stage 3 recomputing.
 # Prints "N passed, M failed". Run by tests/run_gpu.sh (SKIP_KEEP=1 leaves it out); ~2 minutes.
 set -u
 cd "$(dirname "$0")/.."
@@ -78,6 +80,26 @@ for stage in stage4 stage5; do
                 "awk -v a='${a:-x}' -v b='${b:-y}' -v c='${ea:-x}' -v d='${eb:-y}' -v t=$tol 'BEGIN { exit !(a > 0 && c > 0 && (a - b) <= t * a && (b - a) <= t * a && (c - d) <= 1e-3 * c && (d - c) <= 1e-3 * c) }'"
         done
     done
+done
+
+echo "== a Qwen3.5 hybrid: its full attention layers kept (layers 3 and 7 of 8), on the GPU, the host, or not"
+# against stage 3 recomputing: keeping changes no number, only where O and LSE wait for the backward
+H="--model Qwen3.5-0.8B --local-ranks 2 --layers 8 --seq 4096 --steps 1 $HP"
+./stage3 $H --dump-grads "$tmp/href" > "$tmp/h3.log" 2>&1
+ok "stage3 hybrid reference (recomputed) runs" "[ $? -eq 0 ]" || tail -5 "$tmp/h3.log"
+for run in "stage1 --keep-attn" "stage3 --keep-attn" "stage4 --offload all --keep-attn gpu:1,host:1" \
+           "stage4 --offload all --keep-attn host:2" "stage5 --offload all --keep-attn gpu:2" "stage5 --offload all --keep-attn auto"; do
+    set -- $run
+    st=$1; shift
+    args=$H; [ $st = stage1 ] && args=${H/--local-ranks 2 /}
+    $T ./$st $args "$@" --dump-grads "$tmp/h" > "$tmp/h.log" 2>&1
+    ok "$st hybrid $* runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/h.log"; continue; }
+    grep -E "^attention kept:" "$tmp/h.log" | sed 's/^/  /'
+    [ $st = stage4 ] || [ $st = stage5 ] && ok "$st hybrid $* keeps 2 layers (of 8; the full attention ones)" \
+        "grep -qE 'attention kept: [0-2] layers on the GPU, [0-2] on the host, 0 recompute' $tmp/h.log"
+    band=$SAME; [ $st = stage1 ] && band="0.999 1e-4 1e-2" # one rank against two: another order of sums
+    ./build/check_stage same "$tmp/href" "$tmp/h" $band 2>&1 | tail -3 > "$tmp/c.txt"; cat "$tmp/c.txt"
+    count "$tmp/c.txt" "$st hybrid $* vs stage 3 recomputed"
 done
 
 echo "== auto under a cap that holds some layers: the split it prints is the split it runs"

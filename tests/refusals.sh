@@ -180,9 +180,6 @@ for run in "stage1" "stage3 --local-ranks 2" "stage5 --local-ranks 2"; do
     refuse $1 "--packing alone with a Qwen3.5 hybrid and an untagged file (its end of text is not Qwen3's)" \
         "name its end-of-text id" --model "$Q" --data "$T/q35.tok" --seq 112 --steps 1 --packing ${2:-} ${3:-}
 done
-refuse stage1 "--keep-attn with a Qwen3.5 hybrid" "with a Qwen3.5 hybrid: not yet" --model "$Q" --data "$T/q35.tok" --seq 112 --keep-attn
-refuse stage4 "--keep-attn gpu:1 with a Qwen3.5 hybrid" "with a Qwen3.5 hybrid: not yet" --model "$Q" --data "$T/q35.tok" \
-    --seq 112 --local-ranks 2 --keep-attn gpu:1
 refuse stage3 "zigzag chunks shorter than the conv's halo" "a chunk needs at least 3" --model "$Q" --data "$T/q35.tok" \
     --seq 32 --local-ranks 8
 # a token file records its tokenizer (versions 3 and 4): another tokenizer's ids are refused by name, in

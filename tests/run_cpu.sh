@@ -32,6 +32,8 @@ echo "== bench/lever_count.py's rules on synthetic diffs, and planted mis-rules 
 python3 tests/test_lever_count.py | tee "$log/l.txt"; count "$log/l.txt" test_lever_count
 echo "== packed runs of stages 3-5 on a faked GPU: each rank's rows and ring blocks are common/layout.c's, the collectives the same on every rank; planted (tests/calls/layout_calls.sh)"
 PLANT=1 bash tests/calls/layout_calls.sh | tee "$log/y.txt"; count "$log/y.txt" layout_calls
+echo "== --keep-attn with a Qwen3.5 hybrid, stages 1-5 on the faked GPU: only its full attention layers kept, each at its place; planted (tests/calls/keep_calls.sh)"
+BIN=build/calls_layout/new PLANT=1 bash tests/calls/keep_calls.sh | tee "$log/kc.txt"; count "$log/kc.txt" keep_calls
 echo "== the README's exercises that need no GPU (tests/exercises.sh)"
 bash tests/exercises.sh | tee "$log/e.txt"; count "$log/e.txt" exercises
 echo "== every figure the README quotes, from the command beside it (tests/readme_figures.sh)"
