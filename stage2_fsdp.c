@@ -99,8 +99,8 @@ typedef struct {
 
 typedef struct {        /* kept from forward to backward */
     bf16_t *x;          /* [L+1, S, D] layer inputs (checkpoints); x[L] feeds the final norm */
-    bf16_t *o;          /* [L, S, Hq*hd] attention outputs (--keep-attn only) */
-    float *lse;         /* [L, Hq, S] their log-sum-exp (--keep-attn only) */
+    bf16_t *o;          /* [kept, S, Hq*hd] attention outputs, a full attention layer each (--keep-attn only) */
+    float *lse;         /* [kept, Hq, S] their log-sum-exp (--keep-attn only) */
 } Saved;
 
 typedef struct {        /* one layer's working set; regions A, B1, B2 and C share memory (see plan) */
@@ -178,7 +178,7 @@ typedef struct {
     Sdpa sdpa;
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
-    int64_t kept;       /* layers [0, kept) keep their attention O and LSE: all of them or none (--keep-attn) */
+    int64_t kept;       /* full attention layers keeping O and LSE: all of them or none (--keep-attn; config_full_ix) */
     double aux;         /* MoE: the step's load-balancing loss */
     int64_t eot;        /* --packing: the token that ends a document; -1: not packed */
     int64_t slack;      /* --packing: DOCS_SLACK_ROWS rows of zeros after each buffer blocks read; else 0 */
@@ -441,7 +441,7 @@ static void attention_forward(Model *M, int64_t l, const bf16_t *x, int run_attn
     Work *w = &M->w;
     const int64_t S = M->S, D = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     cudaStream_t st = M->gpu.stream;
-    if (M->kept) {
+    if (M->kept && !config_is_linear(c, l)) { /* a full attention layer's place */
         w->o = M->sv.o + config_full_ix(c, l) * (S + M->slack) * Q;
         w->lse = M->sv.lse + config_full_ix(c, l) * c->heads * S;
     }

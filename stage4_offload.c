@@ -223,7 +223,7 @@ typedef struct {
     Sdpa sdpa;
     float attn_factor;  /* YaRN cos/sin scale */
     int64_t counted;    /* labels that count in this step, over every rank: the loss's denominator */
-    int64_t kept;       /* layers [0, kept) keep their attention O and LSE (stage 4: as many as asked or fit) */
+    int64_t kept;       /* the first kept full attention layers keep O and LSE (stage 4: as many as asked or fit) */
     double aux;         /* MoE: the step's load-balancing loss */
     int64_t eot;        /* --packing: the token that ends a document; -1: not packed */
     int64_t slack;      /* --packing: DOCS_SLACK_ROWS rows of zeros after each buffer blocks read; else 0 */
@@ -244,7 +244,7 @@ typedef struct {
     /* ---- end stage 3 ---- */
     /* ---- stage 4: offload ---- */
     struct { int ckpt, attn, states; } off; /* --offload */
-    int64_t kept_gpu;               /* kept layers [0, kept_gpu) on the GPU, [kept_gpu, kept) on the host */
+    int64_t kept_gpu;               /* of them, the first kept_gpu on the GPU, the rest on the host (kept(), on_host()) */
     int threads;                    /* host threads of this rank (AdamW, casts) */
     cudaStream_t copy_st;           /* checkpoints and kept attention go down and up here */
     /* ---- end stage 4 ---- */
@@ -1088,7 +1088,7 @@ static void backward(Model *M) {
         progress_at(M->gpu.stream, 1, l);
         if (l > 0) fetch(M, l); /* layer l-1, gathered while layer l runs */
         /* ---- stage 4: offload ---- */
-        /* layer l-1's input (and O kept on the host) come up while layer l runs; the forward's last
+        /* layer l-1's input (and the previous host-kept O) come up while layer l runs; the forward's last
          * two of each are still in their slots (x_{L-1}; O of the last two on the host, h = NH-2, NH-1) */
         if (M->off.ckpt && l > 0) copy_up(M, &M->sv.hx, l - 1);
         if (M->off.ckpt && l < L - 1) await_up(M, &M->sv.hx, l);

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # --keep-attn with a Qwen3.5 hybrid, every stage, on the faked GPU (tests/calls/fake_cuda.c): a hybrid
 # keeps the O and LSE of its full attention layers only, each at its place among them.
-# The model: the golden hybrid's two layers (linear, full) repeated to four, so the kept layers are
-# layers 1 and 3, the first and second full attention layers. For each stage (stages 2-5 on 2 local
+# The model: the golden hybrid's two layers (linear, full) repeated to eight, so the kept layers are
+# layers 1, 3, 5 and 7, the full attention layers 0-3. For each stage (stages 2-5 on 2 local
 # ranks; stages 4-5 also with the kept layers split over the GPU and the host, gpu:1,host:1) the
 # same run with attention kept and without:
 #   - kept: every attention forward (sdpa_fwd) runs once a layer and step, not again in the backward
 #     (without: twice), and writes its O into the kept buffer at the layer's place (layer 1 at
 #     "kept O+0", layer 3 one layer's rows further on; host-kept layers: their staging slot);
-#   - the backward (sdpa_bwd) of each attention layer reads the O its forward wrote;
+#   - the backward (sdpa_bwd) of each attention layer reads the LSE its forward wrote, and the kept O
+#     of the same layer (host-kept: the same slot);
+#   - the output gate and the queries' norms run as often kept as not (a kept layer recomputes them);
 #   - the linear layers' work (every gdn_* call, with its arguments) is the same kept or not.
 #   bash tests/calls/keep_calls.sh      (after make all; BIN=DIR: stages built by tests/calls/build.sh)
 # Prints one line per case and "N passed, M failed". Planted (PLANT=1): the stages' kept layers
@@ -33,7 +35,7 @@ import json, os, struct, sys
 src, dst = sys.argv[1], sys.argv[2]
 os.makedirs(dst, exist_ok=True)
 c = json.load(open(os.path.join(src, "config.json")))
-c["num_hidden_layers"], c["layer_types"] = 4, ["linear_attention", "full_attention"] * 2
+c["num_hidden_layers"], c["layer_types"] = 8, ["linear_attention", "full_attention"] * 4
 json.dump(c, open(os.path.join(dst, "config.json"), "w"), indent=1)
 f = open(os.path.join(src, "model.safetensors"), "rb")
 n = struct.unpack("<Q", f.read(8))[0]
@@ -43,7 +45,7 @@ out, blobs, at = {}, [], 0
 for k, v in sorted(head.items()):
     if k == "__metadata__":
         continue
-    names = [k] if ".layers." not in k else [k.replace(f".layers.{l % 2}.", f".layers.{l}.") for l in range(4)
+    names = [k] if ".layers." not in k else [k.replace(f".layers.{l % 2}.", f".layers.{l}.") for l in range(8)
                                               if k.split(".layers.")[1].split(".")[0] == str(l % 2)]
     b = raw[base + v["data_offsets"][0]:base + v["data_offsets"][1]]
     for name in names:
@@ -75,7 +77,8 @@ import glob, re, sys
 k, n, rk, rn = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if rk or rn:
     d = k if rk else n
-    print(f"FAIL exit {rk}/{rn}: " + open(d + ".out").read().strip().splitlines()[-1][:200]); sys.exit()
+    last = (open(d + ".out").read().strip().splitlines() or ["(no output)"])[-1]
+    print(f"FAIL exit {rk}/{rn}: {last[:200]}"); sys.exit()
 CALL = re.compile(r"^sdpa_(blocks_)?(fwd|bwd)(_padded)? ")
 def attn(path, kind):  # the attention calls of one kind, each as its arguments {name: "tensor+offset"}
     out = []
@@ -110,6 +113,19 @@ for pk in ranks:
     for a in bk:
         if place(a["lse"]) not in lse:
             bad.append(f"{r}: a backward reads LSE at {a['lse']}, which no forward wrote"); break
+    # where the backward reads O from the kept buffers: the same layer as its LSE. On the GPU the kept
+    # layers' O lie end to end in LSE's order; a host-kept layer's O and LSE share one slot
+    pairs = sorted({(place(a["lse"]), place(a["o"])) for a in bk})
+    og = [o for l, o in pairs if l[0] == "kept LSE" and o[0] == "kept O"]
+    if og and [x[1] for x in og] != sorted({x[1] for x in og}) or og and og[0][1] != 0:
+        bad.append(f"{r}: the backward's kept O at {[x[1] for x in og]}, not the layers' places in LSE's order")
+    if any(l[0].startswith("slots for host") and o[0] != l[0] for l, o in pairs if not o[0].startswith("group O")):
+        bad.append(f"{r}: a host-kept layer's O and LSE read from different slots")
+    # everything else a kept layer does is done as often: the output gate (Qwen3.5) among it
+    for call in ("ga_gate_fwd", "ga_qk_fwd"):
+        a, b = sum(l.startswith(call) for l in open(pk)), sum(l.startswith(call) for l in open(pn))
+        if a != b:
+            bad.append(f"{r}: {call} runs {a} times kept, {b} without")
     gk = [l for l in open(pk) if l.startswith("gdn_")]
     gn = [l for l in open(pn) if l.startswith("gdn_")]
     if gk != gn or not gk:
@@ -123,9 +139,9 @@ case_ stage1 stage1 "--keep-attn" ""
 case_ stage2 stage2 "--keep-attn" "" --local-ranks 2
 case_ stage3 stage3 "--keep-attn" "" --local-ranks 2
 case_ stage4 stage4 "--keep-attn all" "--keep-attn none" --local-ranks 2 --offload none
-case_ stage4.host stage4 "--keep-attn gpu:1,host:1" "--keep-attn none" --local-ranks 2
+case_ stage4.host stage4 "--keep-attn gpu:1,host:3" "--keep-attn none" --local-ranks 2 --offload attn
 case_ stage5 stage5 "--keep-attn all" "--keep-attn none" --local-ranks 2 --offload none --mlp-tile 24
-case_ stage5.host stage5 "--keep-attn gpu:1,host:1" "--keep-attn none" --local-ranks 2 --mlp-tile 24
+case_ stage5.host stage5 "--keep-attn gpu:1,host:3" "--keep-attn none" --local-ranks 2 --offload attn --mlp-tile 24
 if [ -n "${PLANT:-}" ]; then # the kept layers at their layer index: layer 3's O past the kept buffer
     pb="$out/plant"
     mkdir -p "$pb/src"
@@ -136,7 +152,7 @@ if [ -n "${PLANT:-}" ]; then # the kept layers at their layer index: layer 3's O
         p0=$pass f0=$fail
         case_ planted.stage1 stage1 "--keep-attn" "" > "$pb/plant.txt" 2>&1
         pass=$p0 fail=$f0
-        if grep -q '^FAIL' "$pb/plant.txt"; then pass=$((pass + 1)); echo "ok   planted: kept at the layer index is caught ($(cut -c1-160 "$pb/plant.txt"))"
+        if grep -q "^FAIL.*not the kept layers end to end\|^FAIL.*outside the kept buffers" "$pb/plant.txt"; then pass=$((pass + 1)); echo "ok   planted: kept at the layer index is caught ($(cut -c1-160 "$pb/plant.txt"))"
         else fail=$((fail + 1)); echo "FAIL planted: kept at the layer index passed the check"; fi
         BIN=$saved
     else fail=$((fail + 1)); echo "FAIL planted: the planted tree does not build ($pb/build.log)"; fi
