@@ -21,6 +21,16 @@ tmp=$(mktemp -d)
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
 SAME="0.9999 0 2e-3"
 A="--model 0.6B --local-ranks 2 --layers 4 --seq 4096 --steps 1 $HP"
+# expect_split LOG KEEP WHAT: the plan in LOG keeps the split --keep-attn KEEP names (auto: all 4 on the
+# GPU, which an H200 holds at these sizes), and recomputes none
+expect_split() {
+    local log=$1 keep=$2 what=$3 ng nh
+    ng=${keep#gpu:}; ng=${ng%%,*}; case $keep in gpu:*) ;; *) ng=0 ;; esac
+    nh=${keep#*host:}; case $keep in *host:*) ;; *) nh=0 ;; esac
+    [ "$keep" = auto ] && ng=4 nh=0
+    grep -E "^attention kept:" "$log" | sed 's/^/  /'
+    ok "$what plans $ng on the GPU and $nh on the host" "grep -q 'attention kept: $ng layers on the GPU, $nh on the host' $log"
+}
 
 echo "== kept on the GPU, on the host, recomputed: the same step as stage 3 with every layer kept on the GPU"
 ./stage3 $A --keep-attn --dump-grads "$tmp/ref" > "$tmp/s3.log" 2>&1
@@ -29,12 +39,7 @@ for stage in stage4 stage5; do
     for keep in gpu:4 host:4 gpu:1,host:3 gpu:2,host:1 host:1 gpu:1 0 auto; do
         $T ./$stage $A --offload all --keep-attn $keep --dump-grads "$tmp/g" > "$tmp/r.log" 2>&1
         ok "$stage --keep-attn $keep runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/r.log"; continue; }
-        ng=${keep#gpu:}; ng=${ng%%,*}; case $keep in gpu:*) ;; *) ng=0 ;; esac
-        nh=${keep#*host:}; case $keep in *host:*) ;; *) nh=0 ;; esac
-        [ "$keep" = auto ] && ng=4 nh=0 # an H200 holds the 4 layers' 128 MiB on the GPU
-        grep -E "^attention kept:" "$tmp/r.log" | sed 's/^/  /'
-        ok "$stage --keep-attn $keep plans $ng on the GPU and $nh on the host" \
-            "grep -q 'attention kept: $ng layers on the GPU, $nh on the host' $tmp/r.log"
+        expect_split "$tmp/r.log" "$keep" "$stage --keep-attn $keep"
         ./build/check_stage same "$tmp/ref" "$tmp/g" $SAME 2>&1 | tail -3 > "$tmp/c.txt"; cat "$tmp/c.txt"
         count "$tmp/c.txt" "$stage --keep-attn $keep vs stage 3"
     done
@@ -99,14 +104,7 @@ for run in "stage1 - --keep-attn" "stage3 2 --keep-attn" "stage4 2 --offload all
     ok "$st hybrid recomputing runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/h0.log"; continue; }
     $T ./$st $H $ranks "$@" --dump-grads "$tmp/h" > "$tmp/h.log" 2>&1
     ok "$st hybrid $* runs" "[ $? -eq 0 ]" || { tail -5 "$tmp/h.log"; continue; }
-    if [ $st = stage4 ] || [ $st = stage5 ]; then
-        k=${!#}; ng=${k#gpu:}; ng=${ng%%,*}; case $k in gpu:*) ;; *) ng=0 ;; esac
-        nh=${k#*host:}; case $k in *host:*) ;; *) nh=0 ;; esac
-        [ "$k" = auto ] && ng=4 nh=0 # an H200 holds the 4 layers on the GPU
-        grep -E "^attention kept:" "$tmp/h.log" | sed 's/^/  /'
-        ok "$st hybrid $* keeps its 4 full attention layers, $ng on the GPU and $nh on the host" \
-            "grep -q 'attention kept: $ng layers on the GPU, $nh on the host, 0 recompute' $tmp/h.log"
-    fi
+    [ $st = stage4 ] || [ $st = stage5 ] && expect_split "$tmp/h.log" "${!#}" "$st hybrid $* (its 4 full attention layers)"
     ./build/check_stage same "$tmp/href" "$tmp/h" $SAME 2>&1 | tail -3 > "$tmp/c.txt"; cat "$tmp/c.txt"
     count "$tmp/c.txt" "$st hybrid $* vs recomputing"
 done
