@@ -58,7 +58,7 @@ static Opts parse_opts(int argc, char **argv) {
         {"--steps", OPT_INT, &o.steps, "optimizer steps (total, counting resumed ones; 0 + --save: save the init)", "[0,1G]"},
         ADAM_OPTIONS(o.adam), /* --lr, --warmup, --schedule, --wd, --beta1, --beta2, --eps, --clip */
         {"--loss-chunk", OPT_INT, &o.loss_chunk, "rows of [rows, vocab] fp32 logits held at a time", "[1,4G]"},
-        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split. A Qwen3.5 hybrid counts its full attention layers only"},
+        {"--keep-attn", OPT_OPTSTR, &o.keep_attn, "keep attention O and LSE (no attention recompute): alone or all, every layer; none (or 0): none; N: N layers; auto: as many as fit; placed on the GPU first, then on the host (--offload attn); gpu:N,host:M: that split. A Qwen3.5 hybrid counts its full attention layers only (auto keeps none of them yet)"},
         {"--layers", OPT_INT, &o.layers, "use only the first N decoder layers (0: all)", "[0,1K]"},
         {"--seed", OPT_INT, &o.seed, "random init seed", "[0,inf)"},
         {"--dry-run", OPT_FLAG, &o.dry_run, "print the memory plan and exit (no GPU needed)"},
@@ -480,6 +480,8 @@ static void choose_kept(Model *M) {
     M->kept = M->kept_gpu = 0;
     const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, &asked, err, sizeof err); /* memplan.c */
     if (split < 0) STOP("%s", err);
+    if (M->c.lin_v_heads && !strcmp(o->keep_attn, "auto")) /* Qwen3.5: kept when asked (all, N, gpu:N,host:M); */
+        want = 0;                                            /* auto waits for its GPU parity check (keep_gpu.sh) */
     if (asked && !M->off.attn) STOP("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
         const MemPlan mp = plan_memory(M); /* with nothing kept */

@@ -52,8 +52,8 @@ s5_06b_4m_kgpu) two stage5 s5_06b_4m_kgpu 1 2 --gpus 8 --rehearse 0 --seq 4M --m
 s5_06b_4m_khost) two stage5 s5_06b_4m_khost 1 2 --gpus 8 --rehearse 0 --seq 4M --model 0.6B --keep-attn host:2 --gpu-gib 74.5 --data "$O/rand.tok" ;;
 s5_moe_keep) two stage5 s5_moe_keep 1 2 $J8 --model 30B-A3B --keep-attn auto --gpu-gib 80 ;;
 s5_q35_27b) two stage5 s5_q35_27b 4 8 $J8 --model Qwen3.5-27B --gpu-gib 74.5 --keep-attn 0 ;; # Qwen3.5: 4 layers = 3 linear + 1 full; attention recomputed, as rehearsed
-s5_q35_27b_keep) two stage5 s5_q35_27b_keep 4 8 $J8 --model Qwen3.5-27B --gpu-gib 74.5 ;; # its full attention layers kept (auto)
+s5_q35_27b_keep) two stage5 s5_q35_27b_keep 4 8 $J8 --model Qwen3.5-27B --gpu-gib 74.5 --keep-attn all ;; # its full attention layers kept
 s5_q35moe) two stage5 s5_q35moe 4 8 $J8 --model Qwen3.5-35B-A3B --gpu-gib 74.5 --keep-attn 0 ;; # the MoE hybrid: 256 experts and a shared one
-s5_q35moe_keep) two stage5 s5_q35moe_keep 4 8 $J8 --model Qwen3.5-35B-A3B --gpu-gib 74.5 ;; # its full attention layers kept (auto)
+s5_q35moe_keep) two stage5 s5_q35moe_keep 4 8 $J8 --model Qwen3.5-35B-A3B --gpu-gib 74.5 --keep-attn all ;; # its full attention layers kept
 *) echo "unknown case $c" ;;
 esac; done

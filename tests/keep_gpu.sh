@@ -11,7 +11,8 @@
 #   - three steps with an evaluation after each: the host's slots reused across steps and passes;
 #   - auto under a GPU cap that holds only some layers: the split it prints is the split it runs;
 #   - a Qwen3.5 hybrid (16 layers of 0.8B, 4 of them full attention) in stages 1, 3, 4, 5, its full
-#     attention layers kept on the GPU, on the host, split, or by auto, against the same stage recomputing.
+#     attention layers kept on the GPU, on the host, split, or all, against the same stage recomputing
+#     (auto keeps none of a hybrid's yet: this is the check that lets it).
 # Prints "N passed, M failed". Run by tests/run_gpu.sh (SKIP_KEEP=1 leaves it out); ~2 minutes.
 set -u
 cd "$(dirname "$0")/.."
@@ -21,13 +22,13 @@ tmp=$(mktemp -d)
 HP="--lr 1e-3 --warmup 0 --schedule constant --wd 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0"
 SAME="0.9999 0 2e-3"
 A="--model 0.6B --local-ranks 2 --layers 4 --seq 4096 --steps 1 $HP"
-# expect_split LOG KEEP WHAT: the plan in LOG keeps the split --keep-attn KEEP names (auto: all 4 on the
-# GPU, which an H200 holds at these sizes), and recomputes none
+# expect_split LOG KEEP WHAT: the plan in LOG keeps the split --keep-attn KEEP names (auto and all: all
+# 4 on the GPU, which an H200 holds at these sizes)
 expect_split() {
     local log=$1 keep=$2 what=$3 ng nh
     ng=${keep#gpu:}; ng=${ng%%,*}; case $keep in gpu:*) ;; *) ng=0 ;; esac
     nh=${keep#*host:}; case $keep in *host:*) ;; *) nh=0 ;; esac
-    [ "$keep" = auto ] && ng=4 nh=0
+    case $keep in auto | all) ng=4 nh=0 ;; esac
     grep -E "^attention kept:" "$log" | sed 's/^/  /'
     ok "$what plans $ng on the GPU and $nh on the host" "grep -q 'attention kept: $ng layers on the GPU, $nh on the host' $log"
 }
@@ -94,7 +95,7 @@ H="--model Qwen3.5-0.8B --layers 16 --seq 4096 --steps 1 $HP"
 for run in "stage1 - --keep-attn" "stage3 2 --keep-attn" "stage4 2 --offload all --keep-attn gpu:4" \
            "stage4 2 --offload all --keep-attn gpu:1,host:3" "stage4 2 --offload attn --keep-attn host:4" \
            "stage5 2 --offload all --keep-attn gpu:2,host:2" "stage5 2 --offload attn --keep-attn host:4" \
-           "stage5 2 --offload all --keep-attn auto"; do
+           "stage5 2 --offload all --keep-attn all"; do
     set -- $run
     st=$1 P=$2; shift 2
     ranks=; [ "$P" = - ] || ranks="--local-ranks $P"
