@@ -546,8 +546,8 @@ static void choose_kept(Model *M) {
     M->kept = M->kept_gpu = 0;
     const int split = kept_parse(o->keep_attn, L, &want, &counted, &gpu, &host, &asked, err, sizeof err); /* memplan.c */
     if (split < 0) STOP("%s", err);
-    if (M->c.lin_v_heads && !strcmp(o->keep_attn, "auto")) /* Qwen3.5: kept when asked (all, N, gpu:N,host:M); */
-        want = 0;                                            /* auto waits for its GPU parity check (keep_gpu.sh) */
+    /* Qwen3.5: kept when asked (all, N, gpu:N,host:M); auto waits for its GPU parity check (keep_gpu.sh) */
+    if (M->c.lin_v_heads && o->keep_attn && !strcmp(o->keep_attn, "auto")) want = 0;
     if (asked && !M->off.attn) STOP("--keep-attn %s: layers on the host need --offload attn (or all)", o->keep_attn);
     if (!split && want) { /* as many as fit, or N (counted: whether or not the plan fits) */
         const MemPlan mp = plan_memory(M); /* with nothing kept */
