@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The course's shape, checked on every change (no GPU): stage 1 is a first read (at most 700 lines),
 # each stage-to-stage diff stays within its size, the README and RESULTS.md stay short, every stage has the same sections in the same
-# order, and the repository stands alone -- no file points outside it (../shared) or into its work
+# order, and the repository stands alone -- no file points outside it (to a sibling folder) or into its work
 # history (issue numbers, sessions, device calls by letter, "the issue's", old/new wordings). Dated
 # logs under bench/results/ keep their names, their notes (*.md) are checked; the committed diffs are
 # the stage files'.

@@ -68,12 +68,7 @@ void ref_layout_ring_forward(RefRing *R, const Layout *L, int drop_step) {
 void ref_layout_ring_backward(RefRing *R, const Layout *L, int drop_step) {
     const int P = R->P;
     const int64_t n = R->n, D = R->a.D, H = R->a.Hq, QW = H * D, KW = R->a.Hkv * D, KVB = 2 * n * KW;
-    for (int r = 0; r < P; r++) {
-        memcpy(R->kv_cur[r], R->own[r], (size_t)KVB * 8);
-        R->kv_tag[r] = r;
-        memset(R->dkv_cur[r], 0, (size_t)KVB * 8);
-        R->dkv_tag[r] = r;
-    }
+    ref_ring_bwd_start(R);
     for (int step = 0; step < P; step++) {
         for (int r = 0; r < P; r++) {
             const int src = layout_src(L, r, step);

@@ -193,6 +193,16 @@ static int64_t step_blocks(RefRing *R, int r, const RingBlock *b, DocBlock **out
     return nb;
 }
 
+void ref_ring_bwd_start(RefRing *R) {
+    const int64_t KVB = 2 * R->n * R->a.Hkv * R->a.D;
+    for (int r = 0; r < R->P; r++) {
+        memcpy(R->kv_cur[r], R->own[r], (size_t)KVB * 8);
+        R->kv_tag[r] = r;
+        memset(R->dkv_cur[r], 0, (size_t)KVB * 8);
+        R->dkv_tag[r] = r;
+    }
+}
+
 void ref_ring_forward(RefRing *R) {
     const int P = R->P;
     const int64_t n = R->n, D = R->a.D, H = R->a.Hq, QW = H * D, KW = R->a.Hkv * D, KVB = 2 * n * KW;
@@ -237,12 +247,7 @@ void ref_ring_backward(RefRing *R) {
     const int64_t n = R->n, D = R->a.D, H = R->a.Hq, QW = H * D, KW = R->a.Hkv * D, KVB = 2 * n * KW;
     int64_t cap = 16;
     DocBlock *blk = xmalloc((size_t)cap * sizeof *blk);
-    for (int r = 0; r < P; r++) {
-        memcpy(R->kv_cur[r], R->own[r], (size_t)KVB * 8);
-        R->kv_tag[r] = r;
-        memset(R->dkv_cur[r], 0, (size_t)KVB * 8);
-        R->dkv_tag[r] = r;
-    }
+    ref_ring_bwd_start(R);
     for (int step = 0; step < P; step++) {
         for (int r = 0; r < P; r++) {
             const RingBlock b = ring_block(R->S, P, r, step);

@@ -58,6 +58,8 @@ void ref_ring_init_rows(RefRing *R, int P, int64_t S, int64_t n, const int64_t *
                         const double *k, const double *v, const double *dO);
 /* one ring step for all P ranks: rank r's cur goes to rank r+1's nxt (poisoned with NaN first), then swap */
 void ref_ring_pass(int P, double **cur, int *tag, double **nxt, int *tag_nxt, int64_t len);
+/* before a backward ring: every rank holds its own K/V and a zero dK/dV sum, both tagged as its own */
+void ref_ring_bwd_start(RefRing *R);
 void ref_ring_init(RefRing *R, int P, int64_t S, RefHeads a, const double *q, const double *k, const double *v,
                    const double *dO);
 /* P ring steps: each rank's blocks against the K/V it holds, merged by LSE into o, lse. With

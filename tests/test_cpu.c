@@ -1267,6 +1267,25 @@ static void test_ring(void) {
     free(q); free(k); free(v); free(dO); free(O); free(L); free(dQ); free(dK); free(dV);
 }
 
+/* the worst gap between a ring's rows (O, dQ, dK, dV, LSE of every rank) and whole-sequence references
+ * at the rows' window positions; infinite when a ring step read the wrong source */
+static double ring_worst(const RefRing *R, int P, const double *O, const double *dQ, const double *dK, const double *dV,
+                         const double *L) {
+    const int64_t n = R->n, QW = RH * RD, KW = RKV * RD;
+    double worst = R->bad_src ? INFINITY : 0;
+    for (int r = 0; r < P; r++)
+        for (int64_t t = 0; t < n; t++) {
+            const int64_t g = R->pos[r * n + t];
+            for (int64_t e = 0; e < QW; e++)
+                worst = fmax(worst, fmax(fabs(R->o[r][t * QW + e] - O[g * QW + e]), fabs(R->dq[r][t * QW + e] - dQ[g * QW + e])));
+            for (int64_t e = 0; e < KW; e++)
+                worst = fmax(worst, fmax(fabs(R->dkv[r][t * KW + e] - dK[g * KW + e]),
+                                         fabs(R->dkv[r][(n + t) * KW + e] - dV[g * KW + e])));
+            for (int h = 0; h < RH; h++) worst = fmax(worst, fabs(R->lse[r][t * RH + h] - L[g * RH + h]));
+        }
+    return worst;
+}
+
 /* ------------------------------------------------------------------ packed documents */
 /* Packed documents on the ring must equal each document run alone (plain causal attention on its
  * own rows, positions from 0), for P = 1, 2, 4, 8, with boundaries on and off chunk edges and
@@ -1277,24 +1296,12 @@ static double ring_docs_err(const int64_t *start, int64_t nd, int P, int64_t S, 
                             const double *v, const double *dO, const double *O, const double *L, const double *dQ,
                             const double *dK, const double *dV, int64_t *pairs) {
     const RefHeads hd = {RH, RKV, RD};
-    const int64_t QW = RH * RD, KW = RKV * RD;
     RefRing R;
     ref_ring_init(&R, P, S, hd, q, k, v, dO);
     R.doc_start = start, R.ndocs = nd;
     ref_ring_forward(&R);
     ref_ring_backward(&R);
-    const int64_t n = R.n;
-    double worst = R.bad_src ? INFINITY : 0;
-    for (int r = 0; r < P; r++)
-        for (int64_t t = 0; t < n; t++) {
-            const int64_t g = R.pos[r * n + t];
-            for (int64_t e = 0; e < QW; e++)
-                worst = fmax(worst, fmax(fabs(R.o[r][t * QW + e] - O[g * QW + e]), fabs(R.dq[r][t * QW + e] - dQ[g * QW + e])));
-            for (int64_t e = 0; e < KW; e++)
-                worst = fmax(worst, fmax(fabs(R.dkv[r][t * KW + e] - dK[g * KW + e]),
-                                         fabs(R.dkv[r][(n + t) * KW + e] - dV[g * KW + e])));
-            for (int h = 0; h < RH; h++) worst = fmax(worst, fabs(R.lse[r][t * RH + h] - L[g * RH + h]));
-        }
+    double worst = ring_worst(&R, P, O, dQ, dK, dV, L);
     *pairs = R.pairs;
     ref_ring_free(&R);
     return isnan(worst) ? INFINITY : worst;
@@ -3086,18 +3093,7 @@ static void test_layout_ring(void) {
                     ref_layout_ring_init(&R, &L, hd, q, k, v, dO);
                     ref_layout_ring_forward(&R, &L, plant ? P - 1 : -1);
                     ref_layout_ring_backward(&R, &L, plant ? P - 1 : -1);
-                    const int64_t n = R.n;
-                    double worst = R.bad_src ? INFINITY : 0;
-                    for (int r = 0; r < P; r++)
-                        for (int64_t t = 0; t < n; t++) {
-                            const int64_t g = R.pos[r * n + t];
-                            for (int64_t e = 0; e < QW; e++)
-                                worst = fmax(worst, fmax(fabs(R.o[r][t * QW + e] - O[g * QW + e]), fabs(R.dq[r][t * QW + e] - dQ[g * QW + e])));
-                            for (int64_t e = 0; e < KW; e++)
-                                worst = fmax(worst, fmax(fabs(R.dkv[r][t * KW + e] - dK[g * KW + e]),
-                                                         fabs(R.dkv[r][(n + t) * KW + e] - dV[g * KW + e])));
-                            for (int h = 0; h < RH; h++) worst = fmax(worst, fabs(R.lse[r][t * RH + h] - Lse[g * RH + h]));
-                        }
+                    double worst = ring_worst(&R, P, O, dQ, dK, dV, Lse);
                     if (isnan(worst)) worst = INFINITY;
                     if (!plant) {
                         EXPECT_LE(worst, 1e-12, "ring attention on the balanced layout, P %d, window %d, %s: O, LSE, dQ, dK, dV "

@@ -39,32 +39,28 @@ static FILE *log_of_rank(int which) {
     return logs[which][r];
 }
 
-void calls_comm(const char *fmt, ...) {
+/* one line to the calling rank's log (comm: its record of collectives) */
+static void log_line(int comm, const char *fmt, va_list ap) {
     pthread_mutex_lock(&lock);
-    FILE *f = log_of_rank(1);
+    FILE *f = log_of_rank(comm);
     if (f) {
-        va_list ap;
-        va_start(ap, fmt);
         vfprintf(f, fmt, ap);
-        va_end(ap);
         fputc('\n', f);
         fflush(f);
     }
     pthread_mutex_unlock(&lock);
 }
-
+void calls_comm(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_line(1, fmt, ap);
+    va_end(ap);
+}
 void calls_log(const char *fmt, ...) {
-    pthread_mutex_lock(&lock);
-    FILE *f = log_of_rank(0);
-    if (f) {
-        va_list ap;
-        va_start(ap, fmt);
-        vfprintf(f, fmt, ap);
-        va_end(ap);
-        fputc('\n', f);
-        fflush(f);
-    }
-    pthread_mutex_unlock(&lock);
+    va_list ap;
+    va_start(ap, fmt);
+    log_line(0, fmt, ap);
+    va_end(ap);
 }
 
 /* ---------------------------------------------------------------- names of memory, streams, events */
